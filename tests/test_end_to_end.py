@@ -1,0 +1,88 @@
+"""A real study through Ray Tune and MLflow (SQLite in a temp dir): runs, metrics, report, resume, failure."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from orchestrator import parse_study
+from orchestrator.runner import run_study
+from orchestrator.tracking import TRIAL_ID_TAG
+
+pytestmark = pytest.mark.slow
+
+TINY = {
+    "name": "tiny_e2e",
+    "base": {
+        "model": {"preset": "tiny", "pos_encoding": "kerple", "d_dape": 8},
+        "data": {"max_files": 300},
+        "train": {"steps": 30, "batch_size": 8, "seq_len": 32, "log_every": 10},
+        "eval": {"lengths": [32, 64, 128], "tail_tokens": 16, "n_windows": 8},
+    },
+    "variants": [
+        {"label": "Kerple", "baseline": True, "set": {"model.processor": "none"}},
+        {"label": "DAPE1x3-Kerple", "set": {"model.processor": "dapev2", "model.kernel_size": 3}},
+    ],
+    "seeds": [0, 1],
+    "resources": {"cpus": 1, "max_retries": 0},
+}
+
+
+def _trial_runs(client, experiment_name):
+    experiment = client.get_experiment_by_name(experiment_name)
+    return client.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'trial'")
+
+
+def test_study_runs_logs_reports_and_resumes(tmp_path, local_ray):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    study = parse_study(TINY)
+    outcome = run_study(study, uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state")
+    assert outcome.ok and len(outcome.trials) == 4
+
+    client = MlflowClient(uri)
+    runs = _trial_runs(client, "tiny_e2e")
+    assert len(runs) == 4
+    parent = client.search_runs([runs[0].info.experiment_id], "tags.`orchestrator.role` = 'study'")
+    assert len(parent) == 1
+    for run in runs:
+        assert run.info.status == "FINISHED"
+        assert run.data.tags["mlflow.parentRunId"] == parent[0].info.run_id
+        assert run.data.params["model.pos_encoding"] == "kerple"
+        for length in (32, 64, 128):
+            assert 1.0 < run.data.metrics[f"ppl_{length}"] < 300.0
+        history = client.get_metric_history(run.info.run_id, "train_loss")
+        assert [m.step for m in history] == [10, 20, 30]
+        series = client.get_metric_history(run.info.run_id, "ppl_by_length")
+        assert sorted(m.step for m in series) == [32, 64, 128]
+        assert run.data.tags["data_hash"]
+
+    report = (tmp_path / "reports" / "tiny_e2e" / "report.md").read_text()
+    table_rows = [line for line in report.splitlines() if line.startswith("| ") and "variant" not in line]
+    assert [row.split("|")[1].strip() for row in table_rows] == ["Kerple", "DAPE1x3-Kerple"]
+    artifacts = [a.path for a in client.list_artifacts(parent[0].info.run_id)]
+    assert "report.md" in artifacts
+
+    # Running it again retrains nothing and creates no new run.
+    again = run_study(study, uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state")
+    assert len(again.skipped) == 4 and again.ok
+    assert len(_trial_runs(client, "tiny_e2e")) == 4
+
+
+def test_failing_trial_is_recorded_and_the_study_goes_on(tmp_path, local_ray):
+    spec = yaml.safe_load(yaml.safe_dump(TINY))
+    spec["name"] = "tiny_failure"
+    spec["seeds"] = [0]
+    # Valid config, but no held-out document is this long: the trial fails at evaluation time.
+    spec["variants"].append({"label": "TooLong", "set": {"eval.lengths": [32, 10_000_000]}})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    outcome = run_study(parse_study(spec), uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state")
+    assert len(outcome.failed) == 1
+    client = MlflowClient(uri)
+    by_label = {run.data.tags["label"]: run for run in _trial_runs(client, "tiny_failure")}
+    assert by_label["TooLong"].info.status == "FAILED"
+    assert "no held-out document" in by_label["TooLong"].data.tags["error"]
+    assert by_label["Kerple"].info.status == "FINISHED"
+    assert by_label["DAPE1x3-Kerple"].info.status == "FINISHED"
+    report = (tmp_path / "reports" / "tiny_failure" / "report.md").read_text()
+    assert "TooLong · s0: FAILED" in report
