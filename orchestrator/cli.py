@@ -1,78 +1,217 @@
-"""`orchestrator` command line: run and validate study files."""
+"""`orchestrator` command line: run, plan, validate, status and schema of study files.
+
+Exit codes: 0 every trial succeeded; 1 some trials failed (the rest completed); 2 invalid study or
+argument; 3 interrupted and resumable (re-run the same command); 130 interrupted by Ctrl-C.
+Errors are one clear paragraph, never a traceback, unless --debug.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
-from .study import StudyError, load_study
-from .tracking import resolve_tracking_uri, ui_command
+from .study import StudyError, load_study, parse_override
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run DAPE-style ablation studies.")
-console = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Run DAPE-style ablation studies: study file -> Ray Tune trials -> MLflow -> report.")
+# Wide tables when the output is a file or a CI log, instead of rich's 80-column default.
+_WIDTH = None if sys.stdout.isatty() else 160
+console = Console(highlight=False, soft_wrap=True, width=_WIDTH)
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
 
-EXIT_OK, EXIT_TRIALS_FAILED, EXIT_INVALID = 0, 1, 2
+EXIT_OK, EXIT_TRIALS_FAILED, EXIT_INVALID, EXIT_INTERRUPTED, EXIT_CTRL_C = 0, 1, 2, 3, 130
+
+StudyArg = Annotated[Path, typer.Argument(metavar="STUDY", help="The study file (YAML).")]
+ProfileOpt = Annotated[Optional[str], typer.Option("--profile", "-p", help="A named profile of the study (e.g. paper).")]
+OverridesArg = Annotated[Optional[list[str]], typer.Argument(metavar="[KEY=VALUE]...", help="Dotted overrides, e.g. train.steps=100.")]
+TrackingOpt = Annotated[Optional[str], typer.Option(help="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else sqlite under ./mlruns.")]
 
 
-def _load_or_exit(path: Path):
+def _load_or_exit(path: Path, profile: str | None = None, overrides: list[str] | None = None):
     try:
-        return load_study(path)
+        parsed = dict(parse_override(text) for text in overrides or [])
+    except ValueError as error:
+        err.print(f"[red]Invalid argument[/red]: {error}")
+        raise typer.Exit(EXIT_INVALID)
+    try:
+        return load_study(path, profile=profile, overrides=parsed)
     except StudyError as error:
-        err.print(f"[red]Invalid study[/red] {error}", markup=True)
+        err.print(f"[red]Invalid study[/red] {error}")
         raise typer.Exit(EXIT_INVALID)
 
 
 @app.command()
-def validate(studies: Annotated[list[Path], typer.Argument(help="Study files to check.")]) -> None:
-    """Check study files without running anything."""
+def validate(studies: Annotated[list[Path], typer.Argument(metavar="STUDY...", help="Study files to check.")],
+             profile: ProfileOpt = None) -> None:
+    """Check study files (and their profiles) without running anything."""
+    from .trials import expand
+
     invalid = 0
     for path in studies:
         try:
-            study = load_study(path)
+            study = load_study(path, profile=profile)
         except StudyError as error:
             invalid += 1
             err.print(f"[red]Invalid study[/red] {error}")
             continue
-        from .trials import expand
-
-        console.print(f"{path}: valid, {len(expand(study))} trial(s)")
+        profiles = f"; profiles: {', '.join(study.profiles)}" if study.profiles else ""
+        console.print(f"{path}: valid, {len(expand(study))} trial(s){profiles}")
     if invalid:
         raise typer.Exit(EXIT_INVALID)
 
 
 @app.command()
 def run(
-    study_path: Annotated[Path, typer.Argument(metavar="STUDY", help="The study file (YAML).")],
-    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else sqlite under ./mlruns.")] = None,
+    study_path: StudyArg,
+    overrides: OverridesArg = None,
+    profile: ProfileOpt = None,
+    tracking_uri: TrackingOpt = None,
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address; default: RAY_ADDRESS, else a local Ray.")] = None,
     reports_dir: Annotated[Path, typer.Option(help="Where reports are written.")] = Path("reports"),
+    storage_dir: Annotated[Path, typer.Option(help="Ray Tune state and trial checkpoints.")] = Path(".orchestrator"),
+    local: Annotated[bool, typer.Option("--local", help="Run trials in this process one by one, without Ray (debugging).")] = False,
+    failed_only: Annotated[bool, typer.Option("--failed-only", help="Rerun only the trials whose last run failed.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
-    study = _load_or_exit(study_path)
-    from .runner import run_study  # heavy imports (ray, mlflow) only once the study is valid
+    study = _load_or_exit(study_path, profile, overrides)
+    from .tracking import resolve_tracking_uri, ui_command
 
     uri = resolve_tracking_uri(tracking_uri)
-    console.print(f"Study [bold]{study.name}[/bold] from {study_path}; tracking at {uri}")
-    outcome = run_study(study, uri, address=address, reports_dir=reports_dir)
+    console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
+    try:
+        from .runner import run_study
+
+        outcome = run_study(study, uri, address=address, reports_dir=reports_dir, storage_dir=storage_dir,
+                            local=local, failed_only=failed_only)
+    except KeyboardInterrupt:
+        err.print("Interrupted. Finished trials are safe in the tracking store; run the same command to resume.")
+        raise typer.Exit(EXIT_CTRL_C)
+    except Exception as error:  # one paragraph, not a traceback: what failed, and that the study can resume
+        if debug:
+            raise
+        err.print(f"[red]The study stopped[/red]: {type(error).__name__}: {_first_line(error)}. "
+                  f"Trials that finished are recorded in {uri}; once the cause is fixed, run the same command "
+                  "to resume without repeating them. Add --debug for the traceback.")
+        raise typer.Exit(EXIT_INTERRUPTED)
     console.print()
     console.print(outcome.report_markdown, markup=False)
     console.print(f"Report: {outcome.report_dir / 'report.md'} (also attached to the study's parent run in MLflow)")
     console.print(f"Browse the runs: {ui_command(uri)}")
-    if outcome.wall_seconds:
-        console.print(f"Wall time {outcome.wall_seconds:.0f}s; {len(outcome.skipped)} trial(s) reused, "
-                      f"{len(outcome.trials) - len(outcome.skipped)} run, {len(outcome.failed)} failed")
+    overhead = f"; orchestration overhead {outcome.overhead:.1%}" if outcome.overhead is not None else ""
+    console.print(f"Wall time {outcome.wall_seconds:.0f}s; {len(outcome.skipped)} trial(s) reused, "
+                  f"{len(outcome.trials) - len(outcome.skipped)} run, {len(outcome.failed)} failed; "
+                  f"{outcome.steps_run} training steps{overhead}")
     if outcome.failed:
         raise typer.Exit(EXIT_TRIALS_FAILED)
 
 
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else "no message"
+
+
+@app.command()
+def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileOpt = None,
+         tracking_uri: TrackingOpt = None) -> None:
+    """Show the expanded trial table with costs and what is already finished; launches nothing."""
+    study = _load_or_exit(study_path, profile, overrides)
+    from dape_core import ExperimentConfig
+
+    from .estimate import estimate
+    from .trials import expand
+
+    finished = _finished_ids(study, tracking_uri)
+    table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}")
+    for column in ("#", "trial", "id", "params", "GFLOP/step", "peak mem", "fits", "est. time", "status"):
+        table.add_column(column)
+    total = 0.0
+    gpu_memory = study.resources.gpu_memory_gb
+    for number, trial in enumerate(expand(study), 1):
+        cost = estimate(ExperimentConfig(**trial.config), study.resources.gpus, study.resources.cpus)
+        total += cost.seconds
+        fits = "-" if gpu_memory is None else ("yes" if cost.peak_memory_bytes <= gpu_memory * 2**30 else "NO")
+        table.add_row(str(number), trial.run_name, trial.trial_id, f"{cost.parameters / 1e6:.2f}M",
+                      f"{cost.flops_per_step / 1e9:.1f}", f"{cost.peak_memory_bytes / 2**30:.2f} GiB", fits,
+                      _duration(cost.seconds), "finished" if trial.trial_id in finished else "to run")
+    console.print(table)
+    device = f"{study.resources.gpus:g} GPU" if study.resources.gpus else f"{study.resources.cpus:g} CPU"
+    console.print(f"Estimated training time, one trial at a time on {device} per trial: {_duration(total)} "
+                  "(an analytic order-of-magnitude estimate).")
+    if study.search.algorithm != "grid":
+        console.print(f"Search: {study.search.algorithm}, {study.search.num_samples} sample(s) per row over "
+                      f"{', '.join(study.search.space)}; scheduler {study.scheduler.type}.")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}min"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _finished_ids(study, tracking_uri: str | None) -> set[str]:
+    from .tracking import StudyTracker, resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        return set()  # no store yet: nothing finished, and `plan` must not create one
+    return StudyTracker(uri, study.name, create=False).finished_trial_ids()
+
+
+@app.command()
+def status(study_path: StudyArg, profile: ProfileOpt = None, tracking_uri: TrackingOpt = None) -> None:
+    """Each trial's state in the tracking store: finished, failed (with the reason), running, or to run."""
+    study = _load_or_exit(study_path, profile)
+    from .tracking import TRIAL_ID_TAG, StudyTracker, resolve_tracking_uri
+    from .trials import expand
+
+    uri = resolve_tracking_uri(tracking_uri)
+    runs = {}
+    if not (uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists()):
+        tracker = StudyTracker(uri, study.name, create=False)
+        for run in sorted(tracker.trial_runs(), key=lambda r: r.info.start_time or 0):
+            runs[run.data.tags.get(TRIAL_ID_TAG)] = run
+    table = Table(title=f"{study.name}: {uri}")
+    for column in ("trial", "id", "state", "detail"):
+        table.add_column(column)
+    counts: dict[str, int] = {}
+    for trial in expand(study):
+        run = runs.get(trial.trial_id)
+        state = run.info.status if run else "TO RUN"
+        detail = (run.data.tags.get("error", "") if run else "")[:100]
+        counts[state] = counts.get(state, 0) + 1
+        table.add_row(trial.run_name, trial.trial_id, state, detail)
+    console.print(table)
+    console.print(", ".join(f"{count} {state.lower()}" for state, count in counts.items()))
+
+
+@app.command()
+def schema(output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None) -> None:
+    """Print the study file's JSON Schema (for editor completion, e.g. yaml-language-server)."""
+    from .schema import study_json_schema
+
+    text = json.dumps(study_json_schema(), indent=2)
+    if output:
+        output.write_text(text + "\n")
+        console.print(f"Wrote {output}")
+    else:
+        sys.stdout.write(text + "\n")
+
+
 def main() -> None:
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     app()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

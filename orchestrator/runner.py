@@ -1,4 +1,5 @@
-"""Run a validated study: skip finished trials, run the rest as Ray Tune trials, log to MLflow, report."""
+"""Run a validated study: skip finished trials, run the rest (Ray Tune, or in-process with `local`), log to
+MLflow through the driver's recorder, and write the report."""
 
 from __future__ import annotations
 
@@ -9,15 +10,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import ray
-from ray import tune
-
-from .mlflow_callback import MlflowTrialLogger
 from .progress import Progress
+from .recorder import TrialRecorder
 from .report import write_report
 from .study import Study
 from .tracking import StudyTracker
-from .trainable import run_trial
 from .trials import Trial, expand
 
 
@@ -29,14 +26,23 @@ class StudyOutcome:
     report_dir: Path | None = None
     report_markdown: str = ""
     wall_seconds: float = 0.0
-    train_seconds: float = 0.0
+    trial_seconds: float = 0.0  # the trials' own training time, summed
+    concurrency: int = 1
+    steps_run: int = 0
 
     @property
     def ok(self) -> bool:
         return not self.failed
 
+    @property
+    def overhead(self) -> float | None:
+        """Share of the wall time not spent training: 1 − (Σ trial time / concurrency) / wall time."""
+        if not self.trial_seconds or not self.wall_seconds:
+            return None
+        return 1.0 - (self.trial_seconds / self.concurrency) / self.wall_seconds
 
-def _code_version() -> str:
+
+def code_version() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=Path(__file__).parent, timeout=5).stdout.strip() or "unknown"
@@ -44,79 +50,77 @@ def _code_version() -> str:
         return "unknown"
 
 
-def _start_ray(address: str | None) -> None:
-    if ray.is_initialized():
-        return
-    # Ray's own log lines would drown the progress; errors still surface through the trial results.
-    common = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
-    address = address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, **common)
-    else:
-        # "local" starts a private Ray even when a `ray start` cluster is running on this machine.
-        ray.init(address="local", num_cpus=os.cpu_count(), **common)
+def select_trials(study: Study, tracker: StudyTracker, failed_only: bool = False) -> tuple[list[Trial], list[Trial]]:
+    """(to run, already finished). With `failed_only`, only trials whose latest run FAILED are run."""
+    trials = expand(study)
+    if study.search.algorithm != "grid":
+        return trials, []  # sampled trials have no identity before Tune samples them
+    done = tracker.finished_trial_ids()
+    todo = [t for t in trials if t.trial_id not in done]
+    if failed_only:
+        failed = tracker.failed_trial_ids()
+        todo = [t for t in todo if t.trial_id in failed]
+    return todo, [t for t in trials if t.trial_id in done]
 
 
 def run_study(study: Study, tracking_uri: str, address: str | None = None, reports_dir: Path = Path("reports"),
-              storage_dir: Path = Path(".orchestrator"), progress: Progress | None = None) -> StudyOutcome:
+              storage_dir: Path = Path(".orchestrator"), progress: Progress | None = None, local: bool = False,
+              failed_only: bool = False) -> StudyOutcome:
     started = time.monotonic()
-    trials = expand(study)
-    progress = progress or Progress(len(trials))
     tracker = StudyTracker(tracking_uri, study.name)
-    code_version = _code_version()
-    tracker.start_parent({"description": study.description[:4000], "code_version": code_version,
-                          "trials": str(len(trials))})
-    done = tracker.finished_trial_ids()
-    todo = [trial for trial in trials if trial.trial_id not in done]
-    skipped = [trial for trial in trials if trial.trial_id in done]
+    todo, skipped = select_trials(study, tracker, failed_only)
+    progress = progress or Progress(len(todo))
+    progress.total = len(todo) if study.search.algorithm == "grid" else study.search.num_samples * len(todo)
+    version = code_version()
+    tracker.start_parent({"description": study.description[:4000], "code_version": version,
+                          "trials": str(len(todo) + len(skipped))})
     tracker.mark_stale_runs({trial.trial_id for trial in todo})
-    progress.total = len(todo)
     if skipped:
         progress.message(f"{len(skipped)} trial(s) already finished in the tracking store: not rerun")
-    outcome = StudyOutcome(trials=trials, skipped=skipped)
+    outcome = StudyOutcome(trials=todo + skipped, skipped=skipped)
+    recorder = TrialRecorder(tracker, progress, {"code_version": version, "study": study.name})
     status = "FINISHED"
     try:
         if todo:
-            logger = MlflowTrialLogger(tracker, todo, progress, {"code_version": code_version})
-            _start_ray(address)
-            progress.message(f"Running {len(todo)} trial(s) on Ray ({ray.cluster_resources().get('CPU', 0):.0f} CPUs)")
-            _fit(study, todo, logger, storage_dir)
-            outcome.failed = dict(logger.failed)
-            outcome.train_seconds = sum(logger.train_seconds.values())
-            missing = [t for t in todo if t.trial_id not in logger.finished and t.trial_id not in logger.failed]
-            for trial in missing:
-                outcome.failed[trial.trial_id] = "trial did not finish"
+            if local:
+                _run_local(todo, recorder, study)
+                outcome.concurrency = 1
+            else:
+                from .tune_runner import run_with_tune
+
+                outcome.concurrency = run_with_tune(study, todo, recorder, storage_dir, address, progress)
+        outcome.failed = dict(recorder.failed)
+        outcome.trial_seconds = sum(recorder.train_seconds.values())
+        outcome.steps_run = sum(recorder.steps_run.values())
+        if study.search.algorithm == "grid":
+            for trial in todo:
+                if trial.trial_id not in recorder.finished and trial.trial_id not in recorder.failed:
+                    outcome.failed[trial.trial_id] = "trial did not finish"
         if outcome.failed:
             status = "FAILED"
     except BaseException:
         status = "KILLED"
         raise
     finally:
-        tracker.end_parent(status)
+        try:
+            tracker.end_parent(status)
+        except Exception:  # the store may be the thing that failed; the original error matters more
+            logging.getLogger(__name__).debug("could not close the parent run", exc_info=True)
     outcome.report_dir, outcome.report_markdown = write_report(study, tracker, reports_dir)
     outcome.wall_seconds = time.monotonic() - started
     return outcome
 
 
-def _fit(study: Study, trials: list[Trial], logger: MlflowTrialLogger, storage_dir: Path) -> None:
-    # Tune's own console output (experiment banner, tables) would interleave with ours: use the legacy
-    # reporter, which verbose=0 silences entirely.
-    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
-    resources = {"cpu": study.resources.cpus, "gpu": study.resources.gpus}
-    tuner = tune.Tuner(
-        tune.with_resources(run_trial, resources),
-        param_space={"trial": tune.grid_search([trial.payload() for trial in trials])},
-        tune_config=tune.TuneConfig(
-            max_concurrent_trials=study.resources.max_concurrent,
-            trial_name_creator=lambda t: t.config["trial"]["trial_id"],
-            trial_dirname_creator=lambda t: t.config["trial"]["trial_id"],
-        ),
-        run_config=tune.RunConfig(
-            name=study.name,
-            storage_path=str(storage_dir.resolve() / "ray_results"),
-            verbose=0,
-            callbacks=[logger],
-            failure_config=tune.FailureConfig(max_failures=study.resources.max_retries),
-        ),
-    )
-    tuner.fit()
+def _run_local(trials: list[Trial], recorder: TrialRecorder, study: Study) -> None:
+    """Trials one by one in this process, without Ray: for stepping through a trial with a debugger."""
+    from .trainable import execute
+
+    threads = max(1, int(study.resources.cpus))
+    for trial in trials:
+        recorder.start(trial)
+        try:
+            execute({"trial": trial.payload()}, lambda result, t=trial: recorder.result(t, result), threads)
+        except Exception as error:  # a failing trial is recorded; the study goes on
+            recorder.error(trial, f"{type(error).__name__}: {error}")
+            continue
+        recorder.complete(trial)

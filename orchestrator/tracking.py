@@ -24,7 +24,6 @@ PARENT_TAG = "mlflow.parentRunId"
 def default_tracking_uri(root: Path | None = None) -> str:
     """The embedded store: SQLite under ./mlruns (MLflow 3 refuses the plain file store)."""
     folder = (root or Path.cwd()) / "mlruns"
-    folder.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{(folder / 'mlflow.db').resolve()}"
 
 
@@ -52,11 +51,18 @@ def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
 class StudyTracker:
     """The study's experiment and parent run in one tracking store."""
 
-    def __init__(self, tracking_uri: str, study_name: str):
+    def __init__(self, tracking_uri: str, study_name: str, create: bool = True):
         self.tracking_uri = tracking_uri
-        self.client = MlflowClient(tracking_uri)
         self.study_name = study_name
-        self.experiment_id = self._experiment()
+        if create:
+            if tracking_uri.startswith("sqlite:///"):
+                Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            self.client = MlflowClient(tracking_uri)
+            self.experiment_id = self._experiment()
+        else:  # read-only use (plan, status, report): a study never run has no experiment yet
+            self.client = MlflowClient(tracking_uri)
+            existing = self.client.get_experiment_by_name(study_name)
+            self.experiment_id = existing.experiment_id if existing else None
         self.parent_run_id: str | None = None
 
     def _experiment(self) -> str:
@@ -91,12 +97,21 @@ class StudyTracker:
             self.client.set_terminated(self.parent_run_id, status=status)
 
     def trial_runs(self) -> list[mlflow.entities.Run]:
+        if self.experiment_id is None:
+            return []
         return self.client.search_runs(
             [self.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'trial'", max_results=10000,
         )
 
     def finished_trial_ids(self) -> set[str]:
         return {run.data.tags.get(TRIAL_ID_TAG) for run in self.trial_runs() if run.info.status == "FINISHED"}
+
+    def failed_trial_ids(self) -> set[str]:
+        """Trials whose most recent run FAILED (a later FINISHED run of the same trial wins)."""
+        latest: dict[str, object] = {}
+        for run in sorted(self.trial_runs(), key=lambda r: r.info.start_time or 0):
+            latest[run.data.tags.get(TRIAL_ID_TAG)] = run.info.status
+        return {trial_id for trial_id, status in latest.items() if status == "FAILED"}
 
     def mark_stale_runs(self, trial_ids: set[str]) -> int:
         """Runs left RUNNING by a killed orchestrator are closed as KILLED; their trials run again."""

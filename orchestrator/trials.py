@@ -1,14 +1,17 @@
 """Expand a validated study into trials: one per report row (cell) and seed, each with a stable identity.
 
 The identity is a hash of the fully resolved trial config, so a trial is recognised as already done no
-matter how the study file is reordered or relabelled; it tags the trial's MLflow run.
+matter how the study file is reordered or relabelled; it tags the trial's MLflow run. With a sampling
+search (random, Optuna) the expanded trials are templates: Ray Tune fills in the sampled `params`, and
+`materialize` turns what Tune hands a trial back into a concrete Trial, on the worker and on the driver.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from dape_core import ExperimentConfig
 
@@ -23,6 +26,7 @@ class Trial:
     baseline: bool
     index: int  # row order in the report
     config: dict  # the fully resolved, validated ExperimentConfig as a plain dict
+    swept: dict = field(default_factory=dict)  # dotted key -> value that distinguishes this row
 
     @property
     def trial_id(self) -> str:
@@ -35,7 +39,8 @@ class Trial:
 
     def payload(self) -> dict:
         """What travels to the Ray Tune trial: plain, picklable data."""
-        return {"trial_id": self.trial_id, "label": self.label, "seed": self.seed, "config": self.config}
+        return {"label": self.label, "variant": self.variant, "seed": self.seed, "baseline": self.baseline,
+                "index": self.index, "config": self.config, "swept": self.swept}
 
 
 def expand(study: Study) -> list[Trial]:
@@ -45,5 +50,20 @@ def expand(study: Study) -> list[Trial]:
             config = resolve(study.base, {**cell.overrides, "train.seed": seed})
             resolved = ExperimentConfig(**config).to_dict()
             trials.append(Trial(label=cell.label, variant=cell.variant, seed=seed, baseline=cell.baseline,
-                                index=index, config=resolved))
+                                index=index, config=resolved, swept=cell.swept))
     return trials
+
+
+def materialize(tune_config: dict[str, Any]) -> Trial:
+    """The concrete Trial behind a Tune trial config: its template plus any sampled `params`."""
+    template = Trial(**tune_config["trial"])
+    params = tune_config.get("params") or {}
+    if not params:
+        return template
+    config = ExperimentConfig(**resolve(template.config, params)).to_dict()
+    label = ", ".join(f"{key.split('.')[-1]}={_short(value)}" for key, value in sorted(params.items()))
+    return replace(template, config=config, label=label, swept={**template.swept, **params})
+
+
+def _short(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)

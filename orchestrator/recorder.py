@@ -1,0 +1,108 @@
+"""The trial recorder: turns trial events into MLflow runs and console progress.
+
+It runs on the driver only (Ray Tune calls it through `mlflow_callback.TuneRecorderCallback`; `--local`
+mode calls it directly), which makes the driver the single writer of the tracking store.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .progress import Progress
+from .tracking import TRIAL_ID_TAG, StudyTracker, flatten
+from .trials import Trial
+
+FINAL_FLAG = "final"
+# Result keys that are logged as metrics when the trial's final result arrives.
+_PERIODIC_KEYS = ("train_loss", "lr", "val_loss")
+_STRING_RESULT_KEYS = ("data_hash", "device", "ray_node_id", "error")
+
+
+class TrialRecorder:
+    def __init__(self, tracker: StudyTracker, progress: Progress, tags: dict[str, str]):
+        self.tracker = tracker
+        self.progress = progress
+        self.common_tags = tags
+        self.run_ids: dict[str, str] = {}  # trial id -> MLflow run id
+        self.failed: dict[str, str] = {}  # trial id -> reason
+        self.finished: set[str] = set()
+        self.stopped_early: set[str] = set()
+        self.got_final: set[str] = set()
+        self.train_seconds: dict[str, float] = {}
+        self.steps_run: dict[str, int] = {}
+        self.worker_pids: dict[str, int] = {}
+        self.retries: dict[str, int] = {}
+
+    def start(self, trial: Trial) -> None:
+        if trial.trial_id not in self.run_ids:  # a retried trial keeps its run
+            tags = {TRIAL_ID_TAG: trial.trial_id, "variant": trial.variant, "label": trial.label,
+                    "seed": str(trial.seed), "baseline": str(trial.baseline).lower(),
+                    "row_index": str(trial.index), **self.common_tags}
+            tags.update({f"swept.{key}": str(value) for key, value in trial.swept.items()})
+            self.run_ids[trial.trial_id] = self.tracker.create_trial_run(trial.run_name, tags, flatten(trial.config))
+        self.failed.pop(trial.trial_id, None)
+        self.progress.trial_started(trial)
+
+    def result(self, trial: Trial, result: dict) -> None:
+        run_id = self.run_ids[trial.trial_id]
+        now = int(time.time() * 1000)
+        step = int(result.get("step", 0))
+        self.steps_run[trial.trial_id] = max(step, self.steps_run.get(trial.trial_id, 0))
+        if not result.get(FINAL_FLAG):
+            if "pid" in result and self.worker_pids.get(trial.trial_id) != result["pid"]:
+                # Which process trains this trial, so that an operator (or a fault test) can find it.
+                self.worker_pids[trial.trial_id] = result["pid"]
+                self.tracker.set_tags(run_id, {"worker_pid": str(result["pid"])})
+            self.tracker.log_metrics(run_id, {k: result[k] for k in _PERIODIC_KEYS if k in result}, step, now)
+            self.progress.trial_step(trial, step, int(result.get("total_steps", 0)), result.get("train_loss"))
+            return
+        self.got_final.add(trial.trial_id)
+        if result.get("error"):
+            self.tracker.set_tags(run_id, {"error": str(result["error"])[:4000]})
+            self.failed[trial.trial_id] = str(result["error"])
+            return
+        metrics = {key: value for key, value in result.items()
+                   if isinstance(value, (int, float)) and not isinstance(value, bool) and _is_metric(key)
+                   and key not in _PERIODIC_KEYS}  # those were logged step by step already
+        self.tracker.log_metrics(run_id, metrics, step=step, timestamp_ms=now)
+        perplexity = {int(key[4:]): value for key, value in metrics.items() if key[4:].isdigit() and key.startswith("ppl_")}
+        if perplexity:
+            self.tracker.log_series(run_id, "ppl_by_length", perplexity, timestamp_ms=now)
+        self.tracker.set_tags(run_id, {k: result[k] for k in _STRING_RESULT_KEYS if result.get(k)})
+        self.train_seconds[trial.trial_id] = float(result.get("train_seconds", 0.0))
+        self.progress.trial_evaluated(trial, perplexity)
+
+    def complete(self, trial: Trial) -> None:
+        run_id = self.run_ids[trial.trial_id]
+        if trial.trial_id in self.failed:  # the trial ended itself with a reason (e.g. a NaN loss)
+            self.tracker.end_trial_run(run_id, "FAILED")
+            self.progress.trial_failed(trial, self.failed[trial.trial_id])
+            return
+        if trial.trial_id not in self.got_final:  # a scheduler (ASHA) stopped it before its end
+            self.stopped_early.add(trial.trial_id)
+            self.tracker.set_tags(run_id, {"stopped_early": "true"})
+        self.tracker.end_trial_run(run_id, "FINISHED")
+        self.finished.add(trial.trial_id)
+        self.progress.trial_finished(trial)
+
+    def retry(self, trial: Trial, reason: str) -> None:
+        """The trial crashed and Ray Tune restarts it; its run stays open and counts the attempts."""
+        self.retries[trial.trial_id] = self.retries.get(trial.trial_id, 0) + 1
+        run_id = self.run_ids.get(trial.trial_id)
+        if run_id:
+            self.tracker.set_tags(run_id, {"retries": str(self.retries[trial.trial_id]), "last_crash": reason[:4000]})
+        self.progress.message(f"{trial.run_name}: crashed ({reason}); retrying")
+
+    def error(self, trial: Trial, reason: str) -> None:
+        run_id = self.run_ids.get(trial.trial_id)
+        if run_id:
+            self.tracker.set_tags(run_id, {"error": reason[:4000]})
+            self.tracker.end_trial_run(run_id, "FAILED")
+        self.failed[trial.trial_id] = reason
+        self.progress.trial_failed(trial, reason)
+
+
+def _is_metric(key: str) -> bool:
+    bookkeeping = {FINAL_FLAG, "step", "total_steps", "training_iteration", "timestamp", "time_this_iter_s",
+                   "time_total_s", "pid", "time_since_restore", "iterations_since_restore", "done"}
+    return key not in bookkeeping

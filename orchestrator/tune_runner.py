@@ -1,0 +1,103 @@
+"""Ray Tune execution of a study's trials: Ray start-up, search algorithm, scheduler, Tuner."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import ray
+from ray import tune
+
+from .mlflow_callback import TuneRecorderCallback
+from .progress import Progress
+from .recorder import TrialRecorder
+from .study import Distribution, Study
+from .trainable import run_trial
+from .trials import Trial
+
+
+def start_ray(address: str | None) -> None:
+    if ray.is_initialized():
+        return
+    # Ray's own log lines would drown the progress; errors still surface through the trial results.
+    common = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, **common)
+    else:
+        # "local" starts a private Ray even when a `ray start` cluster is running on this machine.
+        ray.init(address="local", num_cpus=os.cpu_count(), **common)
+
+
+def to_tune_domain(dist: Distribution):
+    if dist.type == "choice":
+        return tune.choice(dist.values)
+    if dist.type == "uniform":
+        return tune.uniform(dist.low, dist.high)
+    if dist.type == "loguniform":
+        return tune.loguniform(dist.low, dist.high)
+    return tune.randint(int(dist.low), int(dist.high) + 1)  # `int` is inclusive of high in the study file
+
+
+def _search_algorithm(study: Study):
+    if study.search.algorithm == "optuna":
+        from optuna.samplers import TPESampler
+        from ray.tune.search.optuna import OptunaSearch
+
+        return OptunaSearch(metric=study.search.metric, mode=study.search.mode,
+                            sampler=TPESampler(seed=study.search.seed))
+    if study.search.algorithm == "random":
+        from ray.tune.search import BasicVariantGenerator
+
+        return BasicVariantGenerator(random_state=study.search.seed)
+    return None
+
+
+def _scheduler(study: Study, max_steps: int):
+    if study.scheduler.type != "asha":
+        return None
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(time_attr="step", metric=study.scheduler.metric or study.search.metric,
+                         mode=study.search.mode, max_t=max_steps, grace_period=study.scheduler.grace_period,
+                         reduction_factor=study.scheduler.reduction_factor)
+
+
+def run_with_tune(study: Study, trials: list[Trial], recorder: TrialRecorder, storage_dir: Path,
+                  address: str | None, progress: Progress) -> int:
+    """Run the trials; returns how many could run at once (for the overhead figure)."""
+    start_ray(address)
+    cpus = ray.cluster_resources().get("CPU", 1)
+    progress.message(f"Running {progress.total} trial(s) on Ray ({cpus:.0f} CPUs)")
+    # Tune's own console output would interleave with ours: the legacy reporter is silent at verbose=0.
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    sampling = study.search.algorithm != "grid"
+    payloads = [trial.payload() for trial in trials]
+    param_space: dict = {"trial": tune.grid_search(payloads) if len(payloads) > 1 or not sampling else payloads[0]}
+    if sampling:
+        param_space["params"] = {key: to_tune_domain(dist) for key, dist in study.search.space.items()}
+    max_steps = max(trial.config["train"]["steps"] for trial in trials)
+    tuner = tune.Tuner(
+        tune.with_resources(run_trial, {"cpu": study.resources.cpus, "gpu": study.resources.gpus}),
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            num_samples=study.search.num_samples if sampling else 1,
+            search_alg=_search_algorithm(study),
+            scheduler=_scheduler(study, max_steps),
+            max_concurrent_trials=study.resources.max_concurrent,
+            trial_dirname_creator=lambda t: f"trial_{t.trial_id}",
+        ),
+        run_config=tune.RunConfig(
+            name=study.name,
+            storage_path=str(storage_dir.resolve() / "ray_results"),
+            verbose=0,
+            callbacks=[TuneRecorderCallback(recorder)],
+            failure_config=tune.FailureConfig(max_failures=study.resources.max_retries),
+        ),
+    )
+    tuner.fit()
+    slots = int(cpus // study.resources.cpus) if study.resources.cpus else 1
+    if study.resources.max_concurrent:
+        slots = min(slots, study.resources.max_concurrent)
+    return max(1, min(slots, len(trials) * (study.search.num_samples if sampling else 1)))

@@ -1,0 +1,137 @@
+"""Runs that survive: a killed orchestrator resumes, a killed trial process is retried, a NaN loss fails
+its trial with the reason while the study goes on, --failed-only and --local."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+pytestmark = pytest.mark.slow
+
+BASE = {
+    "model": {"preset": "tiny", "pos_encoding": "alibi", "processor": "none"},
+    "data": {"max_files": 300},
+    "train": {"steps": 60, "batch_size": 8, "seq_len": 32, "log_every": 10},
+    "eval": {"lengths": [32, 64], "tail_tokens": 16, "n_windows": 4},
+}
+
+
+def _write(tmp_path, name, **extra):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "base": BASE, **extra}))
+    return path
+
+
+def _start(path, cwd, *args):
+    # The test reads the store while the orchestrator writes it: create the schema first, so that two
+    # processes never race on creating it (the orchestrator stays the only writer of runs).
+    MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}").search_experiments()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
+    # A new session: the orchestrator and the Ray processes it starts share one process group to stop.
+    return subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(path), *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _runs(cwd, name):
+    client = MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        return client, []
+    return client, client.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'trial'")
+
+
+def _wait_for(predicate, timeout, proc):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"orchestrator exited early ({proc.returncode}):\n{proc.stdout.read()}")
+        time.sleep(0.5)
+    raise AssertionError("timed out")
+
+
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+def test_sigkilled_orchestrator_resumes_without_retraining(tmp_path):
+    path = _write(tmp_path, "killed", axes={"model.n_layer": [1, 2, 3]}, resources={"cpus": 1, "max_concurrent": 1})
+    proc = _start(path, tmp_path)
+    try:
+        _wait_for(lambda: any(r.info.status == "FINISHED" for r in _runs(tmp_path, "killed")[1]), 240, proc)
+    finally:
+        _kill_group(proc)
+    client, before = _runs(tmp_path, "killed")
+    finished = {r.info.run_id: client.get_metric_history(r.info.run_id, "train_loss")
+                for r in before if r.info.status == "FINISHED"}
+    assert 1 <= len(finished) < 3
+
+    proc = _start(path, tmp_path)
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, output
+    assert f"{len(finished)} trial(s) already finished" in output
+    client, after = _runs(tmp_path, "killed")
+    by_trial = {}
+    for run in after:
+        by_trial.setdefault(run.data.tags["orchestrator.trial_id"], []).append(run)
+    assert len(by_trial) == 3
+    for runs in by_trial.values():
+        assert [r.info.status for r in runs].count("FINISHED") == 1  # nothing trained twice to the end
+    for run_id, history in finished.items():  # runs finished before the kill are untouched
+        assert client.get_run(run_id).info.status == "FINISHED"
+        assert [(m.step, m.value) for m in client.get_metric_history(run_id, "train_loss")] == \
+               [(m.step, m.value) for m in history]
+    stale = [r for r in after if r.info.status == "KILLED"]
+    assert all(r.data.tags.get("orchestrator.stale") == "true" for r in stale)
+
+
+def test_killed_trial_process_is_retried_and_the_study_completes(tmp_path):
+    spec = dict(BASE, train={**BASE["train"], "steps": 150})
+    path = tmp_path / "retry.yaml"
+    path.write_text(yaml.safe_dump({"name": "retry", "base": spec, "resources": {"cpus": 1, "max_retries": 2}}))
+    proc = _start(path, tmp_path)
+    try:
+        def worker_pid():
+            runs = _runs(tmp_path, "retry")[1]
+            return runs and runs[0].data.tags.get("worker_pid")
+        _wait_for(worker_pid, 240, proc)
+        os.kill(int(worker_pid()), signal.SIGKILL)  # the trial's own process, found through its MLflow tag
+        output, _ = proc.communicate(timeout=300)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 0, output
+    client, runs = _runs(tmp_path, "retry")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert runs[0].data.tags["retries"] == "1"
+    assert "ppl_64" in runs[0].data.metrics
+
+
+def test_nan_loss_fails_its_trial_and_failed_only_reruns_it(tmp_path):
+    path = _write(tmp_path, "nan", variants=[{"label": "ok"}, {"label": "diverges", "set": {"train.lr": 1.0e4}}],
+                  resources={"cpus": 1, "max_retries": 3})
+    proc = _start(path, tmp_path, "--local")
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, output
+    client, runs = _runs(tmp_path, "nan")
+    by_label = {r.data.tags["label"]: r for r in runs}
+    assert by_label["ok"].info.status == "FINISHED"
+    assert by_label["diverges"].info.status == "FAILED"
+    assert "NonFiniteLossError" in by_label["diverges"].data.tags["error"]
+    assert "diverges · s0: FAILED" in output
+
+    proc = _start(path, tmp_path, "--local", "--failed-only")
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1
+    _, runs = _runs(tmp_path, "nan")
+    assert [r.data.tags["label"] for r in runs].count("ok") == 1  # the finished trial was not rerun
+    assert [r.data.tags["label"] for r in runs].count("diverges") == 2
