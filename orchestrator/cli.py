@@ -107,15 +107,20 @@ def run(
     console.print(f"Browse the runs: {ui_command(uri)}")
     overhead = f"; orchestration overhead {outcome.overhead:.1%}" if outcome.overhead is not None else ""
     console.print(f"Wall time {outcome.wall_seconds:.0f}s; {len(outcome.skipped)} trial(s) reused, "
-                  f"{len(outcome.trials) - len(outcome.skipped)} run, {len(outcome.failed)} failed; "
+                  f"{outcome.trials_run} run, {len(outcome.failed)} failed; "
                   f"{outcome.steps_run} training steps{overhead}")
     if outcome.failed:
         raise typer.Exit(EXIT_TRIALS_FAILED)
 
 
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0] if text else "no message"
+    text = str(error).strip()
+    if text.startswith("Traceback"):  # Ray wraps errors as a formatted traceback: keep its exception line
+        from .mlflow_callback import last_error_line
+
+        return last_error_line(text)
+    lines = text.splitlines()
+    return lines[0] if lines else "no message"
 
 
 @app.command()
@@ -208,6 +213,9 @@ def schema(output: Annotated[Optional[Path], typer.Option("--output", "-o", help
 
 
 def main() -> None:
+    import logging
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # "creating tables" notes would bury the progress
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     app()

@@ -1,50 +1,116 @@
-"""Console progress: which trial, which step, which loss. One line per event, so it reads well in a terminal
-and in a CI log alike."""
+"""Console progress of a study. In a terminal: a live table of trials (state, step, latest loss, metric,
+ETA). Elsewhere (CI logs, pipes): one line per event, which reads well in a file."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
 from .trials import Trial
 
 
+@dataclass
+class _Row:
+    name: str
+    state: str = "running"
+    step: int = 0
+    total: int = 0
+    loss: float | None = None
+    metric: str = ""
+    started: float = 0.0
+
+    def eta(self) -> str:
+        if self.state != "running" or not self.step or not self.total:
+            return ""
+        seconds = (time.monotonic() - self.started) / self.step * (self.total - self.step)
+        return f"{seconds:.0f}s"
+
+
 class Progress:
-    def __init__(self, total_trials: int, console: Console | None = None, every_steps: int = 100):
+    def __init__(self, total_trials: int, console: Console | None = None, every_steps: int = 100,
+                 live: bool | None = None):
         self.console = console or Console(highlight=False, soft_wrap=True)
         self.total = total_trials
         self.every_steps = every_steps
-        self.started: dict[str, float] = {}
-        self.order: dict[str, int] = {}
+        self.rows: dict[str, _Row] = {}
+        self.live_enabled = self.console.is_terminal if live is None else live
+        self._live: Live | None = None
 
-    def _tag(self, trial: Trial) -> str:
-        number = self.order.setdefault(trial.trial_id, len(self.order) + 1)
-        return f"[{number}/{self.total}] {trial.run_name}"
+    # --- lifecycle: the runner wraps the study in `with progress:` --------------------------------------
+    def __enter__(self) -> "Progress":
+        if self.live_enabled:
+            self._live = Live(self._table(), console=self.console, refresh_per_second=2, transient=False)
+            self._live.__enter__()
+        return self
 
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            self._live.update(self._table())
+            self._live.__exit__(*exc)
+            self._live = None
+
+    def _table(self) -> Table:
+        table = Table(title=f"trials ({sum(r.state != 'running' for r in self.rows.values())}/{self.total} done)")
+        for column in ("#", "trial", "state", "step", "loss", "metric", "ETA"):
+            table.add_column(column)
+        for number, row in enumerate(self.rows.values(), 1):
+            loss = f"{row.loss:.3f}" if row.loss is not None else ""
+            style = {"finished": "green", "FAILED": "red"}.get(row.state, "")
+            table.add_row(str(number), row.name, f"[{style}]{row.state}[/{style}]" if style else row.state,
+                          f"{row.step}/{row.total}", loss, row.metric, row.eta())
+        return table
+
+    def _refresh(self) -> None:
+        if self._live is not None:
+            self._live.update(self._table())
+
+    def _line(self, trial: Trial, text: str) -> None:
+        if self._live is None:  # the live table already shows it
+            number = list(self.rows).index(trial.trial_id) + 1 if trial.trial_id in self.rows else "?"
+            self.console.print(f"[{number}/{self.total}] {trial.run_name}: {text}")
+        self._refresh()
+
+    # --- events ----------------------------------------------------------------------------------------
     def message(self, text: str) -> None:
         self.console.print(text)
 
     def trial_started(self, trial: Trial) -> None:
-        self.started[trial.trial_id] = time.monotonic()
-        self.console.print(f"{self._tag(trial)}: started")
+        row = self.rows.setdefault(trial.trial_id, _Row(trial.run_name))
+        row.state, row.started = "running", time.monotonic()
+        self._line(trial, "started")
 
     def trial_step(self, trial: Trial, step: int, total_steps: int, loss: float | None) -> None:
+        row = self.rows.setdefault(trial.trial_id, _Row(trial.run_name, started=time.monotonic()))
+        row.step, row.total, row.loss = step, total_steps, loss
+        if self._live is not None:
+            self._refresh()
+            return
         if step % self.every_steps and step != total_steps:
             return
-        elapsed = time.monotonic() - self.started.get(trial.trial_id, time.monotonic())
-        eta = elapsed / step * (total_steps - step) if step else 0.0
         loss_text = f"{loss:.3f}" if loss is not None else "-"
-        self.console.print(f"{self._tag(trial)}: step {step}/{total_steps}  loss {loss_text}  "
-                           f"{elapsed:.0f}s elapsed, ~{eta:.0f}s to go")
+        elapsed = time.monotonic() - row.started
+        self._line(trial, f"step {step}/{total_steps}  loss {loss_text}  {elapsed:.0f}s elapsed, ~{row.eta() or '0s'} to go")
 
     def trial_evaluated(self, trial: Trial, perplexity: dict[int, float]) -> None:
+        row = self.rows.setdefault(trial.trial_id, _Row(trial.run_name))
+        if perplexity:
+            longest = max(perplexity)
+            row.metric = f"ppl@{longest} {perplexity[longest]:.3f}"
         cells = "  ".join(f"L={length}: {value:.3f}" for length, value in sorted(perplexity.items()))
-        self.console.print(f"{self._tag(trial)}: perplexity {cells}")
+        self._line(trial, f"perplexity {cells}")
 
     def trial_finished(self, trial: Trial) -> None:
-        elapsed = time.monotonic() - self.started.get(trial.trial_id, time.monotonic())
-        self.console.print(f"{self._tag(trial)}: [green]finished[/green] in {elapsed:.0f}s")
+        row = self.rows.setdefault(trial.trial_id, _Row(trial.run_name))
+        row.state = "finished"
+        self._line(trial, f"[green]finished[/green] in {time.monotonic() - row.started:.0f}s")
 
     def trial_failed(self, trial: Trial, reason: str) -> None:
-        self.console.print(f"{self._tag(trial)}: [red]FAILED[/red]: {reason}")
+        row = self.rows.setdefault(trial.trial_id, _Row(trial.run_name))
+        row.state = "FAILED"
+        if self._live is not None:
+            self.console.print(f"{trial.run_name}: [red]FAILED[/red]: {reason}")
+        self._line(trial, f"[red]FAILED[/red]: {reason}")

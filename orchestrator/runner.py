@@ -29,6 +29,7 @@ class StudyOutcome:
     trial_seconds: float = 0.0  # the trials' own training time, summed
     concurrency: int = 1
     steps_run: int = 0
+    trials_run: int = 0
 
     @property
     def ok(self) -> bool:
@@ -82,16 +83,18 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
     status = "FINISHED"
     try:
         if todo:
-            if local:
-                _run_local(todo, recorder, study)
-                outcome.concurrency = 1
-            else:
-                from .tune_runner import run_with_tune
+            with progress:
+                if local:
+                    _run_local(todo, recorder, study)
+                    outcome.concurrency = 1
+                else:
+                    from .tune_runner import run_with_tune
 
-                outcome.concurrency = run_with_tune(study, todo, recorder, storage_dir, address, progress)
+                    outcome.concurrency = run_with_tune(study, todo, recorder, storage_dir, address, progress)
         outcome.failed = dict(recorder.failed)
         outcome.trial_seconds = sum(recorder.train_seconds.values())
         outcome.steps_run = sum(recorder.steps_run.values())
+        outcome.trials_run = len(recorder.run_ids)
         if study.search.algorithm == "grid":
             for trial in todo:
                 if trial.trial_id not in recorder.finished and trial.trial_id not in recorder.failed:

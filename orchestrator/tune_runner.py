@@ -45,8 +45,16 @@ def _search_algorithm(study: Study):
         from optuna.samplers import TPESampler
         from ray.tune.search.optuna import OptunaSearch
 
-        return OptunaSearch(metric=study.search.metric, mode=study.search.mode,
-                            sampler=TPESampler(seed=study.search.seed))
+        class SparseMetricOptunaSearch(OptunaSearch):
+            """Optuna's Tune searcher reads the metric from every result; ours arrive only with some results
+            (validation every eval_every steps, perplexity at the end), so results without it are skipped."""
+
+            def on_trial_result(self, trial_id, result):
+                if self.metric in result:
+                    super().on_trial_result(trial_id, result)
+
+        return SparseMetricOptunaSearch(metric=study.search.metric, mode=study.search.mode,
+                                        sampler=TPESampler(seed=study.search.seed))
     if study.search.algorithm == "random":
         from ray.tune.search import BasicVariantGenerator
 
@@ -72,6 +80,9 @@ def run_with_tune(study: Study, trials: list[Trial], recorder: TrialRecorder, st
     progress.message(f"Running {progress.total} trial(s) on Ray ({cpus:.0f} CPUs)")
     # Tune's own console output would interleave with ours: the legacy reporter is silent at verbose=0.
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    # Step results carry the training loss only; the searched metric (e.g. ppl_512) arrives with the final
+    # result, and validation metrics every eval_every steps. Tune's strict check would reject the others.
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     sampling = study.search.algorithm != "grid"
     payloads = [trial.payload() for trial in trials]
     param_space: dict = {"trial": tune.grid_search(payloads) if len(payloads) > 1 or not sampling else payloads[0]}
