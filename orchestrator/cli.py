@@ -8,7 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from .errors import ServiceUnreachable
 from .study import StudyError, load_study
 from .tracking import resolve_tracking_uri, ui_command
 
@@ -71,7 +73,11 @@ def run(
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except ServiceUnreachable as error:  # a service is down: one paragraph, no traceback; re-running resumes
+        err.print(f"[red]Study interrupted[/red] {escape(str(error))}")
+        sys.exit(error.exit_code)
 
 
 if __name__ == "__main__":
