@@ -57,7 +57,8 @@ class MlflowTrialLogger(Callback):
             metrics.update({key: result[key] for key in _RESULT_KEYS if key in result})
             self.tracker.log_metrics(run_id, metrics, step=step, timestamp_ms=now)
             self.tracker.log_series(run_id, "ppl_by_length", perplexity, timestamp_ms=now)
-            self.tracker.set_tags(run_id, {"data_hash": result.get("data_hash", "")})
+            self.tracker.set_tags(run_id, {"data_hash": result.get("data_hash", ""),
+                                           "ray_node_id": result.get("ray_node_id", "")})
             self.train_seconds[trial_id] = float(result.get("train_seconds", 0.0))
             self.progress.trial_evaluated(self.trials[trial_id], perplexity)
         else:

@@ -3,6 +3,7 @@ report progress and results to Tune (never to MLflow directly: the driver is the
 
 from __future__ import annotations
 
+import ray
 from ray import tune
 
 from dape_core import ExperimentConfig, run_experiment
@@ -35,6 +36,7 @@ def run_trial(config: dict) -> None:
         "tokens_seen": result.tokens_seen,
         "num_parameters": result.num_parameters,
         "data_hash": result.data_hash,
+        "ray_node_id": ray.get_runtime_context().get_node_id(),  # which cluster node ran the trial
     }
     final.update({f"ppl_{length}": value for length, value in result.perplexity.items()})
     tune.report(final)
