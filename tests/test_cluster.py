@@ -45,11 +45,11 @@ class Cluster:
     worker: RayNode
     env: dict  # what every Ray process shares: token authentication, private HOME and TMPDIR
 
-    def orchestrator(self, study: Path, workdir: Path, env: dict | None = None, **popen) -> subprocess.Popen:
+    def orchestrator(self, study: Path, workdir: Path, env: dict | None = None) -> subprocess.Popen:
         argv = [str(BIN / "orchestrator"), "run", str(study), "--address", self.head.address,
                 "--tracking-uri", self.mlflow.url, "--reports-dir", str(workdir / "reports")]
         return subprocess.Popen(argv, cwd=workdir, env=env or self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, **popen)
+                                stderr=subprocess.STDOUT, text=True)
 
 
 @pytest.fixture(scope="module")
