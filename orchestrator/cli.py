@@ -15,8 +15,10 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from .errors import ServiceUnreachable
 from .study import StudyError, load_study, parse_override
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -91,6 +93,8 @@ def run(
 
         outcome = run_study(study, uri, address=address, reports_dir=reports_dir, storage_dir=storage_dir,
                             local=local, failed_only=failed_only)
+    except ServiceUnreachable:
+        raise  # reported by main() as one paragraph with its exit code
     except KeyboardInterrupt:
         err.print("Interrupted. Finished trials are safe in the tracking store; run the same command to resume.")
         raise typer.Exit(EXIT_CTRL_C)
@@ -218,7 +222,11 @@ def main() -> None:
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # "creating tables" notes would bury the progress
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    app()
+    try:
+        app()
+    except ServiceUnreachable as error:  # a service is down: one paragraph, no traceback; re-running resumes
+        err.print(f"[red]Study interrupted[/red] {escape(str(error))}")
+        sys.exit(error.exit_code)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import TrackingServerUnreachable, exception_chain
 from .progress import Progress
 from .recorder import TrialRecorder
 from .report import write_report
@@ -101,14 +102,19 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
                     outcome.failed[trial.trial_id] = "trial did not finish"
         if outcome.failed:
             status = "FAILED"
-    except BaseException:
+    except BaseException as error:
         status = "KILLED"
+        unreachable = next((e for e in exception_chain(error) if isinstance(e, TrackingServerUnreachable)), None)
+        if unreachable is not None:
+            status = None  # nothing more can be written; the next run reuses the parent run
+            raise unreachable from unreachable.__cause__  # without Ray Tune's wrapping of the callback's error
         raise
     finally:
-        try:
-            tracker.end_parent(status)
-        except Exception:  # the store may be the thing that failed; the original error matters more
-            logging.getLogger(__name__).debug("could not close the parent run", exc_info=True)
+        if status:
+            try:
+                tracker.end_parent(status)
+            except Exception:  # the store may be the thing that failed; the original error matters more
+                logging.getLogger(__name__).debug("could not close the parent run", exc_info=True)
     outcome.report_dir, outcome.report_markdown = write_report(study, tracker, reports_dir)
     outcome.wall_seconds = time.monotonic() - started
     return outcome

@@ -7,13 +7,19 @@ on its locks.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import mlflow
+import requests
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.environment_variables import MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_TIMEOUT
 from mlflow.tracking import MlflowClient
+
+from .errors import TrackingServerUnreachable, exception_chain
 
 ROLE_TAG = "orchestrator.role"
 TRIAL_ID_TAG = "orchestrator.trial_id"
@@ -54,13 +60,15 @@ class StudyTracker:
     def __init__(self, tracking_uri: str, study_name: str, create: bool = True):
         self.tracking_uri = tracking_uri
         self.study_name = study_name
+        # With a server, MLflow prints a "View run at" link per finished run, which would interleave with the progress.
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         if create:
             if tracking_uri.startswith("sqlite:///"):
                 Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-            self.client = MlflowClient(tracking_uri)
+            self.client = ReachabilityCheckedClient(MlflowClient(tracking_uri), tracking_uri)
             self.experiment_id = self._experiment()
         else:  # read-only use (plan, status, report): a study never run has no experiment yet
-            self.client = MlflowClient(tracking_uri)
+            self.client = ReachabilityCheckedClient(MlflowClient(tracking_uri), tracking_uri)
             existing = self.client.get_experiment_by_name(study_name)
             self.experiment_id = existing.experiment_id if existing else None
         self.parent_run_id: str | None = None
@@ -146,3 +154,49 @@ class StudyTracker:
     def log_artifacts(self, folder: Path) -> None:
         if self.parent_run_id:
             self.client.log_artifacts(self.parent_run_id, str(folder))
+
+
+class ReachabilityCheckedClient:
+    """An MlflowClient whose calls raise TrackingServerUnreachable, a one-paragraph explanation, when the
+    tracking server cannot be reached (after the MLflow client's own retries) instead of a deep HTTP error."""
+
+    def __init__(self, client: MlflowClient, tracking_uri: str):
+        self._client = client
+        self._tracking_uri = tracking_uri
+
+    def __getattr__(self, name: str):
+        attribute = getattr(self._client, name)
+        if not callable(attribute):
+            return attribute
+
+        @functools.wraps(attribute)
+        def checked(*args, **kwargs):
+            try:
+                return attribute(*args, **kwargs)
+            except Exception as error:
+                reason = connection_failure(error)
+                if reason is None:
+                    raise
+                raise TrackingServerUnreachable(unreachable_message(self._tracking_uri, reason)) from error
+
+        return checked
+
+
+def connection_failure(error: BaseException) -> str | None:
+    """A short reason ("[Errno 111] Connection refused") when an HTTP request never got an answer, else None."""
+    for cause in exception_chain(error):
+        if isinstance(cause, (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+                              requests.exceptions.RetryError)):
+            text = str(cause)
+            found = re.search(r"\[Errno -?\d+\] [^'\")\]]+|Read timed out|too many \d+ error responses", text)
+            return found.group(0).strip() if found else type(cause).__name__
+    return None
+
+
+def unreachable_message(tracking_uri: str, reason: str) -> str:
+    return (f"MLflow tracking server at {tracking_uri} is unreachable ({reason}). Trials that finished before are "
+            "safe in its store. When the server is back, run the same command again: finished trials are skipped "
+            "and the others run again. (The MLflow client gives up after "
+            f"MLFLOW_HTTP_REQUEST_MAX_RETRIES={MLFLOW_HTTP_REQUEST_MAX_RETRIES.get()} retries of up to "
+            f"MLFLOW_HTTP_REQUEST_TIMEOUT={MLFLOW_HTTP_REQUEST_TIMEOUT.get()}s each; raise them to ride out longer "
+            "outages.)")

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
 import ray
 from ray import tune
+from ray.exceptions import AuthenticationError
 
+from .errors import RayClusterUnreachable, exception_chain
 from .mlflow_callback import TuneRecorderCallback
 from .progress import Progress
 from .recorder import TrialRecorder
@@ -24,10 +27,26 @@ def start_ray(address: str | None) -> None:
     common = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, **common)
+        try:
+            ray.init(address=address, **common)
+        except (ConnectionError, AuthenticationError) as error:
+            raise RayClusterUnreachable(_ray_unreachable_message(address, error)) from error
     else:
         # "local" starts a private Ray even when a `ray start` cluster is running on this machine.
         ray.init(address="local", num_cpus=os.cpu_count(), **common)
+
+
+def _ray_unreachable_message(address: str, error: Exception) -> str:
+    # Ray's own errors are screens of traceback. A token mismatch is the usual case on a real cluster: Ray
+    # enables token authentication by default, and an explicit address never turns it on in the driver.
+    text = "\n".join(str(cause) for cause in exception_chain(error))
+    if re.search(r"InvalidAuthToken|authentication token|AuthenticationError", text, re.IGNORECASE):
+        return (f"The Ray cluster at {address} did not accept this driver's authentication. Give the driver the "
+                "cluster's setting: RAY_AUTH_MODE=token and the cluster's token in RAY_AUTH_TOKEN (or in a file "
+                f"named by RAY_AUTH_TOKEN_PATH); here RAY_AUTH_MODE is {os.environ.get('RAY_AUTH_MODE', 'unset')}. "
+                "No trial was run.")
+    return (f"Cannot connect to the Ray cluster at {address}. Check the address (HOST:PORT of the head's GCS, "
+            "ray://HOST:10001 for Ray Client, or auto on a cluster node) and that the head is up. No trial was run.")
 
 
 def to_tune_domain(dist: Distribution):
