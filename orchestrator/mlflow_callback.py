@@ -9,7 +9,7 @@ from ray.tune import Callback
 
 from .progress import Progress
 from .trainable import FINAL_FLAG
-from .tracking import TRIAL_ID_TAG, StudyTracker, flatten
+from .tracking import SWEPT_TAG_PREFIX, TRIAL_ID_TAG, StudyTracker, flatten
 from .trials import Trial
 
 # Keys every Tune result carries that are bookkeeping, not metrics of ours.
@@ -42,7 +42,8 @@ class MlflowTrialLogger(Callback):
         spec = self.trials[trial_id]
         if trial_id not in self.run_ids:  # a retried trial keeps its run
             tags = {TRIAL_ID_TAG: trial_id, "variant": spec.variant, "label": spec.label, "seed": str(spec.seed),
-                    "baseline": str(spec.baseline).lower(), "row_index": str(spec.index), **self.common_tags}
+                    "baseline": str(spec.baseline).lower(), "row_index": str(spec.index), **self.common_tags,
+                    **swept_tags(spec)}
             self.run_ids[trial_id] = self.tracker.create_trial_run(spec.run_name, tags, flatten(spec.config))
         self.progress.trial_started(spec)
 
@@ -57,7 +58,8 @@ class MlflowTrialLogger(Callback):
             metrics.update({key: result[key] for key in _RESULT_KEYS if key in result})
             self.tracker.log_metrics(run_id, metrics, step=step, timestamp_ms=now)
             self.tracker.log_series(run_id, "ppl_by_length", perplexity, timestamp_ms=now)
-            self.tracker.set_tags(run_id, {"data_hash": result.get("data_hash", "")})
+            self.tracker.set_tags(run_id, {"data_hash": result.get("data_hash", ""),
+                                           "device": result.get("device", "unknown")})
             self.train_seconds[trial_id] = float(result.get("train_seconds", 0.0))
             self.progress.trial_evaluated(self.trials[trial_id], perplexity)
         else:
@@ -79,6 +81,12 @@ class MlflowTrialLogger(Callback):
             self.tracker.end_trial_run(run_id, "FAILED")
         self.failed[trial_id] = reason
         self.progress.trial_failed(self.trials[trial_id], reason)
+
+
+def swept_tags(trial: Trial) -> dict[str, str]:
+    """What this trial's row changes on top of the study's base (`swept.model.kernel_size` = "3"), so that
+    MLflow's run table can be filtered and grouped by the swept values."""
+    return {f"{SWEPT_TAG_PREFIX}{key}": str(value) for key, value in trial.overrides.items()}
 
 
 def _error_text(trial) -> str | None:

@@ -35,6 +35,8 @@ def run_trial(config: dict) -> None:
         "tokens_seen": result.tokens_seen,
         "num_parameters": result.num_parameters,
         "data_hash": result.data_hash,
+        # dape_core trains on the CPU unless it reports another device.
+        "device": str(result.extra.get("device", "cpu")),
     }
     final.update({f"ppl_{length}": value for length, value in result.perplexity.items()})
     tune.report(final)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dape_core import ExperimentConfig
 
@@ -23,6 +23,7 @@ class Trial:
     baseline: bool
     index: int  # row order in the report
     config: dict  # the fully resolved, validated ExperimentConfig as a plain dict
+    overrides: dict = field(default_factory=dict)  # what this row sets on top of base (variant + axis point)
 
     @property
     def trial_id(self) -> str:
@@ -45,5 +46,5 @@ def expand(study: Study) -> list[Trial]:
             config = resolve(study.base, {**cell.overrides, "train.seed": seed})
             resolved = ExperimentConfig(**config).to_dict()
             trials.append(Trial(label=cell.label, variant=cell.variant, seed=seed, baseline=cell.baseline,
-                                index=index, config=resolved))
+                                index=index, config=resolved, overrides=dict(cell.overrides)))
     return trials
