@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -108,7 +109,8 @@ def run(
     console.print()
     console.print(outcome.report_markdown, markup=False)
     console.print(f"Report: {outcome.report_dir / 'report.md'} (also attached to the study's parent run in MLflow)")
-    console.print(f"Browse the runs: {ui_command(uri)}")
+    console.print(f"Browse the runs: orchestrator ui {study_path}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
+                  + f"  (or: {ui_command(uri)})")
     overhead = f"; orchestration overhead {outcome.overhead:.1%}" if outcome.overhead is not None else ""
     console.print(f"Wall time {outcome.wall_seconds:.0f}s; {len(outcome.skipped)} trial(s) reused, "
                   f"{outcome.trials_run} run, {len(outcome.failed)} failed; "
@@ -214,6 +216,64 @@ def schema(output: Annotated[Optional[Path], typer.Option("--output", "-o", help
         console.print(f"Wrote {output}")
     else:
         sys.stdout.write(text + "\n")
+
+
+@app.command()
+def report(
+    study_path: Annotated[Path, typer.Argument(metavar="STUDY", help="The study file (YAML).")],
+    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else sqlite under ./mlruns.")] = None,
+    reports_dir: Annotated[Path, typer.Option(help="Where reports are written.")] = Path("reports"),
+    value: Annotated[str, typer.Option(help="Which value of each run's metrics the cells show: final, best or step:N.")] = "final",
+) -> None:
+    """Build the study's report from the MLflow store: tables, significance, plots (Markdown, HTML, LaTeX, CSV)."""
+    study = _load_or_exit(study_path)
+    from .reporting import StudyNotFound, ValueChoice, build_report, open_study_store
+
+    try:
+        choice = ValueChoice.parse(value)
+    except ValueError as error:
+        err.print(f"[red]Invalid option[/red] --{error}")
+        raise typer.Exit(EXIT_INVALID)
+    from .tracking import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    try:
+        tracker = open_study_store(uri, study.name)
+    except StudyNotFound as error:
+        err.print(f"[red]No results[/red] {error}")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    built = build_report(study, tracker, reports_dir, choice)
+    console.print(built.markdown, markup=False)
+    attached = "; attached to the study's parent run in MLflow" if tracker.parent_run_id else ""
+    console.print(f"Report: {built.folder / 'report.html'} (also report.md, tables.tex, CSV, plots/){attached}")
+    console.print(f"Browse the runs: orchestrator ui {study_path}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else ""))
+
+
+@app.command()
+def ui(
+    study_path: Annotated[Path, typer.Argument(metavar="STUDY", help="The study file (YAML).")],
+    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else sqlite under ./mlruns.")] = None,
+    port: Annotated[int, typer.Option(help="Port of the MLflow UI started for a SQLite store.")] = 5000,
+) -> None:
+    """Open the study in MLflow's UI: starts `mlflow ui` on a SQLite store, or names the page on a server."""
+    study = _load_or_exit(study_path)
+    from . import mlflow_ui
+
+    from .tracking import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    try:
+        if mlflow_ui.is_server(uri):
+            experiment = mlflow_ui.experiment_id(uri, study.name)
+            console.print(f"Study {study.name}: {mlflow_ui.experiment_url(uri, experiment)}")
+            return
+        console.print(f"Starting the MLflow UI on {uri} (Ctrl-C stops it)")
+        code = mlflow_ui.serve(uri, study.name, port, lambda url: console.print(f"MLflow UI for study {study.name}: {url}"))
+    except mlflow_ui.UIError as error:
+        err.print(f"[red]Cannot show the UI[/red] {error}")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if code not in (0, -signal.SIGINT, -signal.SIGTERM):
+        raise typer.Exit(code if code > 0 else 1)
 
 
 def main() -> None:

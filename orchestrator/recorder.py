@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from .progress import Progress
-from .tracking import TRIAL_ID_TAG, StudyTracker, flatten
+from .tracking import SWEPT_TAG_PREFIX, TRIAL_ID_TAG, StudyTracker, flatten
 from .trials import Trial
 
 FINAL_FLAG = "final"
@@ -38,7 +38,9 @@ class TrialRecorder:
             tags = {TRIAL_ID_TAG: trial.trial_id, "variant": trial.variant, "label": trial.label,
                     "seed": str(trial.seed), "baseline": str(trial.baseline).lower(),
                     "row_index": str(trial.index), **self.common_tags}
-            tags.update({f"swept.{key}": str(value) for key, value in trial.swept.items()})
+            # What this row changes on top of base (`swept.model.kernel_size` = "3"): MLflow's run table can
+            # then be filtered and grouped by the swept values.
+            tags.update({f"{SWEPT_TAG_PREFIX}{key}": str(value) for key, value in trial.overrides.items()})
             self.run_ids[trial.trial_id] = self.tracker.create_trial_run(trial.run_name, tags, flatten(trial.config))
         self.failed.pop(trial.trial_id, None)
         self.progress.trial_started(trial)

@@ -25,6 +25,7 @@ ROLE_TAG = "orchestrator.role"
 TRIAL_ID_TAG = "orchestrator.trial_id"
 STUDY_TAG = "orchestrator.study"
 PARENT_TAG = "mlflow.parentRunId"
+SWEPT_TAG_PREFIX = "swept."  # swept.<dotted key> = the value a trial's row sets (variant override or axis point)
 
 
 def default_tracking_uri(root: Path | None = None) -> str:

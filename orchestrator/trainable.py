@@ -45,6 +45,8 @@ def execute(tune_config: dict, report: Report, threads: int) -> None:
         "tokens_seen": result.tokens_seen,
         "num_parameters": result.num_parameters,
         "data_hash": result.data_hash,
+        # dape_core trains on the CPU unless it reports another device.
+        "device": str(result.extra.get("device", "cpu")),
     }
     final.update({f"ppl_{length}": value for length, value in result.perplexity.items()})
     report(final)

@@ -26,7 +26,8 @@ class Trial:
     baseline: bool
     index: int  # row order in the report
     config: dict  # the fully resolved, validated ExperimentConfig as a plain dict
-    swept: dict = field(default_factory=dict)  # dotted key -> value that distinguishes this row
+    swept: dict = field(default_factory=dict)  # dotted key -> value of the axes/zip/search point of this row
+    overrides: dict = field(default_factory=dict)  # everything this row sets on top of base (variant + point)
 
     @property
     def trial_id(self) -> str:
@@ -40,7 +41,8 @@ class Trial:
     def payload(self) -> dict:
         """What travels to the Ray Tune trial: plain, picklable data."""
         return {"label": self.label, "variant": self.variant, "seed": self.seed, "baseline": self.baseline,
-                "index": self.index, "config": self.config, "swept": self.swept}
+                "index": self.index, "config": self.config, "swept": self.swept,
+                "overrides": self.overrides}
 
 
 def expand(study: Study) -> list[Trial]:
@@ -50,7 +52,7 @@ def expand(study: Study) -> list[Trial]:
             config = resolve(study.base, {**cell.overrides, "train.seed": seed})
             resolved = ExperimentConfig(**config).to_dict()
             trials.append(Trial(label=cell.label, variant=cell.variant, seed=seed, baseline=cell.baseline,
-                                index=index, config=resolved, swept=cell.swept))
+                                index=index, config=resolved, swept=cell.swept, overrides=dict(cell.overrides)))
     return trials
 
 
@@ -62,7 +64,8 @@ def materialize(tune_config: dict[str, Any]) -> Trial:
         return template
     config = ExperimentConfig(**resolve(template.config, params)).to_dict()
     label = ", ".join(f"{key.split('.')[-1]}={_short(value)}" for key, value in sorted(params.items()))
-    return replace(template, config=config, label=label, swept={**template.swept, **params})
+    return replace(template, config=config, label=label, swept={**template.swept, **params},
+                   overrides={**template.overrides, **params})
 
 
 def _short(value: Any) -> str:

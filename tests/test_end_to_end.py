@@ -58,7 +58,8 @@ def test_study_runs_logs_reports_and_resumes(tmp_path, local_ray):
         assert run.data.tags["data_hash"]
 
     report = (tmp_path / "reports" / "tiny_e2e" / "report.md").read_text()
-    table_rows = [line for line in report.splitlines() if line.startswith("| ") and "variant" not in line]
+    perplexity_table = report.split("## Perplexity by evaluation length", 1)[1].split("\n\n")[2]
+    table_rows = [line for line in perplexity_table.splitlines() if line.startswith("| ") and "variant" not in line]
     assert [row.split("|")[1].strip() for row in table_rows] == ["Kerple", "DAPE1x3-Kerple"]
     artifacts = [a.path for a in client.list_artifacts(parent[0].info.run_id)]
     assert "report.md" in artifacts

@@ -1,0 +1,14 @@
+"""A study's results and report, read from the MLflow store (so they work for a study run elsewhere,
+interrupted or extended).
+
+    from orchestrator.reporting import load_results
+    frame = load_results("studies/kernel_size.yaml")  # one row per trial: config.*, swept.*, metric columns
+
+`orchestrator report STUDY` writes reports/<study>/: report.md, report.html, tables.tex, CSVs and plots.
+"""
+
+from .build import Report, build_report, write_report
+from .results import StudyNotFound, ValueChoice, load_results, open_study_store, study_results
+
+__all__ = ["Report", "build_report", "write_report", "StudyNotFound", "ValueChoice", "load_results",
+           "open_study_store", "study_results"]

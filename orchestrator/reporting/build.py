@@ -1,0 +1,87 @@
+"""Build a study's report from the MLflow store into reports/<study>/ and attach it to the study's parent run.
+
+Files: report.md, report.html (self-contained), tables.tex (booktabs), results.csv (one row per trial),
+table_<family>.csv (every number behind each table), plots/*.png.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ..study import Study
+from ..tracking import StudyTracker
+from . import plots, render_html, render_latex, render_md
+from .document import ReportDocument
+from .results import ValueChoice, metric_history, study_results
+from .tables import build_tables
+
+
+@dataclass
+class Report:
+    folder: Path
+    markdown: str
+    document: ReportDocument
+    files: list[Path]
+
+
+def _distinct(frame: pd.DataFrame, column: str) -> str:
+    if column not in frame:
+        return "?"
+    return "/".join(str(v) for v in sorted({v for v in frame[column].dropna()}, key=str)) or "?"
+
+
+def build_report(study: Study, tracker: StudyTracker, reports_dir: Path, value: ValueChoice = ValueChoice()) -> Report:
+    frame = study_results(tracker, study, value)
+    trials, outside = frame[frame["in_study"]], frame[~frame["in_study"]]
+    finished = trials[trials["status"] == "FINISHED"]
+    value_text = value.describe(_distinct(trials, "config.train.steps"))
+    tail_text = (f" Here K = {_distinct(trials, 'config.eval.tail_tokens')} and the training length is "
+                 f"{_distinct(trials, 'config.train.seq_len')}.")
+    tables = build_tables(trials, list(study.axes), value_text, tail_text)
+
+    folder = Path(reports_dir) / study.name
+    plot_dir = folder / "plots"
+    if plot_dir.is_dir():
+        shutil.rmtree(plot_dir)  # figures of a previous report may no longer apply
+    folder.mkdir(parents=True, exist_ok=True)
+    figures = []
+    for table in tables:
+        if table.family.by_length:
+            figures.append(plots.by_length(table, finished, plot_dir))
+        if table.family.key == "perplexity":
+            figures += [plots.versus_swept(key, table, finished, plot_dir) for key in plots.swept_keys(finished)]
+    order = trials.sort_values("row_index").drop_duplicates("label")
+    curves = plots.training_curves(metric_history(tracker, finished, "train_loss"),
+                                   list(zip(order["label"], order["baseline"])), plot_dir)
+    figures += [curves] if curves else []
+
+    document = ReportDocument(study_name=study.name, description=study.description,
+                              tracking_uri=tracker.tracking_uri, experiment_id=tracker.experiment_id,
+                              value_text=value_text, trials=trials, outside=outside, tables=tables, plots=figures)
+    markdown = render_md.render(document)
+    written = {"report.md": markdown, "report.html": render_html.render(document),
+               "tables.tex": render_latex.render(document)}
+    files = []
+    for name, text in written.items():
+        (folder / name).write_text(text, encoding="utf-8")
+        files.append(folder / name)
+    frame.to_csv(folder / "results.csv", index=False)
+    files.append(folder / "results.csv")
+    for table in tables:
+        path = folder / f"table_{table.family.key}.csv"
+        table.to_frame().to_csv(path, index=False)
+        files.append(path)
+    files += [figure.path for figure in figures]
+    tracker.log_artifacts(folder)
+    return Report(folder, markdown, document, files)
+
+
+def write_report(study: Study, tracker: StudyTracker, reports_dir: Path,
+                 value: ValueChoice = ValueChoice()) -> tuple[Path, str]:
+    """What `orchestrator run` calls at the end: the report folder and its Markdown."""
+    report = build_report(study, tracker, reports_dir, value)
+    return report.folder, report.markdown

@@ -1,0 +1,73 @@
+"""Everything one report shows, gathered once and handed to each renderer (Markdown, HTML, LaTeX)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .plots import Plot
+from .results import MISSING
+from .tables import Table
+
+_REASONS = {
+    MISSING: "no run in the tracking store",
+    "KILLED": "interrupted (the orchestrator stopped before the trial finished)",
+    "RUNNING": "still running, or its orchestrator was killed",
+    "SCHEDULED": "scheduled, not started",
+    "FAILED": "failed",
+}
+
+
+@dataclass
+class ReportDocument:
+    study_name: str
+    description: str
+    tracking_uri: str
+    experiment_id: str
+    value_text: str
+    trials: pd.DataFrame  # every in-study trial, any status
+    outside: pd.DataFrame  # runs of the experiment the study file does not define
+    tables: list[Table] = field(default_factory=list)
+    plots: list[Plot] = field(default_factory=list)
+
+    def unfinished(self) -> list[str]:
+        """"Label · sN: STATUS: reason" for every trial that has no finished run."""
+        lines = []
+        for _, trial in self.trials[self.trials["status"] != "FINISHED"].iterrows():
+            reason = trial.get("error") if isinstance(trial.get("error"), str) else _REASONS.get(trial["status"], "")
+            lines.append(f"{trial['label']} · s{trial['seed']}: {trial['status']}" + (f": {reason}" if reason else ""))
+        return lines
+
+    def no_tables_text(self) -> str:
+        if (self.trials["status"] == "FINISHED").any():
+            return f"No metric of the finished trials has a value to show ({self.value_text})."
+        return "No finished trials yet."
+
+    def outside_lines(self) -> list[str]:
+        return [f"{run['run_name']} ({run['status']}, trial {run['trial_id']})" for _, run in self.outside.iterrows()]
+
+    def counts(self) -> str:
+        statuses = self.trials["status"].value_counts()
+        parts = [f"{int(statuses.get('FINISHED', 0))} finished"]
+        parts += [f"{int(n)} {status.lower()}" for status, n in statuses.items() if status != "FINISHED"]
+        return f"{len(self.trials)} trial(s): " + ", ".join(parts)
+
+    def provenance(self) -> list[tuple[str, str]]:
+        """Study-wide facts a reader needs to trust the numbers: code, data, hardware."""
+        facts = []
+        for column, name in (("code_version", "code version"), ("data_hash", "data hash"), ("device", "device")):
+            if column in self.trials:
+                values = sorted({str(v) for v in self.trials[column].dropna() if str(v)})
+                if values:
+                    facts.append((name, ", ".join(values)))
+        return facts
+
+    def trial_listing(self) -> pd.DataFrame:
+        columns = {"label": "variant", "seed": "seed", "status": "status", "run_name": "MLflow run",
+                   "device": "device", "train_seconds": "train s", "trial_id": "trial id"}
+        present = [c for c in columns if c in self.trials]
+        listing = self.trials[present].rename(columns=columns).copy()
+        if "train s" in listing:
+            listing["train s"] = listing["train s"].map(lambda v: "–" if pd.isna(v) else f"{v:.1f}")
+        return listing.fillna("–").astype(str)

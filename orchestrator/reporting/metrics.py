@@ -1,0 +1,109 @@
+"""The metric families a report knows how to tabulate, found by column name so that new metrics
+(ΔP, time cost, CHE accuracy) get their table as soon as trials log them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import pandas as pd
+
+from ..tracking import SWEPT_TAG_PREFIX
+from .results import IDENTITY_COLUMNS
+
+
+@dataclass(frozen=True)
+class Family:
+    key: str  # file and anchor names: table_<key>.csv
+    title: str
+    description: str  # what a cell measures, for the caption
+    match: Callable[[str], bool]
+    header: Callable[[str], str]
+    order: Callable[[str], tuple]
+    lower_is_better: bool
+    decimals: int
+    compare: str  # "ratio" (positive quantities) or "difference" (signed ones, accuracies)
+    significance: bool
+    by_length: bool = False  # columns are evaluation lengths: plotted against the length
+    reference: Callable[[list[str]], str] = lambda columns: columns[-1]  # the ratio/Δ column's source
+
+    def columns(self, frame: pd.DataFrame) -> list[str]:
+        found = [c for c in metric_columns(frame) if self.match(c) and frame[c].notna().any()]
+        return sorted(found, key=self.order)
+
+
+def _length(prefix: str) -> re.Pattern:
+    return re.compile(rf"^{prefix}(\d+)$")
+
+
+_PPL, _DELTA_P, _MS_FORWARD = _length("ppl_"), _length("delta_p_"), _length("ms_forward_")
+_ACCURACY = re.compile(r"^(che|acc)_")
+_SECONDS = ("train_seconds", "eval_seconds")
+
+
+def _time_header(column: str) -> str:
+    if column == "ms_per_step":
+        return "ms/step"
+    if match := _MS_FORWARD.match(column):
+        return f"ms/fwd L={match.group(1)}"
+    if column in _SECONDS:
+        return column.replace("_seconds", " s")
+    return column.removeprefix("ms_").replace("_", " ") + " ms"
+
+
+def _time_order(column: str) -> tuple:
+    if column == "ms_per_step":
+        return (0, 0, column)
+    if match := _MS_FORWARD.match(column):
+        return (1, int(match.group(1)), column)
+    if column.startswith("ms_"):
+        return (2, 0, column)
+    return (3, _SECONDS.index(column) if column in _SECONDS else 9, column)
+
+
+def _time_reference(columns: list[str]) -> str:
+    for preferred in ("ms_per_step", "train_seconds"):
+        if preferred in columns:
+            return preferred
+    return columns[0]
+
+
+def _accuracy_header(column: str) -> str:
+    name = _ACCURACY.sub("", column)
+    return name.removeprefix("acc_").replace("_", " ")
+
+
+FAMILIES = (
+    Family("perplexity", "Perplexity by evaluation length",
+           "Perplexity on the last K tokens of held-out windows of each evaluation length L. Lower is better.",
+           match=lambda c: bool(_PPL.match(c)), header=lambda c: f"L={c[4:]}", order=lambda c: (int(c[4:]),),
+           lower_is_better=True, decimals=3, compare="ratio", significance=True, by_length=True),
+    Family("delta_p", "ΔP (information gain) by evaluation length",
+           "ΔP(L) = perplexity with the last T_train tokens as context minus perplexity with all L tokens, on "
+           "the same scored tail. Above 0: the model uses context beyond its training length. Higher is better.",
+           match=lambda c: bool(_DELTA_P.match(c)), header=lambda c: f"L={c[8:]}", order=lambda c: (int(c[8:]),),
+           lower_is_better=False, decimals=3, compare="difference", significance=True, by_length=True),
+    Family("accuracy", "Accuracy",
+           "Per-token accuracy (averaged over the test lengths where the task has several). Higher is better.",
+           match=lambda c: bool(_ACCURACY.match(c)), header=_accuracy_header, order=lambda c: (c,),
+           lower_is_better=False, decimals=3, compare="difference", significance=True),
+    Family("time", "Time cost",
+           "Milliseconds per training step and per forward pass (median after warm-up) where measured, and "
+           "wall-clock seconds of training and evaluation. Lower is better; hardware as in the device column "
+           "of the trials table.",
+           match=lambda c: c.startswith("ms_") or c in _SECONDS, header=_time_header, order=_time_order,
+           lower_is_better=True, decimals=2, compare="ratio", significance=False, reference=_time_reference),
+)
+
+
+def metric_columns(frame: pd.DataFrame) -> list[str]:
+    """Columns that hold metrics: everything that is not identity, config or swept values."""
+    return [c for c in frame.columns if c not in IDENTITY_COLUMNS and not c.startswith(("config.", SWEPT_TAG_PREFIX))]
+
+
+def higher_is_better(column: str) -> bool:
+    for family in FAMILIES:
+        if family.match(column):
+            return not family.lower_is_better
+    return False

@@ -1,0 +1,158 @@
+"""The report's figures (matplotlib, headless): metric vs evaluation length, metric vs a swept value,
+training curves. Each line is one study row: the mean over seeds, with a band of ± one std (several seeds)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on servers and in CI
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator  # noqa: E402
+
+from dape_core import PRESETS  # noqa: E402
+
+from ..tracking import SWEPT_TAG_PREFIX  # noqa: E402
+from .tables import Table  # noqa: E402
+
+DPI = 110
+
+
+@dataclass
+class Plot:
+    name: str  # file stem under plots/
+    title: str
+    caption: str
+    path: Path
+
+
+def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
+    ax.set_title(title, fontsize=11)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3, linewidth=0.6)
+    ax.spines[["top", "right"]].set_visible(False)
+
+
+def _save(fig, folder: Path, name: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def _line(ax, x, mean, std, label: str, baseline: bool) -> None:
+    style = dict(color="black", linestyle="--") if baseline else {}
+    marker = "o" if len(x) <= 30 else None  # dots mark measured points, until they would hide the line
+    line, = ax.plot(x, mean, marker=marker, markersize=4, linewidth=1.6, label=label, **style)
+    if np.isfinite(std).any():
+        ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.08 if baseline else 0.18,
+                        linewidth=0)
+
+
+def by_length(table: Table, finished: pd.DataFrame, folder: Path) -> Plot:
+    family = table.family
+    lengths = [int(column.rsplit("_", 1)[1]) for column in table.columns]
+    fig, ax = plt.subplots(figsize=(7.2, 4.4))
+    for row in table.rows:
+        cells = [row.cells[column] for column in table.columns]
+        if not any(cell.n for cell in cells):
+            continue
+        mean = np.array([cell.mean for cell in cells])
+        std = np.array([cell.std if cell.n > 1 else math.nan for cell in cells])
+        _line(ax, lengths, mean, std, row.label, row.is_baseline)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(lengths))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([str(length) for length in lengths])
+    metric = "perplexity" if family.key == "perplexity" else family.title.split(" by ")[0]
+    _style(ax, f"{family.title} ({table.value_text.split(' (')[0]})", "evaluation length L (log scale)", metric)
+    ax.legend(fontsize=8, frameon=False)
+    name = f"{family.key}_vs_length"
+    caption = (f"{family.title}: one line per variant, mean over seeds with a ± 1 std band where there are "
+               f"several seeds; the baseline dashed.")
+    return Plot(name, family.title, caption, _save(fig, folder, name))
+
+
+def _ordered_values(key: str, values: list) -> list:
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return sorted(set(values))
+    distinct = list(dict.fromkeys(values))
+    if key == "model.preset":  # model size: smallest first
+        return sorted(distinct, key=lambda v: list(PRESETS).index(v) if v in PRESETS else len(PRESETS))
+    return distinct
+
+
+def swept_keys(finished: pd.DataFrame) -> list[str]:
+    """Swept keys worth a plot: within a group of rows that agree on every other swept value, at least
+    two values of this one (kernel size 1, 3, 5 of DAPE V2; not Kerple's processor=none vs dapev2)."""
+    keys = [c for c in finished.columns if c.startswith(SWEPT_TAG_PREFIX) and c != f"{SWEPT_TAG_PREFIX}train.seed"]
+    worth = []
+    for key in keys:
+        others = [k for k in keys if k != key]
+        rows = finished[finished[key].notna()]
+        groups = rows.groupby([rows[k].astype(str) for k in others], dropna=False) if others else [((), rows)]
+        if any(group[key].astype(str).nunique() >= 2 for _, group in groups):
+            worth.append(key)
+    return worth
+
+
+def versus_swept(key: str, table: Table, finished: pd.DataFrame, folder: Path) -> Plot:
+    """The metric at the shortest and the longest evaluation length against one swept value."""
+    name_of = key.removeprefix(SWEPT_TAG_PREFIX)
+    columns = [table.columns[0], table.columns[-1]] if len(table.columns) > 1 else table.columns
+    others = [c for c in finished.columns if c.startswith(SWEPT_TAG_PREFIX) and c != key]
+    with_key, without = finished[finished[key].notna()], finished[finished[key].isna()]
+    values = _ordered_values(name_of, with_key[key].tolist())
+    numeric = all(isinstance(v, (int, float)) for v in values)
+    position = {v: (v if numeric else i) for i, v in enumerate(values)}
+    fig, axes = plt.subplots(1, len(columns), figsize=(4.4 * len(columns), 3.8), squeeze=False)
+    for ax, column in zip(axes[0], columns):
+        groups = with_key.groupby([with_key[k].astype(str) for k in others], dropna=False) if others else [((), with_key)]
+        for group_key, group in groups:
+            stats = group.groupby(key)[column].agg(["mean", "std"]).reindex([v for v in values if v in set(group[key])])
+            label_parts = [f"{k.removeprefix(SWEPT_TAG_PREFIX).split('.')[-1]}={v}" for k, v in
+                           zip(others, group_key if isinstance(group_key, tuple) else (group_key,)) if v not in ("nan", "None")]
+            x = [position[v] for v in stats.index]
+            _line(ax, x, stats["mean"].to_numpy(float), stats["std"].to_numpy(float), ", ".join(label_parts) or "mean over seeds", False)
+        for label, rows in without.groupby("label"):  # rows that do not set this value: reference lines
+            is_base = bool(rows["baseline"].iloc[0])
+            ax.axhline(rows[column].mean(), color="black" if is_base else "grey", linestyle="--", linewidth=1,
+                       label=f"{label}" + (" (baseline)" if is_base else ""))
+        if not numeric:
+            ax.set_xticks(list(position.values()), [str(v) for v in values])
+        else:
+            ax.set_xticks(values)
+        _style(ax, f"{table.header(column)}", name_of, "perplexity" if table.family.key == "perplexity" else table.family.key)
+        ax.legend(fontsize=7, frameon=False)
+    fig.suptitle(f"{table.family.title.split(' by ')[0]} vs {name_of}", fontsize=11)
+    name = f"{table.family.key}_vs_{name_of.replace('.', '_')}"
+    caption = (f"{table.family.title.split(' by ')[0]} at the shortest and the longest evaluation length against "
+               f"{name_of}; mean over seeds, ± 1 std band; dashed: rows that do not set {name_of}.")
+    return Plot(name, f"vs {name_of}", caption, _save(fig, folder, name))
+
+
+def training_curves(history: pd.DataFrame, rows: list[tuple[str, bool]], folder: Path) -> Plot | None:
+    """`history`: long form (label, seed, step, value) of train_loss; `rows`: (label, is baseline) in order."""
+    if history.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(7.2, 4.2))
+    for label, is_baseline in rows:
+        mine = history[history["label"] == label]
+        if mine.empty:
+            continue
+        per_step = mine.groupby("step")["value"].agg(["mean", "std"])
+        _line(ax, per_step.index.to_numpy(), per_step["mean"].to_numpy(float), per_step["std"].to_numpy(float),
+              label, is_baseline)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _style(ax, "Training loss", "step", "train loss (nats/token)")
+    ax.legend(fontsize=8, frameon=False)
+    caption = "Training loss per logged step: one line per variant, mean over seeds with a ± 1 std band."
+    return Plot("training_curves", "Training curves", caption, _save(fig, folder, "training_curves"))

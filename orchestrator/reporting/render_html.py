@@ -1,0 +1,113 @@
+"""The report as one self-contained HTML page (report.html): the plots are embedded, no network needed."""
+
+from __future__ import annotations
+
+import base64
+from html import escape
+
+from . import cells
+from .document import ReportDocument
+from .tables import Table
+
+STYLE = """
+body { font-family: "Latin Modern Roman", "Computer Modern", Georgia, "Times New Roman", serif; color: #111;
+       max-width: 1080px; margin: 2.5em auto; padding: 0 1.5em; line-height: 1.45; }
+h1 { font-size: 1.7em; margin-bottom: 0.2em; }
+h2 { font-size: 1.25em; margin-top: 2em; border-bottom: 1px solid #ccc; padding-bottom: 0.2em; }
+p.meta, ul.meta { color: #444; font-size: 0.92em; }
+table { border-collapse: collapse; margin: 0.8em 0 1.4em; font-variant-numeric: tabular-nums; }
+caption { caption-side: top; text-align: left; font-size: 0.88em; color: #333; padding-bottom: 0.6em; max-width: 1000px; }
+thead th { border-top: 2px solid #111; border-bottom: 1px solid #111; padding: 0.35em 0.8em; text-align: right; }
+tbody td { padding: 0.28em 0.8em; text-align: right; white-space: nowrap; }
+tbody tr:last-child td { border-bottom: 2px solid #111; }
+th:first-child, td:first-child { text-align: left; }
+tr.baseline td { background: #f4f4f4; }
+td.best { font-weight: bold; }
+sup.sig { color: #b00; font-weight: bold; }
+table.significance td, table.significance th { font-size: 0.85em; text-align: left; }
+table.trials td, table.trials th { text-align: left; }
+table.trials td, table.trials th { font-size: 0.82em; }
+figure { margin: 1.2em 0 2em; }
+figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 0.88em; color: #333; }
+li.problem { color: #a00; }
+"""
+
+
+def _main_table(table: Table, number: int) -> str:
+    decimals = table.family.decimals
+    header = [table.header(c) for c in table.columns] + ["n"]
+    if table.has_baseline:
+        reference = table.header(table.reference)
+        header += ([f"ratio ({reference})"] if table.family.compare == "ratio" else []) + [f"Δ ({reference})"]
+    head = "".join(f"<th>{escape(h)}</th>" for h in ["variant"] + header)
+    body = []
+    for row in table.rows:
+        tds = [f"<td>{escape(row.label)}</td>"]
+        for column in table.columns:
+            best = ' class="best"' if row.label in table.best(column) else ""
+            marker = cells.marker(row, column)
+            sup = f'<sup class="sig">{marker}</sup>' if marker else ""
+            tds.append(f"<td{best}>{escape(cells.mean_std(row.cells[column], decimals))}{sup}</td>")
+        tds.append(f"<td>{cells.seeds(row)}</td>")
+        if table.has_baseline:
+            tds += [f"<td>{cells.ratio(table, row)}</td>"] if table.family.compare == "ratio" else []
+            tds.append(f"<td>{escape(cells.delta(table, row))}</td>")
+        css = ' class="baseline"' if row.is_baseline else ""
+        body.append(f"<tr{css}>{''.join(tds)}</tr>")
+    caption = f"<b>Table {number}.</b> {escape(table.caption())}"
+    return (f'<table class="results" id="table-{table.family.key}"><caption>{caption}</caption>'
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+
+def _significance_table(table: Table) -> str:
+    rows = [row for row in table.rows if row.comparisons]
+    if not rows:
+        return ""
+    head = "".join(f"<th>{escape(h)}</th>" for h in ["variant"] + [table.header(c) for c in table.columns])
+    body = "".join(
+        "<tr>" + f"<td>{escape(cells.compared_label(table, row))}</td>" + "".join(
+            f"<td>{escape(cells.significance(row.comparisons.get(c), table.family.decimals))}</td>" for c in table.columns)
+        + "</tr>" for row in rows)
+    caption = (f"Against the baseline ({escape(', '.join(table.baseline_names))}): difference of means, "
+               "Holm-corrected p-value, Cohen's d, the test and the seeds it used.")
+    return (f'<table class="significance" id="significance-{table.family.key}"><caption>{caption}</caption>'
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+
+
+def _figure(plot) -> str:
+    data = base64.b64encode(plot.path.read_bytes()).decode("ascii")
+    return (f'<figure id="plot-{escape(plot.name)}"><img alt="{escape(plot.title)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{escape(plot.caption)}</figcaption></figure>")
+
+
+def render(document: ReportDocument) -> str:
+    parts = [f"<h1>Ablation report: {escape(document.study_name)}</h1>"]
+    if document.description:
+        parts.append(f"<p>{escape(document.description.strip())}</p>")
+    parts.append(f'<p class="meta">{escape(document.counts())}. From the MLflow store '
+                 f"<code>{escape(document.tracking_uri)}</code> (experiment {escape(document.experiment_id)}).</p>")
+    facts = document.provenance()
+    if facts:
+        parts.append('<ul class="meta">' + "".join(f"<li>{escape(k)}: <code>{escape(v)}</code></li>" for k, v in facts) + "</ul>")
+    if not document.tables:
+        parts.append(f"<p>{escape(document.no_tables_text())}</p>")
+    for number, table in enumerate(document.tables, start=1):
+        parts += [f"<h2>{escape(table.family.title)}</h2>", _main_table(table, number), _significance_table(table)]
+    if document.plots:
+        parts.append("<h2>Plots</h2>")
+        parts += [_figure(plot) for plot in document.plots]
+    unfinished = document.unfinished()
+    if unfinished:
+        parts.append("<h2>Trials not finished</h2><ul>" +
+                     "".join(f'<li class="problem">{escape(line)}</li>' for line in unfinished) + "</ul>")
+    outside = document.outside_lines()
+    if outside:
+        parts.append("<h2>Runs this study file no longer defines (left out of the tables)</h2><ul>" +
+                     "".join(f"<li>{escape(line)}</li>" for line in outside) + "</ul>")
+    listing = document.trial_listing()
+    parts.append("<h2>Trials</h2>" + listing.to_html(index=False, classes="trials", border=0, escape=True))
+    body = "\n".join(parts)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>Ablation report: {escape(document.study_name)}</title><style>{STYLE}</style></head>"
+            f"<body>\n{body}\n</body></html>\n")

@@ -1,0 +1,77 @@
+"""The tables as LaTeX for a paper (tables.tex): booktabs rules, best in bold, a Δ-vs-baseline column,
+significance markers. `\\input{tables.tex}` after `\\usepackage{booktabs}`."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from . import cells
+from .document import ReportDocument
+from .tables import Table
+
+_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+            "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "Δ": r"$\Delta$",
+            "×": r"$\times$", "·": r"$\cdot$", "≥": r"$\geq$", "≤": r"$\leq$", "–": "--", "<": r"$<$", ">": r"$>$"}
+_PATTERN = re.compile("|".join(re.escape(key) for key in _SPECIAL))
+
+
+def escape(text: str) -> str:
+    return _PATTERN.sub(lambda match: _SPECIAL[match.group(0)], text)
+
+
+def _number(value: float, decimals: int) -> str:
+    return f"{value:.{decimals}f}"
+
+
+def _cell(table: Table, row, column: str) -> str:
+    r"""`$61.876_{\pm 2.768}$`: the std as a subscript keeps wide tables (7 lengths) within a column."""
+    cell = row.cells[column]
+    if cell.n == 0:
+        return "--"
+    decimals = table.family.decimals
+    body = _number(cell.mean, decimals)
+    if row.label in table.best(column):
+        body = rf"\mathbf{{{body}}}"
+    if cell.n > 1 and not math.isnan(cell.std):
+        body += rf"_{{\pm {_number(cell.std, decimals)}}}"
+    marker = cells.marker(row, column)
+    if marker:
+        body += rf"^{{{marker}}}"
+    return f"${body}$"
+
+
+def _delta(table: Table, row) -> str:
+    text = cells.delta(table, row)
+    return "--" if text == cells.DASH else "$" + text.replace("%", r"\%") + "$"
+
+
+def table_tex(table: Table, study_name: str) -> str:
+    has_ratio = table.has_baseline and table.family.compare == "ratio"
+    extra = (1 if has_ratio else 0) + (1 if table.has_baseline else 0)
+    spec = "l" + "c" * len(table.columns) + "c" + "r" * extra
+    header = ["Variant"] + [f"${escape(table.header(c)).replace('$', '')}$" if table.family.by_length
+                            else escape(table.header(c)) for c in table.columns] + ["$n$"]
+    header += (["ratio"] if has_ratio else []) + ([r"$\Delta$"] if table.has_baseline else [])  # at the caption's column
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{4pt}",
+             rf"\caption{{{escape(table.family.title)}. {escape(table.caption())}}}",
+             rf"\label{{tab:{re.sub(r'[^A-Za-z0-9]+', '-', study_name)}-{table.family.key}}}",
+             rf"\begin{{tabular}}{{{spec}}}", r"\toprule", " & ".join(header) + r" \\", r"\midrule"]
+    for row in table.rows:
+        line = [escape(row.label)] + [_cell(table, row, c) for c in table.columns] + [cells.seeds(row)]
+        if has_ratio:
+            ratio = cells.ratio(table, row)
+            line.append("--" if ratio == cells.DASH else f"${ratio}$")
+        if table.has_baseline:
+            line.append(_delta(table, row))
+        lines.append(" & ".join(line) + r" \\")
+        if row.is_baseline and table.has_baseline and row is table.rows[0]:
+            lines.append(r"\midrule")  # the baseline first, then the rows compared with it
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines)
+
+
+def render(document: ReportDocument) -> str:
+    header = [f"% Ablation tables for study {escape(document.study_name)}, generated from the MLflow store by "
+              "`orchestrator report`.", r"% Needs \usepackage{booktabs} in the preamble.", ""]
+    return "\n".join(header + [table_tex(t, document.study_name) + "\n" for t in document.tables])

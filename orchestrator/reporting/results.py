@@ -1,0 +1,179 @@
+"""A study's results as a pandas DataFrame, read from the MLflow store alone.
+
+One row per trial: the run that counts for it (the latest finished one; else the latest one, so that a
+failed or killed trial still shows), with its config as `config.<dotted key>` columns, the values its
+row sweeps as `swept.<dotted key>` columns and one column per metric. Trials the study file defines but
+the store has no run for appear with status MISSING, so that nothing is silently dropped.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from mlflow.tracking import MlflowClient
+
+from ..study import Study
+from ..tracking import ROLE_TAG, SWEPT_TAG_PREFIX, TRIAL_ID_TAG, StudyTracker, flatten
+from ..trials import Trial, expand
+
+MISSING = "MISSING"
+# Metrics logged as a series over something other than training steps: their "latest" value means nothing.
+SERIES_METRICS = ("ppl_by_length",)
+IDENTITY_COLUMNS = ["label", "variant", "seed", "status", "baseline", "row_index", "in_study", "trial_id",
+                    "run_id", "run_name", "error", "device", "data_hash", "code_version", "start_time"]
+
+
+class StudyNotFound(LookupError):
+    """The tracking store has no experiment for the study (never run there, or the wrong store)."""
+
+
+@dataclass(frozen=True)
+class ValueChoice:
+    """Which value of a metric's history a cell shows: the last one logged, the best one, or the one at a step."""
+
+    kind: str = "final"  # "final" | "best" | "step"
+    step: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "ValueChoice":
+        text = text.strip().lower()
+        if text in ("final", "best"):
+            return cls(text)
+        if text.startswith(("step:", "step=")) and text[5:].isdigit():
+            return cls("step", int(text[5:]))
+        raise ValueError(f"value {text!r}: expected 'final', 'best' or 'step:N' (e.g. step:500)")
+
+    def describe(self, steps: str) -> str:
+        if self.kind == "best":
+            return "best value logged by each run (lowest for losses, perplexities and times; highest for accuracies)"
+        if self.kind == "step":
+            return f"value logged at step {self.step} of each run"
+        return f"final value of each run (model after {steps} training steps)"
+
+
+def open_study_store(tracking_uri: str, study_name: str) -> StudyTracker:
+    """The study's experiment and parent run in an existing store; never creates either."""
+    if tracking_uri.startswith("sqlite:///"):
+        path = Path(tracking_uri.removeprefix("sqlite:///"))
+        if not path.is_file():
+            raise StudyNotFound(f"no tracking store at {path}: run the study first or pass --tracking-uri")
+    if MlflowClient(tracking_uri).get_experiment_by_name(study_name) is None:
+        raise StudyNotFound(f"the tracking store {tracking_uri} has no experiment {study_name!r}: "
+                            f"run the study there first or pass the store it ran in with --tracking-uri")
+    tracker = StudyTracker(tracking_uri, study_name)
+    parents = tracker.client.search_runs([tracker.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'study'",
+                                         max_results=1, order_by=["attributes.start_time DESC"])
+    tracker.parent_run_id = parents[0].info.run_id if parents else None
+    return tracker
+
+
+def _param_value(text: str) -> Any:
+    """MLflow keeps params as text; numbers, booleans, None and lists come back as Python values."""
+    try:
+        return ast.literal_eval(text)  # literals only: never evaluates code
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _run_row(run) -> dict:
+    tags, info = run.data.tags, run.info
+    row = {
+        "label": tags.get("label", info.run_name), "variant": tags.get("variant"),
+        "seed": int(tags.get("seed", 0)), "status": info.status, "baseline": tags.get("baseline") == "true",
+        "row_index": int(tags.get("row_index", 0)), "in_study": False, "trial_id": tags.get(TRIAL_ID_TAG),
+        "run_id": info.run_id, "run_name": info.run_name, "error": tags.get("error"),
+        "device": tags.get("device"), "data_hash": tags.get("data_hash"), "code_version": tags.get("code_version"),
+        "start_time": pd.Timestamp(info.start_time, unit="ms") if info.start_time else pd.NaT,
+    }
+    row.update({f"config.{key}": _param_value(value) for key, value in run.data.params.items()})
+    row.update({key: _param_value(value) for key, value in tags.items() if key.startswith(SWEPT_TAG_PREFIX)})
+    row.update({key: value for key, value in run.data.metrics.items() if key not in SERIES_METRICS})
+    return row
+
+
+def _counting_run(runs: list) -> Any:
+    """Of a trial's runs (a trial redone after a crash has several), the one that counts."""
+    finished = [run for run in runs if run.info.status == "FINISHED"]
+    return max(finished or runs, key=lambda run: run.info.start_time or 0)
+
+
+def _select_values(client: MlflowClient, frame: pd.DataFrame, choice: ValueChoice) -> pd.DataFrame:
+    """Replace each metric cell by the chosen value of its history ("final" is what MLflow already keeps)."""
+    if choice.kind == "final" or frame.empty:
+        return frame
+    from .metrics import higher_is_better, metric_columns
+
+    frame = frame.copy()
+    for column in metric_columns(frame):
+        for index, run_id in frame["run_id"].items():
+            if not isinstance(run_id, str):
+                continue
+            history = client.get_metric_history(run_id, column)
+            if choice.kind == "step":
+                points = [m.value for m in history if m.step == choice.step]
+                frame.at[index, column] = points[-1] if points else float("nan")
+            elif history:
+                values = [m.value for m in history]
+                frame.at[index, column] = max(values) if higher_is_better(column) else min(values)
+    return frame
+
+
+def study_results(tracker: StudyTracker, study: Study | None = None, value: ValueChoice = ValueChoice()) -> pd.DataFrame:
+    """One row per trial (see the module's docstring). With the study, rows follow the study file: its labels,
+    its row order, its baseline, and a MISSING row for every trial the store has no run for."""
+    by_trial: dict[str, list] = {}
+    for run in tracker.trial_runs():
+        by_trial.setdefault(run.data.tags.get(TRIAL_ID_TAG) or run.info.run_id, []).append(run)
+    rows = {trial_id: _run_row(_counting_run(runs)) for trial_id, runs in by_trial.items()}
+    expected: list[Trial] = expand(study) if study is not None else []
+    for trial in expected:
+        row = rows.get(trial.trial_id) or {"status": MISSING, "trial_id": trial.trial_id, "run_id": None,
+                                          **{f"config.{k}": v for k, v in flatten(trial.config).items()},
+                                          **{f"{SWEPT_TAG_PREFIX}{k}": v for k, v in trial.overrides.items()}}
+        # The study file names the rows (a relabelled variant keeps its runs: identity is the config hash).
+        row.update(label=trial.label, variant=trial.variant, seed=trial.seed, baseline=trial.baseline,
+                   row_index=trial.index, in_study=True)
+        rows[trial.trial_id] = row
+    if study is None:
+        for row in rows.values():
+            row["in_study"] = True
+    frame = pd.DataFrame(list(rows.values()))
+    if frame.empty:
+        return pd.DataFrame(columns=IDENTITY_COLUMNS)
+    frame = _select_values(tracker.client, frame, value)
+    ordered = [c for c in IDENTITY_COLUMNS if c in frame.columns]
+    rest = sorted(c for c in frame.columns if c not in ordered)
+    frame = frame[ordered + rest].sort_values(["in_study", "row_index", "seed"], ascending=[False, True, True])
+    return frame.reset_index(drop=True)
+
+
+def load_results(study: Study | str | Path, tracking_uri: str | None = None, value: str = "final") -> pd.DataFrame:
+    """For notebooks: `load_results("studies/kernel_size.yaml")` -> one row per trial, config and metric columns.
+
+    `study` is a study file, a parsed Study, or just the study's name (then rows come from the store alone).
+    `tracking_uri` defaults like the command line's (MLFLOW_TRACKING_URI, else ./mlruns/mlflow.db)."""
+    from ..study import load_study
+    from ..tracking import resolve_tracking_uri
+
+    parsed = study if isinstance(study, Study) else None
+    if parsed is None and (isinstance(study, Path) or str(study).endswith((".yaml", ".yml"))):
+        parsed = load_study(study)
+    name = parsed.name if parsed is not None else str(study)
+    tracker = open_study_store(resolve_tracking_uri(tracking_uri), name)
+    return study_results(tracker, parsed, ValueChoice.parse(value))
+
+
+def metric_history(tracker: StudyTracker, frame: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The per-step history of one metric for every run in `frame`: label, seed, step, value (long form)."""
+    rows = []
+    for _, trial in frame.iterrows():
+        if not isinstance(trial.get("run_id"), str):
+            continue
+        for point in tracker.client.get_metric_history(trial["run_id"], metric):
+            rows.append({"label": trial["label"], "row_index": trial["row_index"], "seed": trial["seed"],
+                         "step": point.step, "value": point.value})
+    return pd.DataFrame(rows, columns=["label", "row_index", "seed", "step", "value"])

@@ -1,0 +1,60 @@
+"""The tiny real study behind the report and UI tests: two rows (DAPE V2 over Kerple with kernels 1 and 3, the
+first the baseline) and three seeds, trained through Ray Tune into a SQLite MLflow store, once per test
+session (about a minute on two busy cores)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from orchestrator import Study, parse_study
+
+STUDY = {
+    "name": "tiny_report",
+    "description": "Report test: DAPE V2 with a 1x3 kernel against DAPE (1x1), both over Kerple.",
+    "base": {
+        "model": {"preset": "tiny", "pos_encoding": "kerple", "d_dape": 8, "processor": "dapev2"},
+        "data": {"max_files": 300},
+        "train": {"steps": 30, "batch_size": 8, "seq_len": 32, "log_every": 10},
+        "eval": {"lengths": [32, 64, 128], "tail_tokens": 16, "n_windows": 8},
+    },
+    "variants": [
+        {"label": "DAPE-Kerple", "baseline": True, "set": {"model.kernel_size": 1}},
+        {"label": "DAPE1x3-Kerple", "set": {"model.kernel_size": 3}},
+    ],
+    "seeds": [0, 1, 2],
+    "resources": {"cpus": 1, "max_retries": 0},
+}
+BASELINE = "DAPE-Kerple"
+LABELS = ["DAPE-Kerple", "DAPE1x3-Kerple"]
+LENGTHS = [32, 64, 128]
+
+
+@dataclass(frozen=True)
+class BuiltStudy:
+    study: Study
+    study_file: Path
+    tracking_uri: str
+    reports_dir: Path
+
+    @property
+    def report_dir(self) -> Path:
+        return self.reports_dir / self.study.name
+
+
+@functools.cache
+def build(root: Path) -> BuiltStudy:
+    """Run the study for real (run_study also writes its report, as `orchestrator run` does)."""
+    from orchestrator.runner import run_study
+
+    root.mkdir(parents=True, exist_ok=True)
+    study_file = root / "tiny_report.yaml"
+    study_file.write_text(yaml.safe_dump(STUDY, sort_keys=False))
+    study = parse_study(STUDY)
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    outcome = run_study(study, uri, reports_dir=root / "reports", storage_dir=root / "state")
+    assert outcome.ok, outcome.failed
+    return BuiltStudy(study, study_file, uri, root / "reports")

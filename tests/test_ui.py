@@ -1,0 +1,165 @@
+"""The HTML report renders in headless Chromium, and `orchestrator ui` serves the study in MLflow's UI."""
+
+import base64
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+from PIL import Image
+
+import report_study
+from orchestrator.cli import app
+from typer.testing import CliRunner
+
+pytestmark = pytest.mark.slow
+INSTALL_HINT = "Chromium is needed to render the HTML report: apt-get update && apt-get install -y chromium"
+HEADLESS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--enable-logging=stderr", "--v=0"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, local_ray):
+    return report_study.build(tmp_path_factory.getbasetemp() / "tiny_report_study")
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.fail(INSTALL_HINT)
+    return path
+
+
+def _chromium(chromium, profile, *args, timeout=90) -> subprocess.CompletedProcess:
+    return subprocess.run([chromium, *HEADLESS, f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _console_messages(stderr: str) -> list[str]:
+    """Page console output (JS errors, failed loads) as Chromium logs it; D-Bus noise is not the page's."""
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_html_report_renders_in_chromium(built, chromium, tmp_path):
+    page = built.report_dir / "report.html"
+    html = page.read_text()
+    # Self-contained: every image is inline and decodes as a PNG; no external resources to fetch.
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    assert len(images) == 3  # perplexity vs length, vs kernel size, training curves
+    for data in images:
+        Image.open(io.BytesIO(base64.b64decode(data))).verify()
+    assert not re.search(r'(src|href)="(https?:)?//', html)
+
+    shot = tmp_path / "report.png"
+    rendered = _chromium(chromium, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,2400",
+                         page.as_uri())
+    assert rendered.returncode == 0, rendered.stderr[-2000:]
+    assert _console_messages(rendered.stderr) == []
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (1280, 2400)
+    colours = image.getcolors(maxcolors=1 << 20)
+    assert len(colours) > 50  # text, rules, plots: not a blank page
+    # The plots' lines are drawn in matplotlib's first colours (blue, orange); nothing else on the page is.
+    pixels = image.load()
+    plotted = sum(1 for x in range(0, 1280, 2) for y in range(0, 2400, 2)
+                  if abs(pixels[x, y][0] - 31) < 40 and abs(pixels[x, y][1] - 119) < 40 and abs(pixels[x, y][2] - 180) < 40)
+    assert plotted > 200, "the embedded plots did not render"
+
+    dom = _chromium(chromium, tmp_path / "profile", "--dump-dom", page.as_uri())
+    assert dom.returncode == 0 and _console_messages(dom.stderr) == []
+    assert dom.stdout.count("<img") == 3
+    assert re.search(r'<table class="results" id="table-perplexity">.*?</table>', dom.stdout, re.S)
+    body_rows = re.search(r'id="table-perplexity">.*?<tbody>(.*?)</tbody>', dom.stdout, re.S).group(1)
+    assert body_rows.count("<tr") == 2 and "DAPE1x3-Kerple" in body_rows
+
+
+def _read_until(stream, pattern: str, timeout: float) -> tuple[re.Match | None, list[str]]:
+    lines, found = [], []
+
+    def reader():
+        for line in stream:
+            lines.append(line)
+            match = re.search(pattern, line)
+            if match:
+                found.append(match)
+                return
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return (found[0] if found else None), lines
+
+
+def _get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return response.status, response.read().decode()
+
+
+def test_orchestrator_ui_serves_the_study(built, chromium, tmp_path):
+    port = _free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    server = subprocess.Popen([sys.executable, "-m", "orchestrator", "ui", str(built.study_file),
+                               "--tracking-uri", built.tracking_uri, "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        match, lines = _read_until(server.stdout, r"MLflow UI for study tiny_report: (http://\S+)", timeout=120)
+        assert match, "".join(lines)[-3000:]
+        page = match.group(1)
+        base = f"http://127.0.0.1:{port}"
+        assert page.startswith(f"{base}/#/experiments/")
+        experiment_id = page.rsplit("/", 1)[1]
+
+        assert _get(f"{base}/health")[0] == 200
+        status, index = _get(f"{base}/#/experiments/{experiment_id}")  # the app page (the part after # is the app's)
+        assert status == 200 and "static-files" in index
+        _, body = _get(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny_report")
+        assert json.loads(body)["experiment"]["experiment_id"] == experiment_id
+        request = urllib.request.Request(
+            f"{base}/api/2.0/mlflow/runs/search", method="POST", headers={"Content-Type": "application/json"},
+            data=json.dumps({"experiment_ids": [experiment_id], "max_results": 100}).encode())
+        with urllib.request.urlopen(request, timeout=30) as response:
+            runs = json.load(response)["runs"]
+        names = {run["info"]["run_name"] for run in runs}
+        assert {"DAPE-Kerple · s0", "DAPE1x3-Kerple · s2", "tiny_report"} <= names
+        parent = next(run for run in runs if run["info"]["run_name"] == "tiny_report")
+        _, artifacts = _get(f"{base}/api/2.0/mlflow/artifacts/list?run_id={parent['info']['run_id']}")
+        assert "report.html" in {item["path"] for item in json.loads(artifacts)["files"]}
+
+        # The experiment page itself, rendered by MLflow's web app in a browser.
+        dom = _chromium(chromium, tmp_path / "profile", "--virtual-time-budget=20000", "--dump-dom",
+                        f"{base}/#/experiments/{experiment_id}/runs")
+        text = re.sub(r"<[^>]+>", " ", re.sub(r"<(script|style)[^>]*>.*?</\1>", "", dom.stdout, flags=re.S))
+        assert "tiny_report" in text, text[:2000]
+
+        # For a tracking server, `orchestrator ui` names the experiment's page there.
+        remote = CliRunner().invoke(app, ["ui", str(built.study_file), "--tracking-uri", base])
+        assert remote.exit_code == 0, remote.output
+        assert f"{base}/#/experiments/{experiment_id}" in remote.output
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            raise
+    assert server.returncode == 0
+    time.sleep(0.5)
+    with pytest.raises(OSError):  # the MLflow server went with it
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=3)
