@@ -6,6 +6,7 @@ This is the unit a study trial runs. It is independent of any orchestrator: prog
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -103,6 +104,14 @@ class ExperimentResult:
         return out
 
 
+def _with_train_length(model: ModelConfig, seq_len: int) -> ModelConfig:
+    """Encodings that depend on the training length (randomized RoPE's range, FIRE's L0) learn it from the
+    experiment, when this dape_core's ModelConfig has that field."""
+    if "train_length" in {f.name for f in dataclasses.fields(model)} and model.train_length != seq_len:
+        return dataclasses.replace(model, train_length=seq_len)
+    return model
+
+
 def check_vocabulary(cfg: ExperimentConfig, corpus_vocab: int, tokenizer: str) -> None:
     if cfg.model.vocab_size < corpus_vocab:
         raise ValueError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the data's vocabulary of "
@@ -130,7 +139,7 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     lengths = sorted(set(cfg.eval.lengths) | {seq_len})  # ΔP needs the training length
     windows = evaluation_windows(corpus.split(cfg.eval.split), lengths, cfg.eval.windows_per_length, cfg.eval.seed)
     stream = TrainStream(corpus.stream_regions(), seed=cfg.train.seed)
-    model = build_model(cfg.model).to(device)
+    model = build_model(_with_train_length(cfg.model, seq_len)).to(device)
 
     validate = None
     if cfg.train.eval_every:

@@ -3,14 +3,17 @@ report progress and results to Tune (never to MLflow directly: the driver is the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ray import tune
 
 from dape_core import ExperimentConfig, run_experiment
+from dape_core.train import TrainerCallback
 
 FINAL_FLAG = "final"
 
 
-class TuneSink:
+class TuneSink(TrainerCallback):
     """dape_core's trainer callback, forwarding training progress to Ray Tune."""
 
     def __init__(self, total_steps: int):
@@ -19,22 +22,18 @@ class TuneSink:
     def on_step(self, step: int, loss: float, lr: float) -> None:
         tune.report({"step": step, "total_steps": self.total_steps, "train_loss": loss, "lr": lr})
 
+    def on_validation(self, step: int, val_loss: float) -> None:
+        tune.report({"step": step, "total_steps": self.total_steps, "val_loss": val_loss})
+
 
 def run_trial(config: dict) -> None:
     payload = config["trial"]
     experiment = ExperimentConfig(**payload["config"])
     threads = max(1, int(tune.get_context().get_trial_resources().required_resources.get("CPU", 1)))
-    result = run_experiment(experiment, TuneSink(experiment.train.steps), threads=threads)
-    final = {
-        FINAL_FLAG: 1,
-        "step": experiment.train.steps,
-        "total_steps": experiment.train.steps,
-        "train_loss": result.final_train_loss,
-        "train_seconds": result.train_seconds,
-        "eval_seconds": result.eval_seconds,
-        "tokens_seen": result.tokens_seen,
-        "num_parameters": result.num_parameters,
-        "data_hash": result.data_hash,
-    }
-    final.update({f"ppl_{length}": value for length, value in result.perplexity.items()})
+    artifacts_dir = Path(tune.get_context().get_trial_dir()) / "attention"
+    result = run_experiment(experiment, TuneSink(experiment.train.steps), threads=threads, artifacts_dir=artifacts_dir)
+    final = {FINAL_FLAG: 1, "step": experiment.train.steps, "total_steps": experiment.train.steps,
+             "data_hash": result.data_hash, "device": result.device, "artifacts": result.artifacts}
+    # train_loss, ppl_<L>, delta_p_<L>, ms_per_step, ms_forward_<L>, flops_per_token, peak_memory_mb, ...
+    final.update(result.metrics())
     tune.report(final)

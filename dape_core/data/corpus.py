@@ -103,11 +103,26 @@ def _token_file_corpus(cfg: DataConfig) -> Corpus:
                   vocab_size=vocab_size, record=record)
 
 
-def check_token_ids(tokens: np.ndarray, vocab_size: int, where: str) -> None:
-    """Every id in [0, vocab_size), scanned block by block so a memory-mapped file is never read whole."""
+def _blocks(tokens: np.ndarray):
+    """(start, block) pairs over the ids. A memory map is read through a file handle instead of the map, so
+    scanning a 100 GB file keeps one block in RAM rather than leaving every page resident."""
+    if isinstance(tokens, np.memmap) and tokens.filename is not None:
+        with open(tokens.filename, "rb") as handle:
+            handle.seek(tokens.offset)
+            for start in range(0, len(tokens), ID_SCAN_BLOCK):
+                yield start, np.fromfile(handle, dtype=tokens.dtype, count=min(ID_SCAN_BLOCK, len(tokens) - start))
+        return
     for start in range(0, len(tokens), ID_SCAN_BLOCK):
-        block = np.asarray(tokens[start : start + ID_SCAN_BLOCK])
-        bad = (block >= vocab_size) | (block < 0) if np.issubdtype(block.dtype, np.signedinteger) else block >= vocab_size
+        yield start, tokens[start : start + ID_SCAN_BLOCK]
+
+
+def check_token_ids(tokens: np.ndarray, vocab_size: int, where: str) -> None:
+    """Every id in [0, vocab_size), checked block by block."""
+    signed = np.issubdtype(tokens.dtype, np.signedinteger)
+    for start, block in _blocks(tokens):
+        if len(block) == 0 or (block.max() < vocab_size and not (signed and block.min() < 0)):
+            continue  # max/min allocate nothing: the scan runs at memory speed
+        bad = (block >= vocab_size) | (block < 0) if signed else block >= vocab_size
         if bad.any():
             index = int(np.argmax(bad))
             raise ValueError(f"{where}: token id {int(block[index])} at position {start + index} is outside the "
@@ -116,8 +131,8 @@ def check_token_ids(tokens: np.ndarray, vocab_size: int, where: str) -> None:
 
 def load_corpus(cfg: DataConfig) -> Corpus:
     corpus = _token_file_corpus(cfg) if cfg.source == "tokens" else _document_corpus(cfg)
-    check_token_ids(corpus.tokens, corpus.vocab_size,
-                    f"data ({cfg.source} {cfg.path or ''}, tokenizer {corpus.record['tokenizer']})".replace(" ,", ","))
+    where = f"data.path {cfg.path} (vocabulary from {corpus.record['tokenizer']})" if cfg.path else "data"
+    check_token_ids(corpus.tokens, corpus.vocab_size, where)
     counts = {name: sum(end - start for start, end in corpus.documents[name]) for name in SPLITS}
     corpus.record.update({"source": cfg.source, "path": cfg.path, "split_seed": cfg.split_seed,
                           "val_fraction": cfg.val_fraction, "test_fraction": cfg.test_fraction,

@@ -7,6 +7,7 @@ A token file is memory-mapped and never read whole: a 100 GB file costs no RAM.
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import sysconfig
@@ -22,8 +23,14 @@ HASH_SAMPLES, HASH_SAMPLE_BYTES = 64, 1 << 20
 
 
 def stdlib_files() -> list[Path]:
+    return list(_stdlib_files())
+
+
+@functools.lru_cache(maxsize=1)
+def _stdlib_files() -> tuple[Path, ...]:
+    # Walking the stdlib takes seconds on a busy disk and it does not change while a process runs.
     root = Path(sysconfig.get_paths()["stdlib"])
-    return sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and p.is_file())
+    return tuple(sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and p.is_file()))
 
 
 def stdlib_documents(cfg: DataConfig) -> list[Document]:
