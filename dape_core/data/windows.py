@@ -18,15 +18,22 @@ class TrainStream:
         if not self.regions:
             raise ValueError("the training split is empty: no training tokens")
         self.generator = torch.Generator().manual_seed(seed)
+        self._starts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _valid_starts(self, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """(starts per region, their running total). Windows never cross regions: a region's last valid
+        start is len - seq_len - 2."""
+        if seq_len not in self._starts:
+            counts = np.array([max(0, len(region) - seq_len - 1) for region in self.regions])
+            if counts.sum() < 1:
+                raise ValueError(f"the training split has no stretch of {seq_len + 2} tokens for "
+                                 f"train.seq_len={seq_len}")
+            self._starts[seq_len] = counts, np.cumsum(counts)
+        return self._starts[seq_len]
 
     def batch(self, batch_size: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-        # Windows never cross regions: a region's last valid start is len - seq_len - 2.
-        counts = np.array([max(0, len(region) - seq_len - 1) for region in self.regions])
-        total = int(counts.sum())
-        if total < 1:
-            raise ValueError(f"the training split has no stretch of {seq_len + 2} tokens for train.seq_len={seq_len}")
-        draws = torch.randint(0, total, (batch_size,), generator=self.generator).numpy()
-        ends = np.cumsum(counts)
+        counts, ends = self._valid_starts(seq_len)
+        draws = torch.randint(0, int(ends[-1]), (batch_size,), generator=self.generator).numpy()
         region_index = np.searchsorted(ends, draws, side="right")
         rows = []
         for draw, index in zip(draws.tolist(), region_index.tolist()):
