@@ -7,6 +7,7 @@ This is the unit a study trial runs. It is independent of any orchestrator: prog
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -21,7 +22,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from .config import ModelConfig
 from .data import DataConfig, TrainStream, evaluation_windows, load_corpus
-from .evaluate import (EvalConfig, attention_rows, delta_p, forward_flops_per_token, forward_ms_by_length,
+from .evaluate import (EvalConfig, attention_rows, delta_p, forward_flops_per_token, forward_ms_from_evaluation,
                        peak_memory_bytes, perplexity_by_length, reset_peak_memory, save_heat_maps, tail_loss)
 from .model import build_model
 from .train import CheckpointStore, TrainConfig, resolve_device, resolve_precision, train
@@ -145,8 +146,7 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     if cfg.train.eval_every:
         val_windows = evaluation_windows(corpus.validation, [seq_len], math.ceil(cfg.train.val_tokens / seq_len),
                                          seed=cfg.eval.seed + 1, strict=False)[seq_len]
-        def validate() -> float:
-            return tail_loss(model, val_windows, seq_len, cfg.eval.batch_size, precision)
+        validate = functools.partial(tail_loss, model, val_windows, seq_len, cfg.eval.batch_size, precision)
 
     checkpoints = CheckpointStore(checkpoint_dir, cfg.fingerprint()) if checkpoint_dir is not None else None
     reset_peak_memory(device)
@@ -154,15 +154,15 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
                     checkpoints=checkpoints, checkpoint_every=checkpoint_every, resume=resume)
 
     started = time.perf_counter()
-    all_lengths = perplexity_by_length(model, windows, cfg.eval, precision)
+    batch_ms: dict[int, list[float]] | None = {} if cfg.eval.timing else None
+    all_lengths = perplexity_by_length(model, windows, cfg.eval, precision, batch_ms)
     perplexity = {length: all_lengths[length] for length in cfg.eval.lengths}
     gains = {length: value for length, value in delta_p(all_lengths, seq_len).items() if length in perplexity}
     eval_seconds = time.perf_counter() - started
     ms_forward = {}
-    if cfg.eval.timing:
+    if cfg.eval.timing:  # the evaluation's own batches, warm-up dropped: no extra passes in the usual case
         timed = {length: windows[length] for length in cfg.eval.lengths}
-        ms_forward = forward_ms_by_length(model, timed, cfg.eval.batch_size, cfg.eval.timing_warmup,
-                                          cfg.eval.timing_reps, precision)
+        ms_forward = forward_ms_from_evaluation(model, timed, batch_ms, cfg.eval, precision)
     artifacts = []
     if cfg.eval.visualise:
         longest = max(cfg.eval.lengths)

@@ -13,7 +13,8 @@ from dape_core import ExperimentConfig, build_model, run_experiment
 from dape_core.config import ModelConfig
 from dape_core.data import DataConfig, evaluation_windows, load_corpus
 from dape_core.evaluate import (EvalConfig, attention_rows, delta_p, forward_flops_per_token, forward_ms_by_length,
-                                measured_forward_flops, perplexity_by_length, save_heat_maps, tail_loss)
+                                forward_ms_from_evaluation, measured_forward_flops, perplexity_by_length,
+                                save_heat_maps, tail_loss)
 
 TINY = {"preset": "tiny", "d_dape": 8}
 
@@ -127,6 +128,17 @@ def test_forward_timing_is_a_median_per_length(windows):
     model = _model(pos_encoding="kerple")
     timing = forward_ms_by_length(model, windows, batch_size=2, warmup=1, reps=3)
     assert sorted(timing) == [32, 64, 128] and all(0 < ms < 10_000 for ms in timing.values())
+
+    # Timing taken from the evaluation's own batches: warm-up dropped, median of the rest, extra passes
+    # only when too few batches remain.
+    cfg = EvalConfig(lengths=[32, 64], tail_tokens=16, batch_size=2, timing_warmup=1, timing_reps=3)
+    batch_ms: dict[int, list[float]] = {}
+    perplexity_by_length(model, {32: windows[32], 64: windows[64]}, cfg, batch_ms=batch_ms)
+    assert {length: len(samples) for length, samples in batch_ms.items()} == {32: 3, 64: 3}  # 6 windows / 2
+    recorded = {32: [500.0, 1.0, 2.0, 3.0], 64: [500.0, 7.0]}
+    timing = forward_ms_from_evaluation(model, {32: windows[32], 64: windows[64]}, recorded, cfg)
+    assert timing[32] == 2.0  # no extra pass: exactly the median of the recorded batches after warm-up
+    assert 0 < timing[64] < 500.0
 
 
 def test_block_path_does_not_change_perplexity(windows):

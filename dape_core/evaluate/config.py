@@ -17,8 +17,9 @@ class EvalConfig:
     of every window (256 at paper scale). tokens_per_length: scored tokens per length, the same budget at
     every length (windows = budget / K, the same document tails at every length); or give n_windows
     instead (default budget: 2048 tokens). batch_size: windows per forward pass. split: the held-out split
-    evaluated (`test` needs data.test_fraction > 0). timing: measure ms per forward at every length
-    (timing_warmup runs, then the median of timing_reps). visualise: heat maps of the bias and processed
+    evaluated (`test` needs data.test_fraction > 0). timing: ms per evaluation batch at every length,
+    timed on the evaluation's own batches (the first timing_warmup dropped, then the median; extra passes
+    only when fewer than timing_reps batches remain). visualise: heat maps of the bias and processed
     logits of one query row at the longest length, per layer and head."""
 
     lengths: list[int]

@@ -43,6 +43,23 @@ def forward_ms_by_length(model: torch.nn.Module, windows: dict[int, torch.Tensor
             for length, rows in sorted(windows.items())}
 
 
+def forward_ms_from_evaluation(model: torch.nn.Module, windows: dict[int, torch.Tensor],
+                               batch_ms: dict[int, list[float]], cfg, precision=None) -> dict[int, float]:
+    """ms per evaluation batch at each length, from the batches the evaluation already ran: the first
+    `cfg.timing_warmup` are dropped and the median of the rest taken. A length with fewer than
+    `cfg.timing_reps` timed batches left gets extra passes over its first batch (the evaluation has already
+    warmed it up)."""
+    from .perplexity import tail_loss
+
+    out = {}
+    for length, rows in sorted(windows.items()):
+        samples = list(batch_ms.get(length, []))[cfg.timing_warmup :]
+        while len(samples) < cfg.timing_reps:
+            tail_loss(model, rows[: cfg.batch_size], cfg.tail_tokens, cfg.batch_size, precision, samples)
+        out[length] = statistics.median(samples)
+    return out
+
+
 def reset_peak_memory(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

@@ -56,7 +56,8 @@ def main() -> None:
     print("|" + "---|" * (3 + len(lengths)))
     for label, (step, forward, flops) in rows.items():
         cells = " | ".join(f"{forward[L]:.1f} ({forward[L] / base_forward[L]:.2f})" for L in lengths)
-        print(f"| {label} | {step:.1f} ({step / base_step:.2f}) | {cells} | {flops / 1e9:.5f} ({flops / base_flops:.2f}) |")
+        flops_cell = f"{flops / 1e9:.5f} ({flops / base_flops:.2f})"
+        print(f"| {label} | {step:.1f} ({step / base_step:.2f}) | {cells} | {flops_cell} |")
 
 
 if __name__ == "__main__":
