@@ -33,6 +33,10 @@ def windows():
     return evaluation_windows(corpus.validation, [32, 64, 128], n_windows=6, seed=0)
 
 
+def _model_fields() -> set[str]:
+    return {f.name for f in dataclasses.fields(ModelConfig)}
+
+
 def _model(**overrides):
     torch.manual_seed(0)
     return build_model(ModelConfig(**{**TINY, **overrides})).eval()
@@ -87,8 +91,21 @@ def test_processor_flops_follow_spec_formula():
     assert dape - base == 2 * layers * 3 * H * D * k * T
 
 
-def test_attention_row_is_what_the_model_computes(windows, tmp_path):
-    model = _model(pos_encoding="kerple", processor="dapev2", kernel_size=3)
+def _kernels():
+    kernels = [3]
+    try:  # 2-D kernels (kq x kk) exist in dape_cores with the attention paths
+        ModelConfig(**TINY, processor="dapev2", kernel_size=(2, 3))
+        kernels.append((2, 3))
+    except ValueError:
+        pass
+    return kernels
+
+
+@pytest.mark.parametrize("kernel", _kernels(), ids=str)
+def test_attention_row_is_what_the_model_computes(windows, tmp_path, kernel):
+    # The direct path, so that the processor's hook below sees the whole [T, T] map in one call.
+    direct = {"eval_block_size": None} if "eval_block_size" in _model_fields() else {}
+    model = _model(pos_encoding="kerple", processor="dapev2", kernel_size=kernel, **direct)
     tokens = windows[128][:1, :-1]
     full_logits, full_bias = [], []
 
@@ -144,8 +161,7 @@ def test_forward_timing_is_a_median_per_length(windows):
 def test_block_path_does_not_change_perplexity(windows):
     """The memory-efficient block path used automatically at long evaluation lengths gives the direct path's
     perplexity. Needs ModelConfig.eval_block_size (the attention paths of dape_core)."""
-    fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    if "eval_block_size" not in fields:
+    if "eval_block_size" not in _model_fields():
         pytest.skip("this dape_core has no block attention path (ModelConfig.eval_block_size)")
     cfg = EvalConfig(lengths=[32, 64, 128], tail_tokens=16, n_windows=6)
     for overrides in ({"pos_encoding": "kerple", "processor": "dapev2"}, {"pos_encoding": "alibi"}):

@@ -3,7 +3,8 @@ B and the processed logits A = f(S, B) over all keys, saved as heat maps and as 
 
 The model is run once with forward pre-hooks that capture each attention module's input; the row is then
 recomputed from the module's public pieces (`qkv`, `pos.rotate`, `pos.bias`, `processor`). A 1×k kernel
-mixes keys within one row only, so one query row is exact and cheap even at the longest length.
+mixes keys within one row only, so one query row is exact and cheap even at the longest length; a taller
+kernel gets the few earlier rows it reads (`processor.row_halo`).
 """
 
 from __future__ import annotations
@@ -39,17 +40,20 @@ def attention_rows(model: torch.nn.Module, tokens: torch.Tensor, query: int | No
         length = x.shape[1]
         positions = captured[i][1] if len(captured[i]) > 1 else torch.arange(length, device=x.device)
         row = length - 1 if query is None else query
+        # A kernel taller than one row also reads earlier query rows (the processor's `row_halo`).
+        halo = getattr(attn.processor, "row_halo", 0) if attn.processor is not None else 0
+        first = max(0, row - halo)
         q, k, _ = attn.qkv(x).view(x.shape[0], length, 3, attn.n_head, attn.head_dim).permute(2, 0, 3, 1, 4)
         q, k = attn.pos.rotate(q, k, positions, positions)
-        q_pos = positions[row : row + 1]
-        scores = (q[:, :, row : row + 1] @ k.transpose(-2, -1)) / math.sqrt(attn.head_dim)  # [1, H, 1, L]
-        bias = attn.pos.bias(q_pos, positions)  # [H, 1, L] or None
+        q_pos = positions[first : row + 1]
+        scores = (q[:, :, first : row + 1] @ k.transpose(-2, -1)) / math.sqrt(attn.head_dim)  # [1, H, rows, L]
+        bias = attn.pos.bias(q_pos, positions)  # [H, rows, L] or None
         if attn.processor is not None:
             logits = attn.processor(scores, bias, q_pos, positions)
         else:
             logits = scores if bias is None else scores + bias
-        logits = logits[0, :, 0].float().masked_fill(positions[None, :] > q_pos, float("nan"))
-        rows.append({"bias": None if bias is None else bias[:, 0].float().cpu().numpy(),
+        logits = logits[0, :, -1].float().masked_fill(positions[None, :] > q_pos[-1], float("nan"))
+        rows.append({"bias": None if bias is None else bias[:, -1].float().cpu().numpy(),
                      "logits": logits.cpu().numpy(), "query": int(row)})
     return rows
 
