@@ -1,12 +1,20 @@
 """One experiment = data + model + training + evaluation, returned as one structured result.
 
-This is the unit a study trial runs. It is independent of any orchestrator: progress goes to a callback.
+This is the unit a study trial runs. It is independent of any orchestrator: progress goes to a callback
+(see `dape_core.train.TrainerCallback`), and checkpoints to a directory the caller names.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 from pydantic import ConfigDict, Field, model_validator
@@ -14,9 +22,13 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from .config import ModelConfig
 from .data import DataConfig, TrainStream, evaluation_windows, load_corpus
-from .evaluate import EvalConfig, perplexity_by_length
+from .evaluate import (EvalConfig, attention_rows, delta_p, forward_flops_per_token, forward_ms_from_evaluation,
+                       peak_memory_bytes, perplexity_by_length, reset_peak_memory, save_heat_maps, tail_loss)
 from .model import build_model
-from .train import TrainConfig, TrainerCallback, train
+from .train import CheckpointStore, TrainConfig, resolve_device, resolve_precision, train
+
+# Train fields that change what is logged, not the trajectory: a checkpoint survives changing them.
+_NOT_IN_FINGERPRINT = ("log_every", "eval_every", "val_tokens")
 
 
 @pydantic_dataclass(config=ConfigDict(extra="forbid"))
@@ -39,10 +51,22 @@ class ExperimentConfig:
                 f"eval.tail_tokens={self.eval.tail_tokens} exceeds train.seq_len={self.train.seq_len}: "
                 "the scored tail must fit in the shortest window"
             )
+        if self.eval.split == "test" and self.data.test_fraction == 0:
+            raise ValueError("eval.split is 'test' but data.test_fraction is 0: hold out a test split "
+                             "(e.g. data.test_fraction: 0.05) or evaluate on 'validation'")
+        if self.data.source == "tokens" and self.data.chunk_tokens <= max(self.eval.lengths):
+            raise ValueError(f"data.chunk_tokens={self.data.chunk_tokens} must exceed the longest evaluation length "
+                             f"{max(self.eval.lengths)}: evaluation windows lie inside held-out chunks")
         return self
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def fingerprint(self) -> str:
+        """Identity of a training trajectory: model, data and train sections, less logging-only fields."""
+        sections = {"model": asdict(self.model), "data": asdict(self.data),
+                    "train": {k: v for k, v in asdict(self.train).items() if k not in _NOT_IN_FINGERPRINT}}
+        return hashlib.sha256(json.dumps(sections, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -54,28 +78,115 @@ class ExperimentResult:
     tokens_seen: int
     num_parameters: int
     data_hash: str
+    delta_p: dict[int, float] = field(default_factory=dict)  # ΔP(L) = P(T_train) − P(L); > 0: context helps
+    ms_per_step: float | None = None  # median ms of one training step (forward + backward + update)
+    ms_forward: dict[int, float] = field(default_factory=dict)  # median ms of one eval-batch forward at L
+    flops_per_token: float = 0.0  # analytic forward FLOPs per token at the training length
+    peak_memory_bytes: int = 0  # CUDA allocator peak, or the process's peak RSS on CPU
+    device: str = "cpu"
+    precision: str = "fp32"
+    artifacts: list[str] = field(default_factory=list)  # attention heat maps and their arrays
+    val_history: list[tuple[int, float]] = field(default_factory=list)
+    data_record: dict = field(default_factory=dict)  # source, split seed, fractions, tokens per split
+    resumed_from: int | None = None
     extra: dict = field(default_factory=dict)
 
+    def metrics(self) -> dict[str, float]:
+        """Flat numeric metrics, named as the orchestrator logs them."""
+        out = {"train_loss": self.final_train_loss, "train_seconds": self.train_seconds,
+               "eval_seconds": self.eval_seconds, "tokens_seen": self.tokens_seen,
+               "num_parameters": self.num_parameters, "flops_per_token": self.flops_per_token,
+               "peak_memory_mb": self.peak_memory_bytes / 2**20}
+        if self.ms_per_step is not None:
+            out["ms_per_step"] = self.ms_per_step
+        out.update({f"ppl_{length}": value for length, value in self.perplexity.items()})
+        out.update({f"delta_p_{length}": value for length, value in self.delta_p.items()})
+        out.update({f"ms_forward_{length}": value for length, value in self.ms_forward.items()})
+        return out
 
-def run_experiment(cfg: ExperimentConfig, callback: TrainerCallback | None = None, threads: int | None = None) -> ExperimentResult:
+
+def _with_train_length(model: ModelConfig, seq_len: int) -> ModelConfig:
+    """Encodings that depend on the training length (randomized RoPE's range, FIRE's L0) learn it from the
+    experiment, when this dape_core's ModelConfig has that field."""
+    if "train_length" in {f.name for f in dataclasses.fields(model)} and model.train_length != seq_len:
+        return dataclasses.replace(model, train_length=seq_len)
+    return model
+
+
+def check_vocabulary(cfg: ExperimentConfig, corpus_vocab: int, tokenizer: str) -> None:
+    if cfg.model.vocab_size < corpus_vocab:
+        raise ValueError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the data's vocabulary of "
+                         f"{corpus_vocab} (tokenizer {tokenizer}): set model.vocab_size to at least {corpus_vocab}")
+
+
+def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = None, *,
+                   checkpoint_dir: str | Path | None = None, checkpoint_every: int | None = None,
+                   resume: bool = True, artifacts_dir: str | Path | None = None) -> ExperimentResult:
+    """Train and evaluate one config. Every data problem (missing files, held-out text too short for the
+    longest evaluation length, ids beyond the vocabulary) is raised before training starts.
+
+    checkpoint_dir: save `trainer.pt` there every `checkpoint_every` steps and at the end; with `resume`,
+    continue from the one already there. artifacts_dir: where `eval.visualise` writes its heat maps.
+    """
     if threads:
         torch.set_num_threads(threads)
+    device = resolve_device(cfg.train.device)
+    precision = resolve_precision(cfg.train.precision, device)
     torch.manual_seed(cfg.train.seed)
     corpus = load_corpus(cfg.data)
-    if cfg.model.vocab_size < corpus.vocab_size:
-        raise ValueError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the corpus vocabulary {corpus.vocab_size}")
-    model = build_model(cfg.model)
-    stream = TrainStream(corpus.train, seed=cfg.train.seed)
-    trained = train(model, stream, cfg.train, callback)
+    check_vocabulary(cfg, corpus.vocab_size, corpus.record["tokenizer"])
+    # Evaluation windows before training: held-out text too short for the protocol fails now.
+    seq_len = cfg.train.seq_len
+    lengths = sorted(set(cfg.eval.lengths) | {seq_len})  # ΔP needs the training length
+    windows = evaluation_windows(corpus.split(cfg.eval.split), lengths, cfg.eval.windows_per_length, cfg.eval.seed)
+    stream = TrainStream(corpus.stream_regions(), seed=cfg.train.seed)
+    model = build_model(_with_train_length(cfg.model, seq_len)).to(device)
+
+    validate = None
+    if cfg.train.eval_every:
+        val_windows = evaluation_windows(corpus.validation, [seq_len], math.ceil(cfg.train.val_tokens / seq_len),
+                                         seed=cfg.eval.seed + 1, strict=False)[seq_len]
+        validate = functools.partial(tail_loss, model, val_windows, seq_len, cfg.eval.batch_size, precision)
+
+    checkpoints = CheckpointStore(checkpoint_dir, cfg.fingerprint()) if checkpoint_dir is not None else None
+    reset_peak_memory(device)
+    trained = train(model, stream, cfg.train, callback, precision=precision, validate=validate,
+                    checkpoints=checkpoints, checkpoint_every=checkpoint_every, resume=resume)
+
     started = time.perf_counter()
-    windows = evaluation_windows(corpus.validation, cfg.eval.lengths, cfg.eval.n_windows, cfg.eval.seed)
-    perplexity = perplexity_by_length(model, windows, cfg.eval)
+    batch_ms: dict[int, list[float]] | None = {} if cfg.eval.timing else None
+    all_lengths = perplexity_by_length(model, windows, cfg.eval, precision, batch_ms)
+    perplexity = {length: all_lengths[length] for length in cfg.eval.lengths}
+    gains = {length: value for length, value in delta_p(all_lengths, seq_len).items() if length in perplexity}
+    eval_seconds = time.perf_counter() - started
+    ms_forward = {}
+    if cfg.eval.timing:  # the evaluation's own batches, warm-up dropped: no extra passes in the usual case
+        timed = {length: windows[length] for length in cfg.eval.lengths}
+        ms_forward = forward_ms_from_evaluation(model, timed, batch_ms, cfg.eval, precision)
+    artifacts = []
+    if cfg.eval.visualise:
+        longest = max(cfg.eval.lengths)
+        folder = Path(artifacts_dir) if artifacts_dir is not None else Path(tempfile.mkdtemp(prefix="dape_attention_"))
+        rows = attention_rows(model, windows[longest][:1, :-1].to(device))
+        title = f"{cfg.model.pos_encoding} / {cfg.model.processor}, L={longest}"
+        artifacts = [str(path) for path in save_heat_maps(rows, folder, title)]
     return ExperimentResult(
         perplexity=perplexity,
         final_train_loss=trained.final_loss,
         train_seconds=trained.train_seconds,
-        eval_seconds=time.perf_counter() - started,
+        eval_seconds=eval_seconds,
         tokens_seen=trained.tokens_seen,
         num_parameters=model.num_parameters(),
         data_hash=corpus.content_hash,
+        delta_p=gains,
+        ms_per_step=trained.ms_per_step,
+        ms_forward=ms_forward,
+        flops_per_token=forward_flops_per_token(model, seq_len),
+        peak_memory_bytes=peak_memory_bytes(device),
+        device=str(device),
+        precision=precision.name,
+        artifacts=artifacts,
+        val_history=trained.val_history,
+        data_record=corpus.record,
+        resumed_from=trained.resumed_from,
     )

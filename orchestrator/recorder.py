@@ -7,6 +7,7 @@ mode calls it directly), which makes the driver the single writer of the trackin
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from .progress import Progress
 from .tracking import SWEPT_TAG_PREFIX, TRIAL_ID_TAG, StudyTracker, flatten
@@ -56,7 +57,8 @@ class TrialRecorder:
                 self.worker_pids[trial.trial_id] = result["pid"]
                 self.tracker.set_tags(run_id, {"worker_pid": str(result["pid"])})
             self.tracker.log_metrics(run_id, {k: result[k] for k in _PERIODIC_KEYS if k in result}, step, now)
-            self.progress.trial_step(trial, step, int(result.get("total_steps", 0)), result.get("train_loss"))
+            if "train_loss" in result:  # validation results carry val_loss only
+                self.progress.trial_step(trial, step, int(result.get("total_steps", 0)), result["train_loss"])
             return
         self.got_final.add(trial.trial_id)
         if result.get("error"):
@@ -71,6 +73,9 @@ class TrialRecorder:
         if perplexity:
             self.tracker.log_series(run_id, "ppl_by_length", perplexity, timestamp_ms=now)
         self.tracker.set_tags(run_id, {k: result[k] for k in _STRING_RESULT_KEYS if result.get(k)})
+        for path in result.get("artifacts") or []:  # attention heat maps (on a cluster: if this disk sees them)
+            if Path(path).is_file():
+                self.tracker.log_artifact(run_id, Path(path), "attention")
         self.train_seconds[trial.trial_id] = float(result.get("train_seconds", 0.0))
         self.progress.trial_evaluated(trial, perplexity)
 

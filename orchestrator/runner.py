@@ -86,7 +86,7 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
         if todo:
             with progress:
                 if local:
-                    _run_local(todo, recorder, study)
+                    _run_local(todo, recorder, study, storage_dir)
                     outcome.concurrency = 1
                 else:
                     from .tune_runner import run_with_tune
@@ -120,7 +120,7 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
     return outcome
 
 
-def _run_local(trials: list[Trial], recorder: TrialRecorder, study: Study) -> None:
+def _run_local(trials: list[Trial], recorder: TrialRecorder, study: Study, storage_dir: Path) -> None:
     """Trials one by one in this process, without Ray: for stepping through a trial with a debugger."""
     from .trainable import execute
 
@@ -128,7 +128,8 @@ def _run_local(trials: list[Trial], recorder: TrialRecorder, study: Study) -> No
     for trial in trials:
         recorder.start(trial)
         try:
-            execute({"trial": trial.payload()}, lambda result, t=trial: recorder.result(t, result), threads)
+            tune_config = {"trial": trial.payload(), "checkpoint_root": str(storage_dir.resolve() / "checkpoints")}
+            execute(tune_config, lambda result, t=trial: recorder.result(t, result), threads)
         except Exception as error:  # a failing trial is recorded; the study goes on
             recorder.error(trial, f"{type(error).__name__}: {error}")
             continue

@@ -152,6 +152,9 @@ class StudyTracker:
     def end_trial_run(self, run_id: str, status: str) -> None:
         self.client.set_terminated(run_id, status=status)
 
+    def log_artifact(self, run_id: str, path: Path, folder: str | None = None) -> None:
+        self.client.log_artifact(run_id, str(path), folder)
+
     def log_artifacts(self, folder: Path) -> None:
         if self.parent_run_id:
             self.client.log_artifacts(self.parent_run_id, str(folder))

@@ -4,9 +4,11 @@ driver is the only writer."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from dape_core import ExperimentConfig, NonFiniteLossError, run_experiment
+from dape_core.train import TrainerCallback
 
 from .recorder import FINAL_FLAG
 from .trials import materialize
@@ -14,41 +16,58 @@ from .trials import materialize
 Report = Callable[[dict], None]
 
 
-class ReportingSink:
+class ReportingSink(TrainerCallback):
     """dape_core's trainer callback, forwarding training progress to a report function."""
 
     def __init__(self, report: Report, total_steps: int):
         self.report, self.total_steps = report, total_steps
+        self.last_val_loss: float | None = None
 
     def on_step(self, step: int, loss: float, lr: float) -> None:
         self.report({"step": step, "total_steps": self.total_steps, "train_loss": loss, "lr": lr})
 
+    def on_validation(self, step: int, val_loss: float) -> None:
+        # ASHA and Optuna's pruning read this periodic validation loss.
+        self.last_val_loss = val_loss
+        self.report({"step": step, "total_steps": self.total_steps, "val_loss": val_loss})
+
+
+def checkpoint_every(steps: int) -> int:
+    """Ten checkpoints per trial: a crashed or interrupted trial loses at most a tenth of its training."""
+    return max(1, steps // 10)
+
 
 def execute(tune_config: dict, report: Report, threads: int) -> None:
-    """Run one trial and report its final result (or the reason it could not finish) through `report`."""
+    """Run one trial and report its final result (or the reason it could not finish) through `report`.
+
+    A trial with a checkpoint folder (`tune_config["checkpoint_root"]`, one sub-folder per trial identity)
+    resumes from its last checkpoint: after a crash retried by Ray Tune, or after the whole orchestrator
+    was killed and run again.
+    """
     trial = materialize(tune_config)
     experiment = ExperimentConfig(**trial.config)
     steps = experiment.train.steps
+    root = tune_config.get("checkpoint_root")
+    folder = Path(root) / trial.trial_id if root else None
+    sink = ReportingSink(report, steps)
     try:
-        result = run_experiment(experiment, ReportingSink(report, steps), threads=threads)
+        result = run_experiment(experiment, sink, threads=threads, checkpoint_dir=folder,
+                                checkpoint_every=checkpoint_every(steps) if folder else None,
+                                artifacts_dir=folder / "artifacts" if folder else None)
     except NonFiniteLossError as error:
         # Deterministic: retrying would diverge again. End the trial with its reason instead.
         report({FINAL_FLAG: 1, "step": steps, "total_steps": steps, "error": f"NonFiniteLossError: {error}"})
         return
-    final = {
-        FINAL_FLAG: 1,
-        "step": steps,
-        "total_steps": steps,
-        "train_loss": result.final_train_loss,
-        "train_seconds": result.train_seconds,
-        "eval_seconds": result.eval_seconds,
-        "tokens_seen": result.tokens_seen,
-        "num_parameters": result.num_parameters,
-        "data_hash": result.data_hash,
-        # dape_core trains on the CPU unless it reports another device.
-        "device": str(result.extra.get("device", "cpu")),
-    }
-    final.update({f"ppl_{length}": value for length, value in result.perplexity.items()})
+    if folder is not None:  # finished: the identity now skips this trial, its weights need not stay on disk
+        (folder / "trainer.pt").unlink(missing_ok=True)
+    final = {FINAL_FLAG: 1, "step": steps, "total_steps": steps, "data_hash": result.data_hash,
+             "device": result.device, "artifacts": [str(path) for path in result.artifacts]}
+    if result.resumed_from is not None:
+        final["resumed_from_step"] = result.resumed_from
+    if sink.last_val_loss is not None:
+        final["val_loss"] = sink.last_val_loss  # searchers read the metric from the final result
+    # train_loss, ppl_<L>, delta_p_<L>, ms_per_step, ms_forward_<L>, flops_per_token, peak_memory_mb, ...
+    final.update(result.metrics())
     report(final)
 
 

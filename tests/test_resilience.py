@@ -104,7 +104,13 @@ def test_killed_trial_process_is_retried_and_the_study_completes(tmp_path):
         def worker_pid():
             runs = _runs(tmp_path, "retry")[1]
             return runs and runs[0].data.tags.get("worker_pid")
-        _wait_for(worker_pid, 240, proc)
+
+        def past_first_checkpoint():  # checkpoints every 15 of the 150 steps
+            runs = _runs(tmp_path, "retry")[1]
+            return runs and runs[0].data.metrics.get("train_loss") and worker_pid() and \
+                max(m.step for m in MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_metric_history(
+                    runs[0].info.run_id, "train_loss")) >= 30
+        _wait_for(past_first_checkpoint, 240, proc)
         os.kill(int(worker_pid()), signal.SIGKILL)  # the trial's own process, found through its MLflow tag
         output, _ = proc.communicate(timeout=300)
     finally:
@@ -113,6 +119,8 @@ def test_killed_trial_process_is_retried_and_the_study_completes(tmp_path):
     client, runs = _runs(tmp_path, "retry")
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     assert runs[0].data.tags["retries"] == "1"
+    # The retry continued from the trial's last checkpoint instead of starting over.
+    assert 0 < runs[0].data.metrics["resumed_from_step"] < 150
     assert "ppl_64" in runs[0].data.metrics
 
 

@@ -1,0 +1,169 @@
+"""Where raw data comes from: documents of text (stdlib, text files, a saved HF dataset) or a token file.
+
+Document sources return `(key, bytes)` pairs; the key (a relative path, `path#i` for a file split on a
+separator, or a row index) decides the document's split, so adding files does not reshuffle the others.
+A token file is memory-mapped and never read whole: a 100 GB file costs no RAM.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import hashlib
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+
+from .config import DataConfig
+
+Document = tuple[str, bytes]
+FULL_HASH_LIMIT = 256 << 20  # bytes of token file hashed whole; larger files are hashed by samples
+HASH_SAMPLES, HASH_SAMPLE_BYTES = 64, 1 << 20
+
+
+def stdlib_files() -> list[Path]:
+    return list(_stdlib_files())
+
+
+@functools.lru_cache(maxsize=1)
+def _stdlib_files() -> tuple[Path, ...]:
+    # Walking the stdlib takes seconds on a busy disk and it does not change while a process runs.
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return tuple(sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and p.is_file()))
+
+
+def stdlib_documents(cfg: DataConfig) -> list[Document]:
+    files = stdlib_files()
+    if cfg.max_files is not None:
+        files = files[: cfg.max_files]
+    if not files:
+        raise FileNotFoundError("no Python standard-library source files found for the 'stdlib' data source")
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return [(path.relative_to(root).as_posix(), path.read_bytes()) for path in files]
+
+
+def text_files(cfg: DataConfig) -> tuple[Path, list[Path]]:
+    """(root the keys are relative to, files in sorted order) for a file, a folder or a glob."""
+    path = Path(cfg.path).expanduser()
+    if path.is_file():
+        return path.parent, [path]
+    if path.is_dir():
+        files = sorted(p for p in path.glob(cfg.pattern) if p.is_file())
+        where = f"folder {path} (data.pattern {cfg.pattern!r})"
+        root = path
+    elif glob.has_magic(cfg.path):
+        files = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
+        where = f"glob {cfg.path!r}"
+        root = _glob_root(path)
+    else:
+        raise FileNotFoundError(f"data.path: {path} does not exist")
+    if not files:
+        raise FileNotFoundError(f"data.path: no files match in {where}")
+    return root, files
+
+
+def _glob_root(pattern: Path) -> Path:
+    """The part of a glob before its first wildcard: document keys are relative to it."""
+    fixed = []
+    for part in pattern.parts:
+        if glob.has_magic(part):
+            break
+        fixed.append(part)
+    return Path(*fixed) if fixed else Path(".")
+
+
+def _split_on(key: str, content: bytes, separator: str | None) -> list[Document]:
+    if separator is None:
+        return [(key, content)]
+    parts = content.split(separator.encode())
+    return [(f"{key}#{i}", part) for i, part in enumerate(parts) if part.strip()]
+
+
+def text_documents(cfg: DataConfig) -> list[Document]:
+    root, files = text_files(cfg)
+    if cfg.max_files is not None:
+        files = files[: cfg.max_files]
+    documents = []
+    for path in files:
+        documents.extend(_split_on(path.relative_to(root).as_posix(), path.read_bytes(), cfg.separator))
+    return documents
+
+
+def hf_disk_documents(cfg: DataConfig) -> list[Document]:
+    try:
+        import datasets
+    except ImportError as error:
+        raise ImportError("data.source 'hf_disk' needs the Hugging Face 'datasets' package, which is not installed: "
+                          "pip install datasets (or pip install 'dape-orchestrator[hf]')") from error
+    path = Path(cfg.path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"data.path: no saved dataset at {path} (write one with Dataset.save_to_disk)")
+    loaded = datasets.load_from_disk(str(path))
+    if isinstance(loaded, datasets.DatasetDict):
+        if cfg.hf_split not in loaded:
+            raise ValueError(f"data.hf_split {cfg.hf_split!r} is not in the dataset at {path}; "
+                             f"it has: {', '.join(loaded)}")
+        loaded = loaded[cfg.hf_split]
+    if cfg.text_field not in loaded.column_names:
+        raise ValueError(f"data.text_field {cfg.text_field!r} is not a column of the dataset at {path}; "
+                         f"columns: {', '.join(loaded.column_names)}")
+    rows = len(loaded) if cfg.max_files is None else min(len(loaded), cfg.max_files)
+    column = loaded.select(range(rows))[cfg.text_field]
+    documents = []
+    for index, text in enumerate(column):
+        if not isinstance(text, str):
+            raise ValueError(f"data.text_field {cfg.text_field!r}: row {index} holds {type(text).__name__}, not text")
+        documents.extend(_split_on(str(index), text.encode("utf-8"), cfg.separator))
+    return documents
+
+
+def read_documents(cfg: DataConfig) -> list[Document]:
+    readers = {"stdlib": stdlib_documents, "text": text_documents, "hf_disk": hf_disk_documents}
+    return readers[cfg.source](cfg)
+
+
+def documents_hash(documents: list[Document]) -> hashlib._Hash:
+    hasher = hashlib.sha256()
+    for key, content in documents:
+        content = content.replace(b"\x00", b"")
+        if content:  # empty files carry nothing to train on, and were never hashed
+            hasher.update(key.encode() + b"\x00" + content)
+    return hasher
+
+
+def open_token_file(cfg: DataConfig) -> np.ndarray:
+    """A read-only memory map of a `.bin` (raw ids of `data.dtype`) or a 1-D `.npy` token file."""
+    path = Path(cfg.path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"data.path: no token file at {path}")
+    if path.suffix == ".npy":
+        tokens = np.load(path, mmap_mode="r")
+        if tokens.ndim != 1:
+            raise ValueError(f"data.path: {path} holds an array of shape {tokens.shape}; a token stream is 1-D")
+        if not np.issubdtype(tokens.dtype, np.integer):
+            raise ValueError(f"data.path: {path} holds {tokens.dtype} values; token ids are integers")
+        return tokens
+    itemsize = np.dtype(cfg.dtype).itemsize
+    size = path.stat().st_size
+    if size == 0:
+        raise ValueError(f"data.path: token file {path} is empty")
+    if size % itemsize:
+        raise ValueError(f"data.path: {path} has {size} bytes, not a multiple of {itemsize} (data.dtype {cfg.dtype}); "
+                         "is data.dtype right?")
+    return np.memmap(path, dtype=cfg.dtype, mode="r")
+
+
+def token_file_hash(path: Path) -> str:
+    """sha256 of the file; above FULL_HASH_LIMIT, of its size and evenly spaced 1 MiB samples (fast on 100 GB)."""
+    size = path.stat().st_size
+    hasher = hashlib.sha256(str(size).encode())
+    with path.open("rb") as handle:
+        if size <= FULL_HASH_LIMIT:
+            for block in iter(lambda: handle.read(1 << 24), b""):
+                hasher.update(block)
+        else:
+            for i in range(HASH_SAMPLES):
+                handle.seek((size - HASH_SAMPLE_BYTES) * i // (HASH_SAMPLES - 1))
+                hasher.update(handle.read(HASH_SAMPLE_BYTES))
+    return hasher.hexdigest()

@@ -1,0 +1,53 @@
+"""Analytic forward FLOPs per token (SPEC §6), read off the built model so every block is counted.
+
+Per token at context length T (1 multiply-add = 2 FLOPs):
+- every `nn.Linear` (QKV, output projection, MLP, LM head): in × out;
+- the attention core, QKᵀ and A·V over the full T×T grid as the papers count it: 2 · T · d_model per layer;
+- the score processor's 1×k convolutions over the T×T score map: C_in · C_out · k per (i, j), so
+  T · Σ C_in · C_out · k per token (SPEC §4: 3·H·D·k·T² per sequence with a bias PE, 2·H·D·k·T² without).
+Not counted: embeddings (a lookup), norms, activations, softmax, position-encoding internals. A fused
+causal kernel skips about half of the attention grid; this counts what the formulas count.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def _attention_modules(model: nn.Module) -> list[nn.Module]:
+    return [module for module in model.modules() if hasattr(module, "qkv") and hasattr(module, "pos")]
+
+
+def forward_flops_per_token(model: nn.Module, seq_len: int) -> float:
+    attention = _attention_modules(model)
+    skipped = {id(m) for attn in attention for m in attn.pos.modules()}  # PE internals are not per-token work
+    processor_modules = {id(m) for attn in attention if getattr(attn, "processor", None) is not None
+                         for m in attn.processor.modules()}
+    macs = 0
+    for module in model.modules():
+        if id(module) in skipped:
+            continue
+        if isinstance(module, nn.Linear) and id(module) not in processor_modules:
+            macs += module.in_features * module.out_features
+        elif isinstance(module, nn.Conv2d) and id(module) in processor_modules:
+            kernel = module.kernel_size[0] * module.kernel_size[1]
+            macs += module.in_channels * module.out_channels // module.groups * kernel * seq_len
+    for attn in attention:
+        d_model = attn.qkv.in_features
+        macs += 2 * seq_len * d_model
+    return 2.0 * macs
+
+
+def train_flops_per_token(model: nn.Module, seq_len: int) -> float:
+    """Forward + backward ≈ 3 × forward (the backward pass costs about two forwards)."""
+    return 3.0 * forward_flops_per_token(model, seq_len)
+
+
+def measured_forward_flops(model: nn.Module, tokens: torch.Tensor) -> float:
+    """FLOPs of one forward counted by PyTorch's dispatcher (matmuls and convolutions), per token."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(tokens)
+    return counter.get_total_flops() / tokens.numel()

@@ -1,0 +1,25 @@
+"""How the trainer reports: a small sink interface. The trainer knows nothing of Ray or MLflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TrainerCallback:
+    """No-op base; override what you need. Duck-typed objects work too: only `on_step` is required, the
+    other hooks are called when present."""
+
+    def on_step(self, step: int, loss: float, lr: float) -> None:
+        """Every `train.log_every` steps and at the last: the smoothed training loss."""
+
+    def on_validation(self, step: int, val_loss: float) -> None:
+        """Every `train.eval_every` steps and at the last: mean loss on fixed held-out windows."""
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        """After a checkpoint was written (atomically) to `path`."""
+
+
+def notify(callback, hook: str, *args) -> None:
+    method = getattr(callback, hook, None) if callback is not None else None
+    if method is not None:
+        method(*args)

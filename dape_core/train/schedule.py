@@ -1,0 +1,27 @@
+"""AdamW with the papers' parameter groups, and the learning-rate schedule (SPEC §5)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .config import TrainConfig
+
+
+def cosine_lr(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup, then cosine decay from lr to lr/10 at the last step."""
+    warmup = max(1, int(cfg.warmup_fraction * cfg.steps))
+    if step < warmup:
+        return cfg.lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, cfg.steps - warmup)
+    floor = cfg.lr / 10
+    return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    # Weight decay on matrices only; norms, biases and per-head PE scalars are not decayed.
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
