@@ -315,7 +315,7 @@ def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
     """
     if not isinstance(raw, dict):
         raise StudyError(source, [f"(top level): expected a mapping of study fields, got {type(raw).__name__}"])
-    raw = copy.deepcopy(raw)
+    original, raw = copy.deepcopy(raw), copy.deepcopy(raw)
     if profile is not None:
         profiles = raw.get("profiles") or {}
         if not isinstance(profiles, dict) or profile not in profiles:
@@ -353,8 +353,11 @@ def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
         if not study.cells():
             problems.append("exclude: every combination is excluded; nothing would run")
     for name, overrides_of_profile in study.profiles.items():
+        if name == profile:
+            continue  # validated above, as the study itself
         try:
-            profiled = Study.model_validate(apply_study_overrides(study.model_dump(), overrides_of_profile))
+            # Profiles apply to the file as written, not on top of another profile.
+            profiled = Study.model_validate(apply_study_overrides(copy.deepcopy(original), overrides_of_profile))
         except (ValidationError, ValueError, AttributeError) as error:
             detail = _format_pydantic(error, "study", Study) if isinstance(error, ValidationError) else [str(error)]
             problems += [f"profiles.{name}: {p}" for p in detail]

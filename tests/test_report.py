@@ -250,15 +250,16 @@ def test_report_files_plots_latex_and_artifacts(built):
     assert len(pd.read_csv(folder / "results.csv")) == 6
 
     tex = (folder / "tables.tex").read_text()
-    assert tex.count(r"\begin{table}") == tex.count(r"\end{table}") == 2  # perplexity and time cost
-    assert tex.count(r"\toprule") == tex.count(r"\bottomrule") == 2
+    assert tex.count(r"\begin{table}") == tex.count(r"\end{table}") == 3  # perplexity, ΔP and time cost
+    assert tex.count(r"\toprule") == tex.count(r"\bottomrule") == 3
     assert r"& ratio & $\Delta$ \\" in tex and "ratio: the row's mean over the baseline's at L=128" in tex
     assert r"\label{tab:tiny-report-perplexity}" in tex
     perplexity = tex.split(r"\end{table}")[0]
     assert perplexity.count(r"\mathbf{") == 3  # one best per evaluation length
     assert re.search(r"^DAPE1x3-Kerple & \$(\\mathbf\{)?[0-9.]+\}?_\{\\pm [0-9.]+\}\$", perplexity, re.M)
     time_table = pd.read_csv(folder / "table_time.csv")
-    assert set(time_table.column) == {"train_seconds", "eval_seconds"}
+    assert set(time_table.column) == {"train_seconds", "eval_seconds", "ms_per_step", "ms_forward_32",
+                                      "ms_forward_64", "ms_forward_128"}
 
     client = MlflowClient(built.tracking_uri)
     experiment = client.get_experiment_by_name("tiny_report")
@@ -299,8 +300,11 @@ def test_new_metric_families_get_their_tables(built):
     tables = {table.family.key: table for table in build_tables(frame, [], "final value")}
     assert list(tables) == ["perplexity", "delta_p", "accuracy", "time"]
     delta_p, time_cost, accuracy = tables["delta_p"], tables["time"], tables["accuracy"]
-    assert [delta_p.header(c) for c in delta_p.columns] == ["L=64", "L=128"]
-    assert [time_cost.header(c) for c in time_cost.columns] == ["ms/step", "ms/fwd L=128", "train s", "eval s"]
+    # ΔP is logged for real now, at every evaluation length (0 at the training length by definition).
+    assert [delta_p.header(c) for c in delta_p.columns] == ["L=32", "L=64", "L=128"]
+    # ms per forward is measured for real at every evaluation length now.
+    assert [time_cost.header(c) for c in time_cost.columns] == [
+        "ms/step", "ms/fwd L=32", "ms/fwd L=64", "ms/fwd L=128", "train s", "eval s"]
     assert time_cost.reference == "ms_per_step" and accuracy.header("che_acc_parity_check") == "parity check"
     means = frame.groupby("label")[["delta_p_128", "che_acc_parity_check", "ms_per_step"]].mean()
     assert delta_p.best("delta_p_128") == {means["delta_p_128"].idxmax()}  # higher is better

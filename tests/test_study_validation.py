@@ -54,15 +54,24 @@ def test_real_process_exit_code_is_two(tmp_path):
 
 
 @pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
-def test_shipped_studies_validate(path):
+def test_shipped_studies_validate_and_plan_in_both_profiles(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     study = load_study(path)
     assert expand(study)
+    assert "paper" in study.profiles, "every study has a `paper` profile at the papers' scale"
+    paper = load_study(path, profile="paper")
+    assert paper.resources.gpus >= 1
+    for args in (["plan", str(path)], ["plan", str(path), "--profile", "paper"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert "to run" in result.output
+    assert not (tmp_path / "mlruns").exists()
 
 
-def test_kernel_size_study_expands_to_the_four_variants():
+def test_kernel_size_study_expands_to_its_five_rows():
     study = load_study(Path(__file__).parents[1] / "studies" / "kernel_size.yaml")
     trials = expand(study)
-    assert [t.label for t in trials] == ["Kerple", "DAPE-Kerple", "DAPE1x3-Kerple", "DAPE1x5-Kerple"]
+    assert [t.label for t in trials] == ["Kerple", "DAPE-Kerple", "DAPE1x3-Kerple", "DAPE1x5-Kerple", "DAPE1x7-Kerple"]
     assert [(t.config["model"]["processor"], t.config["model"]["kernel_size"]) for t in trials][1:] == [
-        ("dapev2", 1), ("dapev2", 3), ("dapev2", 5)]
-    assert len({t.trial_id for t in trials}) == 4
+        ("dapev2", 1), ("dapev2", 3), ("dapev2", 5), ("dapev2", 7)]
+    assert len({t.trial_id for t in trials}) == 5

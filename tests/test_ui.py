@@ -62,7 +62,7 @@ def test_html_report_renders_in_chromium(built, chromium, tmp_path):
     html = page.read_text()
     # Self-contained: every image is inline and decodes as a PNG; no external resources to fetch.
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
-    assert len(images) == 3  # perplexity vs length, vs kernel size, training curves
+    assert len(images) == 4  # perplexity and ΔP vs length, perplexity vs kernel size, training curves
     for data in images:
         Image.open(io.BytesIO(base64.b64decode(data))).verify()
     assert not re.search(r'(src|href)="(https?:)?//', html)
@@ -84,7 +84,7 @@ def test_html_report_renders_in_chromium(built, chromium, tmp_path):
 
     dom = _chromium(chromium, tmp_path / "profile", "--dump-dom", page.as_uri())
     assert dom.returncode == 0 and _console_messages(dom.stderr) == []
-    assert dom.stdout.count("<img") == 3
+    assert dom.stdout.count("<img") == 4
     assert re.search(r'<table class="results" id="table-perplexity">.*?</table>', dom.stdout, re.S)
     body_rows = re.search(r'id="table-perplexity">.*?<tbody>(.*?)</tbody>', dom.stdout, re.S).group(1)
     assert body_rows.count("<tr") == 2 and "DAPE1x3-Kerple" in body_rows
