@@ -13,9 +13,10 @@ mask -> softmax -> ·V. Three ways to compute it, all giving the same result:
   With gradients each block is recomputed in backward (`torch.utils.checkpoint`), so a layer keeps only
   q, k and v. Without a processor, blocks call the fused kernel with the block's part of the bias.
 
-Which path runs (see `ModelConfig.attention_block_size` and `eval_block_size`): training uses the block path
-when `attention_block_size` is set, the direct path otherwise; without gradients the block path is used
-automatically once T exceeds `eval_block_size`.
+Which path runs (see `ModelConfig.attention_block_size` and `eval_block_size`): training with a processor
+uses the block path when `attention_block_size` is set, the direct path otherwise; training without one
+uses the fused kernel; without gradients the block path is used automatically once T exceeds
+`eval_block_size` (and with a bias but no processor, blocks call the fused kernel with their part of it).
 """
 
 from __future__ import annotations
@@ -64,9 +65,10 @@ class CausalSelfAttention(nn.Module):
         return self.attend_blocks(q, k, v, positions, rows)
 
     def block_rows(self, batch: int, length: int) -> int | None:
-        """Rows per block, or None for the direct path."""
+        """Rows per block, or None for the direct path. Without a processor, training always takes the fused
+        kernel over the whole sequence: its only T x T tensor is the bias, shared by the batch."""
         if self.training and torch.is_grad_enabled():
-            return self.train_block_rows
+            return self.train_block_rows if self.processor is not None else None
         if self.eval_block_rows is None or length <= self.eval_block_rows:
             return None
         return max(MIN_BLOCK_ROWS, min(self.eval_block_rows, EVAL_BLOCK_ELEMENTS // (batch * length)))
@@ -97,7 +99,9 @@ class CausalSelfAttention(nn.Module):
         if processor is None:
             mask = bias.to(q.dtype).masked_fill(future, float("-inf"))
             return F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :end], v[:, :, :end], attn_mask=mask)
-        scores = (q[:, :, first:stop] @ k[:, :, :end].transpose(-2, -1)) / math.sqrt(self.head_dim)
+        # Scaling q rather than the scores: a pass over [rows, d] instead of [rows, keys].
+        scores = (q[:, :, first:stop] / math.sqrt(self.head_dim)) @ k[:, :, :end].transpose(-2, -1)
         logits = processor(scores, bias, q_pos, k_pos)[:, :, start - first :]
-        weights = logits.masked_fill(future, float("-inf")).softmax(dim=-1, dtype=torch.float32).to(v.dtype)
-        return weights @ v[:, :, :end]
+        # Softmax in float32 at least (bf16/fp16 training), in the logits' precision otherwise.
+        weights = logits.masked_fill_(future, float("-inf")).softmax(dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+        return weights.to(v.dtype) @ v[:, :, :end]
