@@ -103,5 +103,6 @@ class CausalSelfAttention(nn.Module):
         scores = (q[:, :, first:stop] / math.sqrt(self.head_dim)) @ k[:, :, :end].transpose(-2, -1)
         logits = processor(scores, bias, q_pos, k_pos)[:, :, start - first :]
         # Softmax in float32 at least (bf16/fp16 training), in the logits' precision otherwise.
-        weights = logits.masked_fill_(future, float("-inf")).softmax(dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+        softmax_dtype = torch.promote_types(logits.dtype, torch.float32)
+        weights = logits.masked_fill_(future, float("-inf")).softmax(dim=-1, dtype=softmax_dtype)
         return weights.to(v.dtype) @ v[:, :, :end]

@@ -61,10 +61,11 @@ class ModelConfig:
     fire_l0: FIRE's L₀. SPEC Decision: None means train_length.
     attention_block_size: with a processor, training computes attention in blocks of this many query rows,
         each recomputed in backward (torch.utils.checkpoint), so only q, k, v are kept per layer instead of
-        the [B, 2H, T, T] and [B, D, T, T] maps, and the upper triangle is skipped (on a 2-core CPU a 125M
-        layer's training step at T = 1024 takes about a third of the direct path's time with 64 rows). None
-        trains on the direct path (the reference formulation over the full map). Both give the same logits
-        and gradients. Without a processor training always uses PyTorch's fused kernel.
+        the [B, 2H, T, T] and [B, D, T, T] maps, and the upper triangle is skipped (on this project's CPU a
+        125M-shaped layer's training step at T = 1024 with 64 rows takes about 0.3x the time of the reference
+        formulation: tests/benchmarks/bench_attention.py). None trains on the direct path (the reference
+        formulation over the full map). Both give the same logits and gradients. Without a processor,
+        training always uses PyTorch's fused kernel.
     eval_block_size: without gradients (evaluation) the block path is used automatically once T exceeds
         this many rows; each block then holds at most this many rows and about 2^22 score entries per
         batch (a few hundred MB), so long evaluation fits in memory. None always evaluates on the direct path.
