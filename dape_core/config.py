@@ -2,6 +2,8 @@
 
 `ModelConfig` is a pydantic dataclass so that the same object validates a study file's `model:` section
 (unknown keys and bad values are reported with their field names) and is built directly from Python.
+`ModelConfig.num_parameters()` is the analytic parameter count; `CausalLM.num_parameters()` counts the built
+model, and the tests check that the two agree.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import Literal
 from pydantic import ConfigDict, field_validator, model_validator
 from pydantic.dataclasses import dataclass
 
-# name -> (layers, width, heads). Paper sizes from SPEC §5; CPU presets are this project's.
+# name -> (layers, width, heads). Paper sizes from SPEC §5 (head dims 64, 64, 80, 128 follow from width / heads);
+# the CPU presets are this project's.
 PRESETS: dict[str, tuple[int, int, int]] = {
     "tiny": (2, 64, 2),  # unit tests: trains in seconds
     "small": (4, 128, 4),  # CPU studies (SPEC §6 "a CPU scale that shows the effect")
@@ -23,10 +26,15 @@ PRESETS: dict[str, tuple[int, int, int]] = {
     "6.7B": (32, 4096, 32),
 }
 
-POS_ENCODINGS = ("nope", "rope", "alibi", "kerple")
-ROTARY_OR_NONE = ("nope", "rope")  # encodings without an additive bias: the processor sees S alone
+POS_ENCODINGS = ("nope", "rope", "alibi", "kerple", "kerple_power", "fire", "t5", "yarn", "rope_random")
+BIAS_ENCODINGS = ("alibi", "kerple", "kerple_power", "fire", "t5")  # additive bias B: [H, T_q, T_k]
+ROTARY_OR_NONE = ("nope", "rope", "yarn", "rope_random")  # no bias: the processor sees S alone (H channels)
 PROCESSORS = ("none", "dape", "dapev2")
 FORMS = ("concat_residual", "concat", "add_residual", "bias_only")
+
+# SPEC §2 constants that are not study parameters.
+FIRE_DEFAULT_WIDTH = 32
+T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
 
 
 @dataclass(config=ConfigDict(extra="forbid"))
@@ -34,19 +42,40 @@ class ModelConfig:
     """Shape and attention recipe of a causal LM.
 
     preset: a key of PRESETS; `n_layer`, `d_model`, `n_head` override it when given.
-    pos_encoding: position encoding of SPEC §2.
+    pos_encoding: position encoding of SPEC §2 (one of POS_ENCODINGS).
     processor: `none`, `dape` (MLP across heads = 1x1 conv) or `dapev2` (1xk conv along keys).
-    kernel_size: odd k of the DAPE V2 kernel; `dape` always uses 1.
+    kernel_size: DAPE V2 kernel: an odd k (a 1xk kernel along the key axis) or a pair (kq, kk) with kk odd:
+        kq query rows, padded on the past side only so that the kernel stays causal (no published method
+        has kq > 1). `dape` always uses 1x1.
     d_dape: hidden channels D of the processor.
     form: output form of SPEC §3 (main method `concat_residual`: A = S + B + f([S, B])).
-    leak: drop the `tril` before the processor (the paper's information-leakage experiment).
+    leak: drop the `tril` before the processor (the paper's information-leakage experiment); off by default.
+        It is a config field, so a run records it with its params.
+    train_length: the training length L_train. YaRN scales by s = L_eval / L_train, FIRE's L₀ and randomized
+        RoPE's L_max default to it (see below). The experiment sets it from its training length; 512 (the
+        paper's main training length) only when a model is built on its own.
+    rope_random_max: L_max of randomized RoPE (training positions are a sorted sample from [0, L_max)).
+        SPEC Decision: a parameter, default the largest evaluation length; a model alone does not know its
+        evaluation lengths, so None means 8 x train_length (the project's protocol evaluates up to 8x).
+    fire_width: FIRE's MLP width W. SPEC Decision: FIRE's own width (default 32), independent of d_dape.
+    fire_l0: FIRE's L₀. SPEC Decision: None means train_length.
+    attention_block_size: with a processor, training computes attention in blocks of this many query rows,
+        each recomputed in backward (torch.utils.checkpoint), so only q, k, v are kept per layer instead of
+        the [B, 2H, T, T] and [B, D, T, T] maps, and the upper triangle is skipped (on this project's CPU a
+        125M-shaped layer's training step at T = 1024 with 64 rows takes about 0.3x the time of the reference
+        formulation: tests/benchmarks/bench_attention.py). None trains on the direct path (the reference
+        formulation over the full map). Both give the same logits and gradients. Without a processor,
+        training always uses PyTorch's fused kernel.
+    eval_block_size: without gradients (evaluation) the block path is used automatically once T exceeds
+        this many rows; each block then holds at most this many rows and about 2^22 score entries per
+        batch (a few hundred MB), so long evaluation fits in memory. None always evaluates on the direct path.
     """
 
     preset: str = "small"
     vocab_size: int = 256
     pos_encoding: str = "kerple"
     processor: str = "none"
-    kernel_size: int = 3
+    kernel_size: int | tuple[int, int] = 3
     d_dape: int = 32
     form: Literal["concat_residual", "concat", "add_residual", "bias_only"] = "concat_residual"
     leak: bool = False
@@ -54,6 +83,12 @@ class ModelConfig:
     d_model: int | None = None
     n_head: int | None = None
     mlp_ratio: int = 4
+    train_length: int = 512
+    rope_random_max: int | None = None
+    fire_width: int = FIRE_DEFAULT_WIDTH
+    fire_l0: int | None = None
+    attention_block_size: int | None = None
+    eval_block_size: int | None = 128
 
     @field_validator("preset")
     @classmethod
@@ -78,16 +113,27 @@ class ModelConfig:
 
     @field_validator("kernel_size")
     @classmethod
-    def _odd_kernel(cls, value: int) -> int:
-        if value < 1 or value % 2 == 0:
-            raise ValueError(f"kernel size must be an odd integer >= 1 (got {value}): a centred 1xk kernel needs odd k")
+    def _valid_kernel(cls, value: int | tuple[int, int]) -> int | tuple[int, int]:
+        rows, cols = (1, value) if isinstance(value, int) else value
+        if cols < 1 or cols % 2 == 0:
+            raise ValueError(f"kernel size must be an odd integer >= 1 along the keys (got {cols}): "
+                             "a centred 1xk kernel needs odd k")
+        if rows < 1:
+            raise ValueError(f"kernel size must have >= 1 query rows (got {rows})")
         return value
 
-    @field_validator("d_dape", "vocab_size", "mlp_ratio")
+    @field_validator("d_dape", "vocab_size", "mlp_ratio", "train_length", "fire_width")
     @classmethod
     def _positive(cls, value: int) -> int:
         if value < 1:
             raise ValueError(f"must be a positive integer (got {value})")
+        return value
+
+    @field_validator("rope_random_max", "fire_l0", "attention_block_size", "eval_block_size", "n_layer", "d_model", "n_head")
+    @classmethod
+    def _positive_or_none(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise ValueError(f"must be a positive integer or null (got {value})")
         return value
 
     @model_validator(mode="after")
@@ -96,10 +142,15 @@ class ModelConfig:
         self.n_layer = self.n_layer or layers
         self.d_model = self.d_model or width
         self.n_head = self.n_head or heads
-        if self.processor != "none" and self.form == "bias_only" and self.pos_encoding in ROTARY_OR_NONE:
+        if self.processor != "none" and self.form == "bias_only" and not self.has_bias:
             raise ValueError(f"form 'bias_only' needs a position encoding with a bias; {self.pos_encoding!r} has none")
         if self.d_model % self.n_head:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
+        if self.pos_encoding in ("rope", "yarn", "rope_random") and self.head_dim % 2:
+            raise ValueError(f"rotary encodings need an even head dim (d_model / n_head = {self.head_dim})")
+        if self.rope_random_max is not None and self.rope_random_max < self.train_length:
+            raise ValueError(f"rope_random_max={self.rope_random_max} is below train_length={self.train_length}: "
+                             "randomized RoPE samples train_length positions from [0, rope_random_max)")
         return self
 
     @property
@@ -107,9 +158,56 @@ class ModelConfig:
         return self.d_model // self.n_head
 
     @property
-    def effective_kernel_size(self) -> int:
-        """DAPE v1 is the 1x1 case of DAPE V2 (SPEC §4: k = 1 is exactly DAPE v1)."""
-        return 1 if self.processor == "dape" else self.kernel_size
+    def has_bias(self) -> bool:
+        return self.pos_encoding in BIAS_ENCODINGS
+
+    @property
+    def kernel_shape(self) -> tuple[int, int]:
+        """(query rows, key columns) of the processor kernel; DAPE v1 is the 1x1 case (SPEC §4)."""
+        if self.processor == "dape":
+            return (1, 1)
+        return (1, self.kernel_size) if isinstance(self.kernel_size, int) else tuple(self.kernel_size)
+
+    @property
+    def random_positions_max(self) -> int:
+        return self.rope_random_max or 8 * self.train_length
+
+    @property
+    def fire_threshold(self) -> int:
+        return self.fire_l0 or self.train_length
+
+    def num_parameters(self) -> int:
+        """Analytic parameter count of `build_model(self)`, written out from the architecture (not from the
+        modules), so that a test comparing it with the built model checks both."""
+        width, heads, layers = self.d_model, self.n_head, self.n_layer
+        hidden = self.mlp_ratio * width
+        per_layer = (
+            2 * width  # ln_attn
+            + width * 3 * width + 3 * width  # qkv
+            + width * width + width  # proj
+            + 2 * width  # ln_mlp
+            + width * hidden + hidden + hidden * width + width  # MLP
+            + self._encoding_parameters_per_layer()
+            + self._processor_parameters()
+        )
+        shared = T5_BUCKETS * heads if self.pos_encoding == "t5" else 0  # one table for all layers
+        return self.vocab_size * width + layers * per_layer + shared + 2 * width + width * self.vocab_size
+
+    def _encoding_parameters_per_layer(self) -> int:
+        if self.pos_encoding in ("kerple", "kerple_power"):
+            return 2 * self.n_head  # p and a per head
+        if self.pos_encoding == "fire":
+            w = self.fire_width
+            return 2 + (w + w) + (w * self.n_head + self.n_head)  # c, λ, Linear(1, W), Linear(W, H)
+        return 0
+
+    def _processor_parameters(self) -> int:
+        if self.processor == "none":
+            return 0
+        rows, cols = self.kernel_shape
+        two_channels = self.has_bias and self.form in ("concat_residual", "concat")
+        c_in = (2 if two_channels else 1) * self.n_head
+        return (c_in * self.d_dape * rows * cols + self.d_dape) + (self.d_dape * self.n_head * rows * cols + self.n_head)
 
     def to_dict(self) -> dict:
         return asdict(self)

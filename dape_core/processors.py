@@ -1,7 +1,15 @@
 """Score processors (SPEC §3–§4): map the pre-softmax scores S and the position bias B to logits A.
 
 DAPE v1 (an MLP across heads, point-wise over (i, j)) is the 1x1 case of DAPE V2's 1xk convolution along
-the key axis, so both are one module: `ConvScoreProcessor` with `kernel_size=1` is DAPE v1.
+the key axis, so both are one module: `ConvScoreProcessor` with a 1x1 kernel is DAPE v1, with the same
+parameter shapes (a state dict moves between them).
+
+A processor also states which neighbourhood one query row depends on, so that attention can be computed in
+blocks of rows (see `attention.py`):
+- `key_halo`: columns beyond the last row's diagonal that its logits read. With the `tril`, z is zero right
+  of the diagonal, but the first convolution's bias makes its output non-zero there and the second reads
+  k//2 of those columns: halo k//2. Without the `tril` (leak), z itself is non-zero there: halo 2·(k//2).
+- `row_halo`: earlier query rows read by a kernel taller than one row: (kq − 1) per convolution.
 """
 
 from __future__ import annotations
@@ -14,60 +22,125 @@ from .config import ModelConfig
 
 
 class ScoreProcessor(nn.Module):
-    """Interface: `forward(scores [B,H,Tq,Tk], bias [H,Tq,Tk] | None, q_pos, k_pos) -> logits [B,H,Tq,Tk]`."""
+    """Interface: `forward(scores [B,H,Tq,Tk], bias [H,Tq,Tk] | None, q_pos, k_pos) -> logits [B,H,Tq,Tk]`.
+
+    `q_pos`/`k_pos` are the positions of the rows and columns given; rows and keys are contiguous ranges of
+    the sequence, keys starting at its first token.
+    """
+
+    key_halo = 0
+    row_halo = 0
 
     def forward(self, scores, bias, q_pos, k_pos):  # pragma: no cover - interface
         raise NotImplementedError
 
 
 class ConvScoreProcessor(ScoreProcessor):
-    """`tril(z) -> Conv(C_in -> D, 1xk) -> LeakyReLU(0.01) -> Conv(D -> H, 1xk)`, combined by `form`.
+    """`tril(z) -> Conv(C_in -> D, kq x kk) -> LeakyReLU(0.01) -> Conv(D -> H, kq x kk)`, combined by `form`.
 
     Forms (SPEC §3): concat_residual `S + B + f([S, B])` (the main method), concat `S + f([S, B])`,
-    add_residual `S + B + f(S + B)`, bias_only `S + B + f(B)`. Without a bias PE (NoPE, RoPE): `S + f(S)`.
-    `leak=True` skips the tril, letting row i read future scores (the paper's leakage experiment).
+    add_residual `S + B + f(S + B)` (SPEC Decision: our reading, H input channels), bias_only `S + B + f(B)`.
+    Without a bias PE (NoPE and the rotary family): `S + f(S)` with H input channels.
+
+    Along the keys each convolution is centred (padding kk//2 both sides, zeros past the sequence end). Along
+    the queries (kq > 1, this project's extension) each convolution is padded with kq − 1 zero rows on the
+    past side only, so row i reads rows i−kq+1..i, all of which hold only tokens ≤ i after the `tril`.
+    `leak=True` skips the `tril`, letting row i read future scores (the paper's leakage experiment).
+    Default PyTorch init for both convolutions (SPEC §3).
     """
 
-    def __init__(self, n_head: int, has_bias: bool, d_dape: int, kernel_size: int, form: str, leak: bool):
+    def __init__(self, n_head: int, has_bias: bool, d_dape: int, kernel: tuple[int, int] | int, form: str, leak: bool):
         super().__init__()
-        if kernel_size < 1 or kernel_size % 2 == 0:
-            raise ValueError(f"kernel_size must be odd and >= 1, got {kernel_size}")
+        rows, cols = (1, kernel) if isinstance(kernel, int) else kernel
+        if cols < 1 or cols % 2 == 0 or rows < 1:
+            raise ValueError(f"kernel must be kq >= 1 rows by an odd kk >= 1 columns, got {rows}x{cols}")
         if form == "bias_only" and not has_bias:
             raise ValueError("form 'bias_only' needs a position encoding with a bias (alibi, kerple, ...)")
         self.form = form if has_bias else "no_bias"
         self.leak = leak
-        self.kernel_size = kernel_size
+        self.kernel = (rows, cols)
+        self.key_halo = (2 if leak else 1) * (cols // 2)
+        self.row_halo = 2 * (rows - 1)
         in_channels = 2 * n_head if self.form in ("concat_residual", "concat") else n_head
-        padding = (0, kernel_size // 2)
-        self.conv_in = nn.Conv2d(in_channels, d_dape, (1, kernel_size), padding=padding)
-        self.conv_out = nn.Conv2d(d_dape, n_head, (1, kernel_size), padding=padding)
+        padding = (0, cols // 2)  # rows are padded causally in `_conv`
+        self.conv_in = nn.Conv2d(in_channels, d_dape, (rows, cols), padding=padding)
+        self.conv_out = nn.Conv2d(d_dape, n_head, (rows, cols), padding=padding)
 
-    def features(self, scores: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def feature_parts(self, scores: torch.Tensor, bias: torch.Tensor | None) -> list[torch.Tensor]:
+        """The processor's input channels z, as parts to concatenate over the head axis."""
         if self.form in ("concat_residual", "concat"):
-            return torch.cat([scores, bias.expand_as(scores)], dim=1)
+            return [scores, bias]
         if self.form == "add_residual":
-            return scores + bias
+            return [scores + bias]
         if self.form == "bias_only":
-            return bias.expand_as(scores)
-        return scores
+            return [bias]
+        return [scores]
 
-    def residual(self, scores: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return scores if self.form in ("concat", "no_bias") else scores + bias
+    def _conv(self, conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel[0] > 1:
+            x = F.pad(x, (0, 0, self.kernel[0] - 1, 0))  # past side of the query axis only
+        return conv(x)
 
     def forward(self, scores, bias, q_pos, k_pos):
-        z = self.features(scores, bias)
-        if not self.leak:
-            future = k_pos[None, :] > q_pos[:, None]  # [Tq, Tk]
-            z = z.masked_fill(future, 0.0)
-        f = self.conv_out(F.leaky_relu(self.conv_in(z), negative_slope=0.01))
-        return self.residual(scores, bias) + f
+        """Returns a new tensor, which the caller may modify in place (the causal mask)."""
+        if bias is not None:
+            bias = bias.to(scores.dtype)
+        keep = None if self.leak else (k_pos[None, :] <= q_pos[:, None]).to(scores.dtype)  # tril
+        z = TrilConcat.apply(keep, scores.shape[0], *self.feature_parts(scores, bias))
+        hidden = F.leaky_relu(self._conv(self.conv_in, z), negative_slope=0.01, inplace=True)
+        logits = self._conv(self.conv_out, hidden).contiguous()  # f, back to [B, H, Tq, Tk] rows
+        logits.add_(scores)  # + S
+        if self.form != "concat" and self.form != "no_bias":
+            logits.add_(bias)  # + B
+        return logits
+
+
+class TrilConcat(torch.autograd.Function):
+    """z = tril(concat(parts)) written once, straight into channels-last layout.
+
+    `torch.cat`, the `tril` and the layout change would each make a pass over the [B, C, Tq, Tk] map; this
+    makes one. Channels-last is the layout in which PyTorch's CPU convolutions run fastest here (measured:
+    about 20% on the processor's forward + backward, tests/benchmarks/bench_attention.py). Parts are
+    [B, H, Tq, Tk] or batch-free [H, Tq, Tk] (the bias); `keep` is the float lower-triangle mask, or None.
+    """
+
+    @staticmethod
+    def forward(ctx, keep, batch, *parts):
+        first = parts[0]
+        channels = sum(part.shape[-3] for part in parts)
+        z = torch.empty((batch, channels, *first.shape[-2:]), dtype=first.dtype, device=first.device,
+                        memory_format=torch.channels_last)
+        offset = 0
+        for part in parts:
+            target = z[:, offset : offset + part.shape[-3]]
+            source = part.expand_as(target)
+            if keep is None:
+                target.copy_(source)
+            else:
+                torch.mul(source, keep, out=target)
+            offset += part.shape[-3]
+        ctx.save_for_backward(keep)
+        ctx.shapes = [part.shape for part in parts]
+        return z
+
+    @staticmethod
+    def backward(ctx, grad):
+        (keep,) = ctx.saved_tensors
+        grads, offset = [], 0
+        for index, shape in enumerate(ctx.shapes):
+            if not ctx.needs_input_grad[index + 2]:
+                grads.append(None)
+            else:
+                part = grad[:, offset : offset + shape[-3]]
+                part = part if keep is None else part * keep
+                grads.append(part.sum(0) if len(shape) == 3 else part.contiguous())
+            offset += shape[-3]
+        return (None, None, *grads)
 
 
 def build_processor(cfg: ModelConfig, has_bias: bool) -> ScoreProcessor | None:
     if cfg.processor == "none":
         return None
     if cfg.processor in ("dape", "dapev2"):
-        return ConvScoreProcessor(
-            cfg.n_head, has_bias, cfg.d_dape, cfg.effective_kernel_size, cfg.form, cfg.leak
-        )
+        return ConvScoreProcessor(cfg.n_head, has_bias, cfg.d_dape, cfg.kernel_shape, cfg.form, cfg.leak)
     raise ValueError(f"unknown processor {cfg.processor!r}; valid: none, dape, dapev2")
