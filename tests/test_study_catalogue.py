@@ -27,7 +27,7 @@ def test_leakage_study_runs_end_to_end_and_shows_the_leak(tmp_path):
     for encoding in ("alibi", "kerple"):
         causal, leaky = by_row[(encoding, "False")], by_row[(encoding, "True")]
         # Without the tril the model reads the next token: its training loss falls far below the causal one.
-        assert leaky.data.metrics["train_loss"] < 0.7 * causal.data.metrics["train_loss"]
+        assert leaky.data.metrics["train_loss"] < 0.6 * causal.data.metrics["train_loss"]
     report = (tmp_path / "reports" / "leakage" / "report.md").read_text()
     assert "tril off (leak)" in report and "tril on" in report
     assert (tmp_path / "reports" / "leakage" / "report.html").is_file()
