@@ -19,20 +19,28 @@ class TuneRecorderCallback(Callback):
         # the recorder holds an MLflow client and a console (locks) and is re-attached by the driver.
         return {}
 
+    @staticmethod
+    def _key(trial) -> str:
+        """Sampled trials are told apart by Tune's id (the same configuration may be sampled twice)."""
+        concrete = materialize(trial.config)
+        return f"{concrete.trial_id}:{trial.trial_id}" if trial.config.get("params") else concrete.trial_id
+
     def on_trial_start(self, iteration, trials, trial, **info):
-        self.recorder.start(materialize(trial.config))
+        self.recorder.start(materialize(trial.config), self._key(trial))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.recorder.result(materialize(trial.config), result)
+        self.recorder.result(materialize(trial.config), result, self._key(trial))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self.recorder.complete(materialize(trial.config))
+        self.recorder.complete(materialize(trial.config), self._key(trial))
 
     def on_trial_recover(self, iteration, trials, trial, **info):
-        self.recorder.retry(materialize(trial.config), last_error_line(_error_text(trial)) or "trial process died")
+        reason = last_error_line(_error_text(trial)) or "trial process died"
+        self.recorder.retry(materialize(trial.config), reason, self._key(trial))
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self.recorder.error(materialize(trial.config), last_error_line(_error_text(trial)) or "trial process failed")
+        reason = last_error_line(_error_text(trial)) or "trial process failed"
+        self.recorder.error(materialize(trial.config), reason, self._key(trial))
 
 
 def _error_text(trial) -> str | None:

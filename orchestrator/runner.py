@@ -27,7 +27,7 @@ class StudyOutcome:
     report_dir: Path | None = None
     report_markdown: str = ""
     wall_seconds: float = 0.0
-    trial_seconds: float = 0.0  # the trials' own training time, summed
+    trial_seconds: float = 0.0  # the trials' own training and evaluation time, summed
     concurrency: int = 1
     steps_run: int = 0
     trials_run: int = 0
@@ -38,7 +38,9 @@ class StudyOutcome:
 
     @property
     def overhead(self) -> float | None:
-        """Share of the wall time not spent training: 1 − (Σ trial time / concurrency) / wall time."""
+        """Share of the wall time the trial slots were not training or evaluating:
+        1 − (Σ trial work / concurrency) / wall time. It includes start-up, bookkeeping and slots left idle
+        when the trials do not divide evenly among them."""
         if not self.trial_seconds or not self.wall_seconds:
             return None
         return 1.0 - (self.trial_seconds / self.concurrency) / self.wall_seconds

@@ -25,6 +25,7 @@ ROLE_TAG = "orchestrator.role"
 TRIAL_ID_TAG = "orchestrator.trial_id"
 STUDY_TAG = "orchestrator.study"
 PARENT_TAG = "mlflow.parentRunId"
+STOPPED_EARLY_TAG = "stopped_early"  # a scheduler (ASHA) ended the trial before its last step
 SWEPT_TAG_PREFIX = "swept."  # swept.<dotted key> = the value a trial's row sets (variant override or axis point)
 
 
@@ -113,7 +114,9 @@ class StudyTracker:
         )
 
     def finished_trial_ids(self) -> set[str]:
-        return {run.data.tags.get(TRIAL_ID_TAG) for run in self.trial_runs() if run.info.status == "FINISHED"}
+        """Trials trained to their end: a run stopped early by a scheduler does not count as done."""
+        return {run.data.tags.get(TRIAL_ID_TAG) for run in self.trial_runs()
+                if run.info.status == "FINISHED" and run.data.tags.get(STOPPED_EARLY_TAG) != "true"}
 
     def failed_trial_ids(self) -> set[str]:
         """Trials whose most recent run FAILED (a later FINISHED run of the same trial wins)."""

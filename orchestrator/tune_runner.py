@@ -86,8 +86,10 @@ def _scheduler(study: Study, max_steps: int):
         return None
     from ray.tune.schedulers import ASHAScheduler
 
+    # max_t one past the last step: a trial that reaches its end must finish by itself (its final result
+    # carries the evaluation), not be stopped by the scheduler at its last training step.
     return ASHAScheduler(time_attr="step", metric=study.scheduler.metric or study.search.metric,
-                         mode=study.search.mode, max_t=max_steps, grace_period=study.scheduler.grace_period,
+                         mode=study.search.mode, max_t=max_steps + 1, grace_period=study.scheduler.grace_period,
                          reduction_factor=study.scheduler.reduction_factor)
 
 

@@ -87,3 +87,29 @@ def test_failing_trial_is_recorded_and_the_study_goes_on(tmp_path, local_ray):
     assert by_label["DAPE1x3-Kerple"].info.status == "FINISHED"
     report = (tmp_path / "reports" / "tiny_failure" / "report.md").read_text()
     assert "TooLong · s0: FAILED" in report
+
+
+def test_optuna_search_with_asha_logs_every_sample(tmp_path, local_ray):
+    spec = yaml.safe_load(yaml.safe_dump(TINY))
+    spec.pop("variants")
+    spec.update(name="tiny_search", seeds=[0])
+    spec["base"]["train"].update(steps=60, eval_every=10, val_tokens=512)
+    spec["search"] = {"algorithm": "optuna", "num_samples": 4, "metric": "val_loss", "mode": "min",
+                      "space": {"train.lr": {"type": "loguniform", "low": 1e-4, "high": 3e-3},
+                                "model.d_dape": {"type": "choice", "values": [4, 8]}}}
+    spec["scheduler"] = {"type": "asha", "grace_period": 10, "reduction_factor": 2}
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    outcome = run_study(parse_study(spec), uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state")
+    assert outcome.ok and outcome.trials_run == 4
+    runs = _trial_runs(MlflowClient(uri), "tiny_search")
+    assert len(runs) == 4 and all(run.info.status == "FINISHED" for run in runs)
+    completed = [run for run in runs if run.data.tags.get("stopped_early") != "true"]
+    assert completed, "at least the best sample trains to its end"
+    for run in completed:
+        assert "ppl_128" in run.data.metrics and "val_loss" in run.data.metrics
+    # A run ASHA stopped never reached its evaluation: it is tagged, and carries no perplexity.
+    for run in runs:
+        if run.data.tags.get("stopped_early") == "true":
+            assert "ppl_128" not in run.data.metrics
+    assert outcome.steps_run <= 4 * 60
+    assert {run.data.params["model.d_dape"] for run in runs} <= {"4", "8"}
