@@ -176,15 +176,21 @@ class _Scored:
     positions: torch.Tensor | None  # encoder: the placeholder columns; causal: None (mask covers [B, T])
 
 
+def _tensor(array: np.ndarray, device) -> torch.Tensor:
+    # A copy: some labels are reversed views, whose negative strides torch rejects (numpy calls a reversed
+    # [B, 1] view contiguous, so np.ascontiguousarray would keep it).
+    return torch.from_numpy(array.copy(order="C")).to(device)
+
+
 def _sample(cfg: CheConfig, rng: np.random.Generator, length: int, batch_size: int, device) -> _Scored:
     task = cfg.task_object
     if cfg.form == "causal":
         batch = task.sample_causal(rng, length, batch_size)
-        return _Scored(torch.from_numpy(batch.tokens).to(device), torch.from_numpy(batch.targets).to(device),
-                       torch.from_numpy(batch.loss_mask).to(device), None)
+        return _Scored(_tensor(batch.tokens, device), _tensor(batch.targets, device),
+                       _tensor(batch.loss_mask, device), None)
     batch = make_encoder_batch(task, rng, length, batch_size)
-    return _Scored(torch.from_numpy(batch.tokens).to(device), torch.from_numpy(batch.targets).to(device),
-                   torch.from_numpy(batch.target_mask).to(device), torch.from_numpy(batch.output_positions).to(device))
+    return _Scored(_tensor(batch.tokens, device), _tensor(batch.targets, device),
+                   _tensor(batch.target_mask, device), _tensor(batch.output_positions, device))
 
 
 def _scored_logits(model, cfg: CheConfig, batch: _Scored) -> torch.Tensor:
