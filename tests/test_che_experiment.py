@@ -21,6 +21,7 @@ def one_thread():
     ({"task": "parity"}, "task"),
     ({"test_lengths": [0, 50]}, "test_lengths"),
     ({"test_lengths": []}, "test_lengths"),
+    ({"test_lengths": "500..41"}, "test_lengths"),
     ({"train_max_length": 0}, "train_max_length"),
     ({"steps": -1}, "steps"),
     ({"lr": 0}, "lr"),
@@ -31,6 +32,11 @@ def test_che_config_errors_name_the_field(fields, named):
     with pytest.raises(ValidationError) as error:
         CheConfig(**fields)
     assert named in str(error.value)
+
+
+def test_test_lengths_accept_the_papers_range():
+    assert CheConfig(test_lengths="41..500").test_lengths == list(range(41, 501))
+    assert CheConfig(test_lengths=[100, 41, 41]).test_lengths == [41, 100]
 
 
 def test_causal_form_is_for_recall_only_and_recall_lengths_must_fit_the_keys():

@@ -52,14 +52,14 @@ TASK_NAMES = (*TASKS, *RECALL_TASKS)
 class CheConfig:
     """task: one of the 15 CHE tasks or `associative_recall`. form: `encoder` (CHE protocol) or `causal`
     (associative recall only). train_max_length: training lengths are U{1..train_max_length}.
-    test_lengths: lengths scored for `acc_test` (the paper uses 41..500). steps, batch_size, lr: the
+    test_lengths: lengths scored for `acc_test`, a list or an inclusive range "A..B" (the paper: "41..500"). steps, batch_size, lr: the
     training run (replacing those of the `train:` section). eval_batches x eval_batch_size strings are
     scored per length."""
 
     task: str = "parity_check"
     form: Literal["encoder", "causal"] = "encoder"
     train_max_length: int = 40
-    test_lengths: list[int] = field(default_factory=lambda: [41, 60, 100])
+    test_lengths: list[int] | str = field(default_factory=lambda: [41, 60, 100])  # or "41..500" (inclusive)
     steps: int = 1000
     batch_size: int = 128
     lr: float = 1e-3
@@ -85,6 +85,17 @@ class CheConfig:
     def _positive_lr(cls, value: float) -> float:
         if not value > 0:
             raise ValueError(f"learning rate must be > 0 (got {value})")
+        return value
+
+    @field_validator("test_lengths", mode="before")
+    @classmethod
+    def _length_range(cls, value):
+        """"A..B" is the inclusive range A, A+1, ..., B (the paper's test lengths are "41..500")."""
+        if isinstance(value, str):
+            first, sep, last = value.partition("..")
+            if not sep or not first.strip().isdigit() or not last.strip().isdigit() or int(first) > int(last):
+                raise ValueError(f"expected a list of lengths or an inclusive range 'A..B' with A <= B (got {value!r})")
+            return list(range(int(first), int(last) + 1))
         return value
 
     @field_validator("test_lengths")
