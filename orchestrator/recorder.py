@@ -77,7 +77,8 @@ class TrialRecorder:
             if Path(path).is_file():
                 self.tracker.log_artifact(run_id, Path(path), "attention")
         self.train_seconds[trial.trial_id] = float(result.get("train_seconds", 0.0))
-        self.progress.trial_evaluated(trial, perplexity)
+        accuracy = {key: value for key, value in metrics.items() if key.startswith(("che_acc_", "acc_"))}
+        self.progress.trial_evaluated(trial, perplexity, accuracy)
 
     def complete(self, trial: Trial) -> None:
         run_id = self.run_ids[trial.trial_id]
