@@ -52,9 +52,9 @@ TASK_NAMES = (*TASKS, *RECALL_TASKS)
 class CheConfig:
     """task: one of the 15 CHE tasks or `associative_recall`. form: `encoder` (CHE protocol) or `causal`
     (associative recall only). train_max_length: training lengths are U{1..train_max_length}.
-    test_lengths: lengths scored for `acc_test`, a list or an inclusive range "A..B" (the paper: "41..500"). steps, batch_size, lr: the
-    training run (replacing those of the `train:` section). eval_batches x eval_batch_size strings are
-    scored per length."""
+    test_lengths: lengths scored for `acc_test`, a list or an inclusive range "A..B" (the paper: "41..500").
+    steps, batch_size, lr: the training run (replacing those of the `train:` section; `train.grad_accum` is
+    not used: one batch per step). eval_batches x eval_batch_size strings are scored per length."""
 
     task: str = "parity_check"
     form: Literal["encoder", "causal"] = "encoder"
@@ -151,12 +151,17 @@ class CheConfig:
         """The experiment's model, shaped for this task: vocabulary, causality, training length."""
         task = self.task_object
         vocab = max(task.model_vocab_size, task.output_classes)
-        longest_train = max(self.sequence_length(n) for n in self.train_lengths)
-        return dataclasses.replace(model, vocab_size=vocab, causal=self.form == "causal", train_length=longest_train)
+        return dataclasses.replace(model, vocab_size=vocab, causal=self.form == "causal",
+                                   train_length=self.longest_training_sequence)
+
+    @property
+    def longest_training_sequence(self) -> int:
+        return max(self.sequence_length(n) for n in self.train_lengths)
 
     def training_config(self, train: TrainConfig) -> TrainConfig:
+        """The `train:` section with this run's steps, batch size, lr, and its longest sequence as seq_len."""
         return dataclasses.replace(train, steps=self.steps, batch_size=self.batch_size, lr=self.lr,
-                                   seq_len=self.sequence_length(self.train_max_length))
+                                   seq_len=self.longest_training_sequence)
 
 
 @dataclass
