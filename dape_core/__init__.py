@@ -5,6 +5,7 @@
     logits = model(tokens)  # [B, T] -> [B, T, vocab]
 """
 
+from .che.experiment import CheConfig, CheResult, run_che
 from .config import PRESETS, ModelConfig
 from .data import DataConfig, load_corpus
 from .evaluate import EvalConfig, perplexity_by_length
@@ -15,5 +16,5 @@ from .train import NonFiniteLossError, TrainConfig
 __all__ = [
     "PRESETS", "ModelConfig", "build_model", "CausalLM", "DataConfig", "load_corpus", "EvalConfig",
     "perplexity_by_length", "TrainConfig", "NonFiniteLossError", "ExperimentConfig", "ExperimentResult",
-    "run_experiment",
+    "run_experiment", "CheConfig", "CheResult", "run_che",
 ]

@@ -17,6 +17,9 @@ Which path runs (see `ModelConfig.attention_block_size` and `eval_block_size`): 
 uses the block path when `attention_block_size` is set, the direct path otherwise; training without one
 uses the fused kernel; without gradients the block path is used automatically once T exceeds
 `eval_block_size` (and with a bias but no processor, blocks call the fused kernel with their part of it).
+
+With `ModelConfig.causal=False` (a bidirectional encoder, SPEC §7) there is no causal mask: every path
+attends over all keys (a block then reads every key, not just those up to its last row).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class CausalSelfAttention(nn.Module):
         self.processor: ScoreProcessor | None = build_processor(cfg, encoding.has_bias)
         self.train_block_rows = cfg.attention_block_size
         self.eval_block_rows = cfg.eval_block_size
+        self.causal = cfg.causal
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         batch, length, width = x.shape
@@ -58,7 +62,7 @@ class CausalSelfAttention(nn.Module):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """q, k, v: [B, H, T, d] (already rotated) -> [B, H, T, d], choosing the path as the module doc says."""
         if self.processor is None and not self.pos.has_bias:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         rows = self.block_rows(q.shape[0], q.shape[2])
         if rows is None:
             return self.attend_rows(q, k, v, positions, 0, q.shape[2])
@@ -92,17 +96,21 @@ class CausalSelfAttention(nn.Module):
         length = q.shape[2]
         processor = self.processor
         first = max(0, start - processor.row_halo) if processor is not None else start
-        end = min(length, stop + (processor.key_halo if processor is not None else 0))
+        end = min(length, stop + (processor.key_halo if processor is not None else 0)) if self.causal else length
         q_pos, k_pos = positions[first:stop], positions[:end]
         future = k_pos[None, :] > positions[start:stop, None]  # [rows, keys]
         bias = self.pos.bias(q_pos, k_pos)
         if processor is None:
-            mask = bias.to(q.dtype).masked_fill(future, float("-inf"))
+            mask = bias.to(q.dtype)
+            if self.causal:
+                mask = mask.masked_fill(future, float("-inf"))
             return F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :end], v[:, :, :end], attn_mask=mask)
         # Scaling q rather than the scores: a pass over [rows, d] instead of [rows, keys].
         scores = (q[:, :, first:stop] / math.sqrt(self.head_dim)) @ k[:, :, :end].transpose(-2, -1)
         logits = processor(scores, bias, q_pos, k_pos)[:, :, start - first :]
         # Softmax in float32 at least (bf16/fp16 training), in the logits' precision otherwise.
         softmax_dtype = torch.promote_types(logits.dtype, torch.float32)
-        weights = logits.masked_fill_(future, float("-inf")).softmax(dim=-1, dtype=softmax_dtype)
+        if self.causal:
+            logits = logits.masked_fill_(future, float("-inf"))
+        weights = logits.softmax(dim=-1, dtype=softmax_dtype)
         return weights.to(v.dtype) @ v[:, :, :end]

@@ -66,6 +66,11 @@ class ModelConfig:
         formulation: tests/benchmarks/bench_attention.py). None trains on the direct path (the reference
         formulation over the full map). Both give the same logits and gradients. Without a processor,
         training always uses PyTorch's fused kernel.
+    causal: True (default) for the causal LM. False builds a bidirectional encoder (the CHE protocol, SPEC §7):
+        no causal mask, every query attends to all keys, position biases are taken at the symmetric distance
+        Δ = |i − j| (instead of i − j clamped at 0), and the processor runs without its `tril` (a bidirectional
+        model may read both sides, so there is nothing to leak). A kernel taller than one query row is still
+        padded on the past side only.
     eval_block_size: without gradients (evaluation) the block path is used automatically once T exceeds
         this many rows; each block then holds at most this many rows and about 2^22 score entries per
         batch (a few hundred MB), so long evaluation fits in memory. None always evaluates on the direct path.
@@ -79,6 +84,7 @@ class ModelConfig:
     d_dape: int = 32
     form: Literal["concat_residual", "concat", "add_residual", "bias_only"] = "concat_residual"
     leak: bool = False
+    causal: bool = True
     n_layer: int | None = None
     d_model: int | None = None
     n_head: int | None = None

@@ -20,6 +20,7 @@ import torch
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from .che.experiment import CheConfig, run_che
 from .config import ModelConfig
 from .data import DataConfig, TrainStream, evaluation_windows, load_corpus
 from .evaluate import (EvalConfig, attention_rows, delta_p, forward_flops_per_token, forward_ms_from_evaluation,
@@ -37,9 +38,16 @@ class ExperimentConfig:
     data: DataConfig = Field(default_factory=DataConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=lambda: EvalConfig(lengths=[64, 128, 256, 512]))
+    # A CHE / associative-recall experiment instead of the LM one: `data` and `eval` are then ignored, and
+    # `train.steps`, `train.batch_size`, `train.lr` and `train.seq_len` are set from it (so that the
+    # orchestrator's progress, checkpoints and estimates see the run that happens).
+    che: CheConfig | None = None
 
     @model_validator(mode="after")
     def _eval_beyond_training(self) -> "ExperimentConfig":
+        if self.che is not None:
+            self.train = self.che.training_config(self.train)
+            return self  # the LM's data/eval checks do not apply
         shorter = [length for length in self.eval.lengths if length < self.train.seq_len]
         if shorter:
             raise ValueError(
@@ -66,6 +74,8 @@ class ExperimentConfig:
         """Identity of a training trajectory: model, data and train sections, less logging-only fields."""
         sections = {"model": asdict(self.model), "data": asdict(self.data),
                     "train": {k: v for k, v in asdict(self.train).items() if k not in _NOT_IN_FINGERPRINT}}
+        if self.che is not None:
+            sections["che"] = asdict(self.che)
         return hashlib.sha256(json.dumps(sections, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -90,6 +100,9 @@ class ExperimentResult:
     data_record: dict = field(default_factory=dict)  # source, split seed, fractions, tokens per split
     resumed_from: int | None = None
     extra: dict = field(default_factory=dict)
+    che_acc_train: float | None = None  # CHE experiments: accuracy averaged over the training lengths
+    che_acc_test: float | None = None  # ... and over the test lengths
+    che_accuracy: dict[int, float] = field(default_factory=dict)  # ... per test length
 
     def metrics(self) -> dict[str, float]:
         """Flat numeric metrics, named as the orchestrator logs them."""
@@ -102,6 +115,9 @@ class ExperimentResult:
         out.update({f"ppl_{length}": value for length, value in self.perplexity.items()})
         out.update({f"delta_p_{length}": value for length, value in self.delta_p.items()})
         out.update({f"ms_forward_{length}": value for length, value in self.ms_forward.items()})
+        if self.che_acc_test is not None:
+            out["che_acc_train"], out["che_acc_test"] = self.che_acc_train, self.che_acc_test
+            out.update({f"acc_{length}": value for length, value in self.che_accuracy.items()})
         return out
 
 
@@ -130,6 +146,8 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     """
     if threads:
         torch.set_num_threads(threads)
+    if cfg.che is not None:
+        return _run_che_experiment(cfg, callback)
     device = resolve_device(cfg.train.device)
     precision = resolve_precision(cfg.train.precision, device)
     torch.manual_seed(cfg.train.seed)
@@ -189,4 +207,29 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
         val_history=trained.val_history,
         data_record=corpus.record,
         resumed_from=trained.resumed_from,
+    )
+
+
+def _run_che_experiment(cfg: ExperimentConfig, callback) -> ExperimentResult:
+    """The CHE path: no corpus, no perplexity; accuracies instead. Checkpoints are not kept (runs are short
+    on CPU; a resumed CHE trial starts again)."""
+    result = run_che(cfg.che, cfg.model, cfg.train, callback)
+    task_record = {"source": "che", "task": cfg.che.task, "form": cfg.che.form,
+                   "train_max_length": cfg.che.train_max_length, "test_lengths": cfg.che.test_lengths}
+    return ExperimentResult(
+        perplexity={},
+        final_train_loss=result.final_train_loss,
+        train_seconds=result.train_seconds,
+        eval_seconds=result.eval_seconds,
+        tokens_seen=result.tokens_seen,
+        num_parameters=result.num_parameters,
+        data_hash=hashlib.sha256(json.dumps(task_record, sort_keys=True).encode()).hexdigest()[:16],
+        ms_per_step=result.ms_per_step,
+        device=result.device,
+        precision=result.precision,
+        data_record=task_record,
+        che_acc_train=result.acc_train,
+        che_acc_test=result.acc_test,
+        che_accuracy=result.accuracy,
+        extra={"che_train_accuracy": result.train_accuracy},
     )

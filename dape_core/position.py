@@ -10,7 +10,9 @@ exactly the part of the bias it needs. `sequence_positions(length, device)` give
 forward pass: 0..T−1, except randomized RoPE in training mode.
 
 Biases are evaluated at Δ = i − j clamped to ≥ 0, so entries above the diagonal hold the Δ = 0 value (the
-authors' code does the same); the causal mask, and the `tril` before a processor, remove them.
+authors' code does the same); the causal mask, and the `tril` before a processor, remove them. A
+bidirectional model (`ModelConfig.causal=False`) sets `symmetric` on its encodings: biases are then taken at
+Δ = |i − j|, so B equals its transpose (T5 then uses its causal buckets of |Δ|, FIRE its usual normalisation).
 """
 
 from __future__ import annotations
@@ -28,10 +30,20 @@ def causal_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     return (q_pos[:, None] - k_pos[None, :]).clamp(min=0)
 
 
+def symmetric_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """Δ = |i − j| (bidirectional encoders)."""
+    return (q_pos[:, None] - k_pos[None, :]).abs()
+
+
 class PositionEncoding(nn.Module):
     """Base: no rotation, no bias (NoPE)."""
 
     has_bias = False
+    symmetric = False  # set by `build_position_encodings` for a bidirectional model
+
+    def distance(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        """The Δ a bias is evaluated at: i − j clamped at 0 (causal) or |i − j| (symmetric)."""
+        return symmetric_distance(q_pos, k_pos) if self.symmetric else causal_distance(q_pos, k_pos)
 
     def sequence_positions(self, length: int, device: torch.device) -> torch.Tensor:
         return torch.arange(length, device=device)
@@ -152,7 +164,7 @@ class ALiBi(PositionEncoding):
         self.register_buffer("slopes", alibi_slopes(n_head), persistent=False)
 
     def bias(self, q_pos, k_pos):
-        return -self.slopes[:, None, None] * causal_distance(q_pos, k_pos).to(self.slopes.dtype)
+        return -self.slopes[:, None, None] * self.distance(q_pos, k_pos).to(self.slopes.dtype)
 
 
 class _Kerple(PositionEncoding):
@@ -182,7 +194,7 @@ class KerpleLog(_Kerple):
 
     def bias(self, q_pos, k_pos):
         self.clamp_parameters()
-        distance = causal_distance(q_pos, k_pos).to(self.p.dtype)
+        distance = self.distance(q_pos, k_pos).to(self.p.dtype)
         return -self.p[:, None, None] * torch.log1p(self.a[:, None, None] * distance)
 
 
@@ -193,7 +205,7 @@ class KerplePower(_Kerple):
 
     def bias(self, q_pos, k_pos):
         self.clamp_parameters()
-        distance = causal_distance(q_pos, k_pos).to(self.p.dtype)
+        distance = self.distance(q_pos, k_pos).to(self.p.dtype)
         # Δ^p through Δ ≥ 1 only: at Δ = 0 the gradient of Δ^p with respect to p would be 0·log 0.
         power = distance.clamp(min=1.0)[None] ** self.p[:, None, None]
         return -self.a[:, None, None] * torch.where(distance > 0, power, torch.zeros_like(power))
@@ -221,7 +233,7 @@ class FIRE(PositionEncoding):
 
     def bias(self, q_pos, k_pos):
         dtype = self.c.dtype
-        distance = causal_distance(q_pos, k_pos).to(dtype)
+        distance = self.distance(q_pos, k_pos).to(dtype)
         horizon = torch.maximum(q_pos.to(dtype), torch.abs(self.lam * self.threshold))  # [T_q]
         normalized = self._psi(distance) / (self._psi(horizon)[:, None] + 1e-6)
         return self.mlp(normalized.unsqueeze(-1)).permute(2, 0, 1)
@@ -250,7 +262,7 @@ class T5Bias(PositionEncoding):
         self.buckets, self.max_distance = buckets, max_distance
 
     def bias(self, q_pos, k_pos):
-        bucket = t5_causal_bucket(causal_distance(q_pos, k_pos), self.buckets, self.max_distance)
+        bucket = t5_causal_bucket(self.distance(q_pos, k_pos), self.buckets, self.max_distance)
         return (self.table[bucket] * self.scale).permute(2, 0, 1)
 
 
@@ -272,9 +284,12 @@ def build_position_encodings(cfg: ModelConfig) -> list[PositionEncoding]:
     if cfg.pos_encoding not in builders:
         raise ValueError(f"unknown position encoding {cfg.pos_encoding!r}; valid: {', '.join(builders)}")
     if cfg.pos_encoding == "t5":
-        shared = builders["t5"]()
-        return [shared] * cfg.n_layer
-    return [builders[cfg.pos_encoding]() for _ in range(cfg.n_layer)]
+        encodings = [builders["t5"]()] * cfg.n_layer
+    else:
+        encodings = [builders[cfg.pos_encoding]() for _ in range(cfg.n_layer)]
+    for encoding in encodings:
+        encoding.symmetric = not cfg.causal
+    return encodings
 
 
 def build_position_encoding(cfg: ModelConfig) -> PositionEncoding:

@@ -46,10 +46,12 @@ class ConvScoreProcessor(ScoreProcessor):
     the queries (kq > 1, this project's extension) each convolution is padded with kq − 1 zero rows on the
     past side only, so row i reads rows i−kq+1..i, all of which hold only tokens ≤ i after the `tril`.
     `leak=True` skips the `tril`, letting row i read future scores (the paper's leakage experiment).
+    `causal=False` (a bidirectional encoder) skips it too: such a model reads both sides by design.
     Default PyTorch init for both convolutions (SPEC §3).
     """
 
-    def __init__(self, n_head: int, has_bias: bool, d_dape: int, kernel: tuple[int, int] | int, form: str, leak: bool):
+    def __init__(self, n_head: int, has_bias: bool, d_dape: int, kernel: tuple[int, int] | int, form: str, leak: bool,
+                 causal: bool = True):
         super().__init__()
         rows, cols = (1, kernel) if isinstance(kernel, int) else kernel
         if cols < 1 or cols % 2 == 0 or rows < 1:
@@ -58,8 +60,9 @@ class ConvScoreProcessor(ScoreProcessor):
             raise ValueError("form 'bias_only' needs a position encoding with a bias (alibi, kerple, ...)")
         self.form = form if has_bias else "no_bias"
         self.leak = leak
+        self.tril = causal and not leak
         self.kernel = (rows, cols)
-        self.key_halo = (2 if leak else 1) * (cols // 2)
+        self.key_halo = (1 if self.tril else 2) * (cols // 2)
         self.row_halo = 2 * (rows - 1)
         in_channels = 2 * n_head if self.form in ("concat_residual", "concat") else n_head
         padding = (0, cols // 2)  # rows are padded causally in `_conv`
@@ -85,7 +88,7 @@ class ConvScoreProcessor(ScoreProcessor):
         """Returns a new tensor, which the caller may modify in place (the causal mask)."""
         if bias is not None:
             bias = bias.to(scores.dtype)
-        keep = None if self.leak else (k_pos[None, :] <= q_pos[:, None]).to(scores.dtype)  # tril
+        keep = None if not self.tril else (k_pos[None, :] <= q_pos[:, None]).to(scores.dtype)  # tril
         z = TrilConcat.apply(keep, scores.shape[0], *self.feature_parts(scores, bias))
         hidden = F.leaky_relu(self._conv(self.conv_in, z), negative_slope=0.01, inplace=True)
         logits = self._conv(self.conv_out, hidden).contiguous()  # f, back to [B, H, Tq, Tk] rows
@@ -142,5 +145,5 @@ def build_processor(cfg: ModelConfig, has_bias: bool) -> ScoreProcessor | None:
     if cfg.processor == "none":
         return None
     if cfg.processor in ("dape", "dapev2"):
-        return ConvScoreProcessor(cfg.n_head, has_bias, cfg.d_dape, cfg.kernel_shape, cfg.form, cfg.leak)
+        return ConvScoreProcessor(cfg.n_head, has_bias, cfg.d_dape, cfg.kernel_shape, cfg.form, cfg.leak, cfg.causal)
     raise ValueError(f"unknown processor {cfg.processor!r}; valid: none, dape, dapev2")

@@ -43,6 +43,8 @@ def forward_flops_per_sequence(cfg: ModelConfig, length: int, parameters: int) -
 
 def estimate(cfg: ExperimentConfig, gpus: float, cpus: float) -> TrialEstimate:
     model, train = cfg.model, cfg.train
+    if cfg.che is not None:  # a CHE trial's model: the task's vocabulary, bidirectional for the encoder form
+        model = cfg.che.model_config(model)
     parameters = count_parameters(model)
     flops = 3 * train.batch_size * forward_flops_per_sequence(model, train.seq_len, parameters)
     # Weights, gradients and two AdamW moments in float32, plus activations kept for the backward pass.

@@ -95,13 +95,17 @@ class Progress:
         elapsed = time.monotonic() - row.started
         self._line(trial, f"step {step}/{total_steps}  loss {loss_text}  {elapsed:.0f}s elapsed, ~{row.eta() or '0s'} to go")
 
-    def trial_evaluated(self, trial: Trial, perplexity: dict[int, float]) -> None:
+    def trial_evaluated(self, trial: Trial, perplexity: dict[int, float], accuracy: dict[str, float] | None = None) -> None:
         row = self.rows.setdefault(trial.trial_id, _Row(trial.run_name))
         if perplexity:
             longest = max(perplexity)
             row.metric = f"ppl@{longest} {perplexity[longest]:.3f}"
-        cells = "  ".join(f"L={length}: {value:.3f}" for length, value in sorted(perplexity.items()))
-        self._line(trial, f"perplexity {cells}")
+            cells = "  ".join(f"L={length}: {value:.3f}" for length, value in sorted(perplexity.items()))
+            self._line(trial, f"perplexity {cells}")
+        elif accuracy:  # a CHE trial: accuracies instead of perplexities
+            if "che_acc_test" in accuracy:
+                row.metric = f"acc test {accuracy['che_acc_test']:.3f}"
+            self._line(trial, "  ".join(f"{name}: {value:.3f}" for name, value in accuracy.items()))
 
     def trial_finished(self, trial: Trial) -> None:
         row = self.rows.setdefault(trial.trial_id, _Row(trial.run_name))

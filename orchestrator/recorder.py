@@ -83,7 +83,8 @@ class TrialRecorder:
                 self.tracker.log_artifact(run_id, Path(path), "attention")
         # The trial's own work, for the overhead figure: training plus evaluation.
         self.train_seconds[key] = float(result.get("train_seconds", 0.0)) + float(result.get("eval_seconds", 0.0))
-        self.progress.trial_evaluated(trial, perplexity)
+        accuracy = {name: value for name, value in metrics.items() if name.startswith(("che_acc_", "acc_"))}
+        self.progress.trial_evaluated(trial, perplexity, accuracy)
 
     def complete(self, trial: Trial, key: str | None = None) -> None:
         key = key or trial.trial_id

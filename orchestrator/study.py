@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from dape_core import ExperimentConfig
 
-SECTIONS = ("model", "data", "train", "eval")
+SECTIONS = ("model", "data", "train", "eval", "che")  # ExperimentConfig's sections
 
 
 class StudyError(ValueError):
@@ -127,7 +127,7 @@ class ReportSpec(_Strict):
 class Study(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Experiment name in MLflow.")
     description: str = ""
-    base: dict[str, Any] = Field(default_factory=dict, description="Shared trial config: model, data, train, eval.")
+    base: dict[str, Any] = Field(default_factory=dict, description="Shared trial config: model, data, train, eval (and che for CHE tasks).")
     axes: dict[str, list[Any]] = Field(default_factory=dict, description="Grid over dotted keys.")
     one_at_a_time: bool = Field(False, description="Vary each axis alone from the baseline instead of a grid.")
     zip: dict[str, list[Any]] = Field(default_factory=dict, description="Dotted keys whose values vary together.")

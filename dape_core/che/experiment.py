@@ -1,0 +1,299 @@
+"""Train and evaluate one model on one CHE task (SPEC §7) or on associative recall (SPEC §8, extension).
+
+    from dape_core.che.experiment import CheConfig, run_che
+    result = run_che(CheConfig(task="parity_check", steps=300), ModelConfig(preset="tiny"))
+    result.acc_train, result.acc_test, result.accuracy  # accuracy: {test length: accuracy}
+
+Protocol (Delétang et al. 2023, Ruoss et al. 2023, as DAPE uses it):
+- `form="encoder"` (every CHE task): a bidirectional model (`ModelConfig.causal=False`: symmetric |i − j|
+  biases, no mask, no `tril`) reads the n input tokens followed by |y| placeholders; the logits at the
+  placeholders are the answer. One shared output head: the model's vocabulary is
+  max(input vocabulary + 1, output classes) and the answer is read from the first `output_classes` logits
+  (class c is the c-th output unit), so the architecture and its analytic parameter count are the LM's.
+- `form="causal"` (associative recall only, this project's extension): a causal LM over the stream
+  `k1 v1 ... kP vP q1 a1 ... qQ aQ`, trained and scored only at the query positions, where the next token is
+  the queried value (the multi-query recall of Arora et al. 2023). DAPE V2's Proposition 1 is about a causal
+  model, and it keeps NoPE meaningful: a bidirectional NoPE model has no way to tell token order at all.
+- Each training step draws one length from U{min, ..., train_max_length} for the whole batch (min = 1 for the
+  CHE tasks, the task's minimum for recall).
+- Accuracy is per-token argmax accuracy over the positions that count (target_mask, or the recall queries),
+  pooled over `eval_batches` batches of each length. `acc_train` averages it over every training length,
+  `acc_test` over `test_lengths` (the paper: 41..500; the CPU default is a small subset).
+
+Optimizer, schedule, clipping, precision, device and seed come from a `TrainConfig` (the experiment's
+`train:` section); `steps`, `batch_size` and `lr` from CheConfig replace its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import ConfigDict, field_validator, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+from torch.nn import functional as F
+
+from ..config import ModelConfig
+from ..model import build_model
+from ..train import NonFiniteLossError, TrainConfig, resolve_device, resolve_precision
+from ..train.schedule import cosine_lr, make_optimizer
+from .recall import RECALL_TASKS
+from .tasks import TASKS, make_encoder_batch
+
+TASK_NAMES = (*TASKS, *RECALL_TASKS)
+
+
+@pydantic_dataclass(config=ConfigDict(extra="forbid"))
+class CheConfig:
+    """task: one of the 15 CHE tasks or `associative_recall`. form: `encoder` (CHE protocol) or `causal`
+    (associative recall only). train_max_length: training lengths are U{1..train_max_length}.
+    test_lengths: lengths scored for `acc_test`, a list or an inclusive range "A..B" (the paper: "41..500").
+    steps, batch_size, lr: the training run (replacing those of the `train:` section; `train.grad_accum` is
+    not used: one batch per step). eval_batches x eval_batch_size strings are scored per length."""
+
+    task: str = "parity_check"
+    form: Literal["encoder", "causal"] = "encoder"
+    train_max_length: int = 40
+    test_lengths: list[int] | str = field(default_factory=lambda: [41, 60, 100])  # or "41..500" (inclusive)
+    steps: int = 1000
+    batch_size: int = 128
+    lr: float = 1e-3
+    eval_batches: int = 2
+    eval_batch_size: int = 128
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, value: str) -> str:
+        if value not in TASK_NAMES:
+            raise ValueError(f"unknown CHE task {value!r}; valid: {', '.join(TASK_NAMES)}")
+        return value
+
+    @field_validator("train_max_length", "steps", "batch_size", "eval_batches", "eval_batch_size")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"must be a positive integer (got {value})")
+        return value
+
+    @field_validator("lr")
+    @classmethod
+    def _positive_lr(cls, value: float) -> float:
+        if not value > 0:
+            raise ValueError(f"learning rate must be > 0 (got {value})")
+        return value
+
+    @field_validator("test_lengths", mode="before")
+    @classmethod
+    def _length_range(cls, value):
+        """"A..B" is the inclusive range A, A+1, ..., B (the paper's test lengths are "41..500")."""
+        if isinstance(value, str):
+            first, sep, last = value.partition("..")
+            if not sep or not first.strip().isdigit() or not last.strip().isdigit() or int(first) > int(last):
+                raise ValueError(f"expected a list of lengths or an inclusive range 'A..B' with A <= B (got {value!r})")
+            return list(range(int(first), int(last) + 1))
+        return value
+
+    @field_validator("test_lengths")
+    @classmethod
+    def _test_lengths(cls, value: list[int]) -> list[int]:
+        if not value:
+            raise ValueError("give at least one test length")
+        if min(value) < 1:
+            raise ValueError(f"test lengths must be positive integers (got {min(value)})")
+        return sorted(set(value))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "CheConfig":
+        task = self.task_object
+        if self.form == "causal" and self.task not in RECALL_TASKS:
+            raise ValueError(f"form 'causal' is only for associative_recall; CHE task {self.task!r} uses 'encoder'")
+        if self.train_max_length < self.min_length:
+            raise ValueError(f"train_max_length={self.train_max_length} is below the task's minimum length "
+                             f"{self.min_length} ({self.task}, form {self.form})")
+        too_short = [n for n in self.test_lengths if n < self.min_length]
+        if too_short:
+            raise ValueError(f"test_lengths {too_short} are below the task's minimum length {self.min_length}")
+        if self.task in RECALL_TASKS:  # distinct keys must fit in the key vocabulary
+            longest = max(self.test_lengths + [self.train_max_length])
+            pairs = task.causal_counts(longest)[0] if self.form == "causal" else task.counts(longest)[0]
+            if pairs > task.num_keys:
+                raise ValueError(f"test_lengths up to {longest} need {pairs} distinct keys; "
+                                 f"associative_recall has {task.num_keys}")
+        return self
+
+    @property
+    def task_object(self):
+        return RECALL_TASKS[self.task] if self.task in RECALL_TASKS else TASKS[self.task]
+
+    @property
+    def min_length(self) -> int:
+        task = self.task_object
+        return task.min_causal_length if self.form == "causal" else task.min_length
+
+    @property
+    def train_lengths(self) -> list[int]:
+        return list(range(self.min_length, self.train_max_length + 1))
+
+    def sequence_length(self, n: int) -> int:
+        """Tokens the model reads for a string of requested length n (inputs plus placeholders)."""
+        if self.form == "causal":
+            return n
+        task = self.task_object
+        m = task.input_length(n)
+        return m + task.output_length(m)
+
+    def model_config(self, model: ModelConfig) -> ModelConfig:
+        """The experiment's model, shaped for this task: vocabulary, causality, training length."""
+        task = self.task_object
+        vocab = max(task.model_vocab_size, task.output_classes)
+        return dataclasses.replace(model, vocab_size=vocab, causal=self.form == "causal",
+                                   train_length=self.longest_training_sequence)
+
+    @property
+    def longest_training_sequence(self) -> int:
+        return max(self.sequence_length(n) for n in self.train_lengths)
+
+    def training_config(self, train: TrainConfig) -> TrainConfig:
+        """The `train:` section with this run's steps, batch size, lr, and its longest sequence as seq_len."""
+        return dataclasses.replace(train, steps=self.steps, batch_size=self.batch_size, lr=self.lr,
+                                   seq_len=self.longest_training_sequence)
+
+
+@dataclass
+class CheResult:
+    task: str
+    form: str
+    acc_train: float  # mean over every training length
+    acc_test: float  # mean over test_lengths
+    accuracy: dict[int, float]  # per test length
+    train_accuracy: dict[int, float]  # per training length
+    final_train_loss: float
+    train_seconds: float
+    eval_seconds: float
+    num_parameters: int
+    ms_per_step: float | None
+    tokens_seen: int
+    device: str = "cpu"
+    precision: str = "fp32"
+
+
+@dataclass
+class _Scored:
+    """One batch as tensors: tokens [B, T], targets and mask at the scored positions, and where they are."""
+
+    tokens: torch.Tensor
+    targets: torch.Tensor
+    mask: torch.Tensor
+    positions: torch.Tensor | None  # encoder: the placeholder columns; causal: None (mask covers [B, T])
+
+
+def _tensor(array: np.ndarray, device) -> torch.Tensor:
+    # A copy: some labels are reversed views, whose negative strides torch rejects (numpy calls a reversed
+    # [B, 1] view contiguous, so np.ascontiguousarray would keep it).
+    return torch.from_numpy(array.copy(order="C")).to(device)
+
+
+def _sample(cfg: CheConfig, rng: np.random.Generator, length: int, batch_size: int, device) -> _Scored:
+    task = cfg.task_object
+    if cfg.form == "causal":
+        batch = task.sample_causal(rng, length, batch_size)
+        return _Scored(_tensor(batch.tokens, device), _tensor(batch.targets, device),
+                       _tensor(batch.loss_mask, device), None)
+    batch = make_encoder_batch(task, rng, length, batch_size)
+    return _Scored(_tensor(batch.tokens, device), _tensor(batch.targets, device),
+                   _tensor(batch.target_mask, device), _tensor(batch.output_positions, device))
+
+
+def _scored_logits(model, cfg: CheConfig, batch: _Scored) -> torch.Tensor:
+    """Logits at the scored positions: [B, out_len, classes] (encoder) or [B, T, vocab] (causal)."""
+    logits = model(batch.tokens)
+    if batch.positions is None:
+        return logits
+    return logits[:, batch.positions, : cfg.task_object.output_classes]
+
+
+def _masked_loss(logits: torch.Tensor, batch: _Scored) -> torch.Tensor:
+    losses = F.cross_entropy(logits.float().flatten(0, 1), batch.targets.flatten(), reduction="none")
+    mask = batch.mask.flatten().to(losses.dtype)
+    return (losses * mask).sum() / mask.sum().clamp(min=1)
+
+
+@torch.no_grad()
+def accuracy_at(model, cfg: CheConfig, length: int, rng: np.random.Generator, device, precision) -> float:
+    """Per-token argmax accuracy over the scored positions of `eval_batches` batches of one length."""
+    model.eval()
+    correct = total = 0
+    for _ in range(cfg.eval_batches):
+        batch = _sample(cfg, rng, length, cfg.eval_batch_size, device)
+        with precision.autocast():
+            logits = _scored_logits(model, cfg, batch)
+        hits = (logits.argmax(-1) == batch.targets) & batch.mask
+        correct += int(hits.sum())
+        total += int(batch.mask.sum())
+    return correct / total if total else float("nan")
+
+
+def run_che(cfg: CheConfig, model_cfg: ModelConfig | None = None, train_cfg: TrainConfig | None = None,
+            callback=None) -> CheResult:
+    """Train on lengths U{min..train_max_length}, then score every training length and every test length."""
+    train = cfg.training_config(train_cfg or TrainConfig())
+    device = resolve_device(train.device)
+    precision = resolve_precision(train.precision, device)
+    torch.manual_seed(train.seed)
+    rng = np.random.default_rng(train.seed)
+    model = build_model(cfg.model_config(model_cfg or ModelConfig())).to(device)
+    optimizer = make_optimizer(model, train)
+    scaler = precision.grad_scaler()
+
+    step_ms: list[float] = []
+    running, tokens_seen = None, 0
+    started = time.perf_counter()
+    model.train()
+    for step in range(train.steps):
+        step_started = time.perf_counter()
+        lr = cosine_lr(step, train)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        length = int(rng.integers(cfg.min_length, cfg.train_max_length + 1))  # one length per step
+        batch = _sample(cfg, rng, length, train.batch_size, device)
+        tokens_seen += batch.tokens.numel()
+        optimizer.zero_grad(set_to_none=True)
+        with precision.autocast():
+            loss = _masked_loss(_scored_logits(model, cfg, batch), batch)
+        value = loss.item()
+        if not math.isfinite(value):
+            raise NonFiniteLossError(f"CHE training loss became {value} at step {step + 1} ({cfg.task}, lr {lr:.3g})")
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        step_ms.append(1000 * (time.perf_counter() - step_started))
+        running = value if running is None else 0.9 * running + 0.1 * value
+        done = step + 1
+        if callback is not None and (done % train.log_every == 0 or done == train.steps):
+            callback.on_step(done, running, lr)
+    train_seconds = time.perf_counter() - started
+
+    started = time.perf_counter()
+    eval_rng = np.random.default_rng(train.seed + 1_000_003)  # evaluation strings independent of training
+    train_accuracy = {n: accuracy_at(model, cfg, n, eval_rng, device, precision) for n in cfg.train_lengths}
+    accuracy = {n: accuracy_at(model, cfg, n, eval_rng, device, precision) for n in cfg.test_lengths}
+    eval_seconds = time.perf_counter() - started
+    warm = step_ms[5:] if len(step_ms) > 10 else step_ms
+    return CheResult(
+        task=cfg.task, form=cfg.form,
+        acc_train=float(np.mean(list(train_accuracy.values()))), acc_test=float(np.mean(list(accuracy.values()))),
+        accuracy=accuracy, train_accuracy=train_accuracy, final_train_loss=float(running),
+        train_seconds=train_seconds, eval_seconds=eval_seconds, num_parameters=model.num_parameters(),
+        ms_per_step=float(np.median(warm)) if warm else None,
+        tokens_seen=tokens_seen,
+        device=str(device), precision=precision.name,
+    )
