@@ -160,9 +160,7 @@ def test_forward_timing_is_a_median_per_length(windows):
 
 def test_block_path_does_not_change_perplexity(windows):
     """The memory-efficient block path used automatically at long evaluation lengths gives the direct path's
-    perplexity. Needs ModelConfig.eval_block_size (the attention paths of dape_core)."""
-    if "eval_block_size" not in _model_fields():
-        pytest.skip("this dape_core has no block attention path (ModelConfig.eval_block_size)")
+    perplexity."""
     cfg = EvalConfig(lengths=[32, 64, 128], tail_tokens=16, n_windows=6)
     for overrides in ({"pos_encoding": "kerple", "processor": "dapev2"}, {"pos_encoding": "alibi"}):
         direct = _model(**overrides, eval_block_size=None)
