@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import ConfigDict, field_validator, model_validator
 from pydantic.dataclasses import dataclass
 
+from .checks import one_of, positive_int
+
 # name -> (layers, width, heads). Paper sizes from SPEC §5 (head dims 64, 64, 80, 128 follow from width / heads);
 # the CPU presets are this project's.
 PRESETS: dict[str, tuple[int, int, int]] = {
@@ -99,23 +101,17 @@ class ModelConfig:
     @field_validator("preset")
     @classmethod
     def _known_preset(cls, value: str) -> str:
-        if value not in PRESETS:
-            raise ValueError(f"unknown preset {value!r}; valid presets: {', '.join(PRESETS)}")
-        return value
+        return one_of(value, PRESETS, "preset")
 
     @field_validator("pos_encoding")
     @classmethod
     def _known_encoding(cls, value: str) -> str:
-        if value not in POS_ENCODINGS:
-            raise ValueError(f"unknown position encoding {value!r}; valid: {', '.join(POS_ENCODINGS)}")
-        return value
+        return one_of(value, POS_ENCODINGS, "position encoding")
 
     @field_validator("processor")
     @classmethod
     def _known_processor(cls, value: str) -> str:
-        if value not in PROCESSORS:
-            raise ValueError(f"unknown processor {value!r}; valid: {', '.join(PROCESSORS)}")
-        return value
+        return one_of(value, PROCESSORS, "processor")
 
     @field_validator("kernel_size")
     @classmethod
@@ -131,9 +127,7 @@ class ModelConfig:
     @field_validator("d_dape", "vocab_size", "mlp_ratio", "train_length", "fire_width")
     @classmethod
     def _positive(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"must be a positive integer (got {value})")
-        return value
+        return positive_int(value)
 
     @field_validator("rope_random_max", "fire_l0", "attention_block_size", "eval_block_size", "n_layer", "d_model", "n_head")
     @classmethod

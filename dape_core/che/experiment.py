@@ -38,6 +38,7 @@ from pydantic import ConfigDict, field_validator, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from torch.nn import functional as F
 
+from ..checks import one_of, positive_int
 from ..config import ModelConfig
 from ..model import build_model
 from ..train import NonFiniteLossError, TrainConfig, resolve_device, resolve_precision
@@ -69,16 +70,12 @@ class CheConfig:
     @field_validator("task")
     @classmethod
     def _known_task(cls, value: str) -> str:
-        if value not in TASK_NAMES:
-            raise ValueError(f"unknown CHE task {value!r}; valid: {', '.join(TASK_NAMES)}")
-        return value
+        return one_of(value, TASK_NAMES, "CHE task")
 
     @field_validator("train_max_length", "steps", "batch_size", "eval_batches", "eval_batch_size")
     @classmethod
     def _positive(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"must be a positive integer (got {value})")
-        return value
+        return positive_int(value)
 
     @field_validator("lr")
     @classmethod

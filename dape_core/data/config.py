@@ -7,6 +7,8 @@ from dataclasses import asdict
 from pydantic import ConfigDict, field_validator, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from ..checks import one_of, positive_int_or_none
+
 SOURCES = ("stdlib", "text", "tokens", "hf_disk")
 TOKEN_DTYPES = ("uint16", "uint32", "int32", "int64")
 
@@ -52,16 +54,12 @@ class DataConfig:
     @field_validator("source")
     @classmethod
     def _known_source(cls, value: str) -> str:
-        if value not in SOURCES:
-            raise ValueError(f"unknown data source {value!r}; valid: {', '.join(SOURCES)}")
-        return value
+        return one_of(value, SOURCES, "data source")
 
     @field_validator("dtype")
     @classmethod
     def _known_dtype(cls, value: str) -> str:
-        if value not in TOKEN_DTYPES:
-            raise ValueError(f"unknown token dtype {value!r}; valid: {', '.join(TOKEN_DTYPES)}")
-        return value
+        return one_of(value, TOKEN_DTYPES, "token dtype")
 
     @field_validator("val_fraction")
     @classmethod
@@ -87,9 +85,7 @@ class DataConfig:
     @field_validator("chunk_tokens", "vocab_size", "max_files")
     @classmethod
     def _positive(cls, value: int | None) -> int | None:
-        if value is not None and value < 1:
-            raise ValueError(f"must be a positive integer (got {value})")
-        return value
+        return positive_int_or_none(value)
 
     @field_validator("tokenizer")
     @classmethod

@@ -7,6 +7,8 @@ import math
 from pydantic import ConfigDict, field_validator, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from ..checks import one_of, positive_int, positive_int_or_none
+
 DEFAULT_TOKENS_PER_LENGTH = 2048  # 64 windows scored on their last 32 tokens
 EVAL_SPLITS = ("validation", "test")
 
@@ -48,16 +50,12 @@ class EvalConfig:
     @field_validator("tail_tokens", "batch_size", "timing_reps")
     @classmethod
     def _positive(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"must be a positive integer (got {value})")
-        return value
+        return positive_int(value)
 
     @field_validator("n_windows", "tokens_per_length")
     @classmethod
     def _positive_or_none(cls, value: int | None) -> int | None:
-        if value is not None and value < 1:
-            raise ValueError(f"must be a positive integer (got {value})")
-        return value
+        return positive_int_or_none(value)
 
     @field_validator("timing_warmup")
     @classmethod
@@ -69,9 +67,7 @@ class EvalConfig:
     @field_validator("split")
     @classmethod
     def _known_split(cls, value: str) -> str:
-        if value not in EVAL_SPLITS:
-            raise ValueError(f"unknown split {value!r}; valid: {', '.join(EVAL_SPLITS)}")
-        return value
+        return one_of(value, EVAL_SPLITS, "split")
 
     @model_validator(mode="after")
     def _one_budget(self) -> "EvalConfig":

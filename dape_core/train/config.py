@@ -7,6 +7,8 @@ import re
 from pydantic import ConfigDict, field_validator, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from ..checks import one_of, positive_int
+
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
@@ -40,9 +42,7 @@ class TrainConfig:
     @field_validator("steps", "batch_size", "seq_len", "log_every", "grad_accum", "val_tokens")
     @classmethod
     def _positive(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"must be a positive integer (got {value})")
-        return value
+        return positive_int(value)
 
     @field_validator("eval_every")
     @classmethod
@@ -75,9 +75,7 @@ class TrainConfig:
     @field_validator("precision")
     @classmethod
     def _known_precision(cls, value: str) -> str:
-        if value not in PRECISIONS:
-            raise ValueError(f"unknown precision {value!r}; valid: {', '.join(PRECISIONS)}")
-        return value
+        return one_of(value, PRECISIONS, "precision")
 
     @field_validator("device")
     @classmethod
