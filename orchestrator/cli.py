@@ -1,4 +1,4 @@
-"""`orchestrator` command line: run, plan, validate, status and schema of study files.
+"""`orchestrator` command line: validate, plan, run, status, report, ui and schema of study files.
 
 Exit codes: 0 every trial succeeded; 1 some trials failed (the rest completed); 2 invalid study or
 argument; 3 interrupted and resumable (re-run the same command); 130 interrupted by Ctrl-C.
