@@ -6,7 +6,6 @@ This is the unit a study trial runs. It is independent of any orchestrator: prog
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
@@ -17,11 +16,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from .che.experiment import CheConfig, run_che
-from .config import ModelConfig
+from .config import ModelConfig, effective_model_fields
 from .data import DataConfig, TrainStream, evaluation_windows, load_corpus
 from .evaluate import (EvalConfig, attention_rows, delta_p, forward_flops_per_token, forward_ms_from_evaluation,
                        peak_memory_bytes, perplexity_by_length, reset_peak_memory, save_heat_maps, tail_loss)
@@ -34,17 +33,46 @@ _NOT_IN_FINGERPRINT = ("log_every", "eval_every", "val_tokens")
 
 @pydantic_dataclass(config=ConfigDict(extra="forbid"))
 class ExperimentConfig:
-    model: ModelConfig = Field(default_factory=ModelConfig)
+    """One trial: the model, its data, its training and its evaluation, validated together.
+
+    The config is the effective one: what `to_dict()` says is what the model and the trainer use. The model
+    fields that follow from the rest are filled in here, not at run time (`effective_model_fields`):
+    `model.train_length` is `train.seq_len`, randomized RoPE's `rope_random_max` defaults to the largest
+    evaluation length and FIRE's `fire_l0` to the training length.
+
+    che: a CHE / associative-recall experiment instead of the LM one: `data` and `eval` are then ignored,
+    `train.steps`, `train.batch_size`, `train.lr` and `train.seq_len` are set from it (so that the
+    orchestrator's progress, checkpoints and estimates see the run that happens), and the model is shaped
+    for the task (`CheConfig.model_fields`).
+    """
+
+    # `model` comes last: its effective fields are derived from the sections validated before it. `to_dict`
+    # puts it first again.
     data: DataConfig = Field(default_factory=DataConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=lambda: EvalConfig(lengths=[64, 128, 256, 512]))
-    # A CHE / associative-recall experiment instead of the LM one: `data` and `eval` are then ignored, and
-    # `train.steps`, `train.batch_size`, `train.lr` and `train.seq_len` are set from it (so that the
-    # orchestrator's progress, checkpoints and estimates see the run that happens).
     che: CheConfig | None = None
+    model: ModelConfig = Field(default_factory=ModelConfig)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _effective_model(cls, model, info: ValidationInfo):
+        """Fill in the fields that follow from the other sections before the model section is validated, so
+        that its own checks (rope_random_max against the training length) see the values that will be used.
+        Where a section it depends on is itself invalid, that section's error is reported instead."""
+        fields = asdict(model) if isinstance(model, ModelConfig) else model
+        if not isinstance(fields, dict) or "che" not in info.data:
+            return model
+        che = info.data["che"]
+        if che is not None:
+            return che.model_fields(fields)
+        if "train" not in info.data or "eval" not in info.data:
+            return model
+        seq_len = info.data["train"].seq_len
+        return effective_model_fields(fields, seq_len, max(seq_len, *info.data["eval"].lengths))
 
     @model_validator(mode="after")
-    def _eval_beyond_training(self) -> "ExperimentConfig":
+    def _consistent(self) -> "ExperimentConfig":
         if self.che is not None:
             self.train = self.che.training_config(self.train)
             return self  # the LM's data/eval checks do not apply
@@ -65,10 +93,15 @@ class ExperimentConfig:
         if self.data.source == "tokens" and self.data.chunk_tokens <= max(self.eval.lengths):
             raise ValueError(f"data.chunk_tokens={self.data.chunk_tokens} must exceed the longest evaluation length "
                              f"{max(self.eval.lengths)}: evaluation windows lie inside held-out chunks")
+        vocabulary = self.data.known_vocabulary
+        if vocabulary is not None and self.model.vocab_size < vocabulary:
+            raise ValueError(f"model.vocab_size={self.model.vocab_size} is below the data's vocabulary of {vocabulary} "
+                             f"({_vocabulary_source(self.data)}): set model.vocab_size to at least {vocabulary}")
         return self
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        sections = asdict(self)
+        return {name: sections[name] for name in ("model", "data", "train", "eval", "che")}
 
     def fingerprint(self) -> str:
         """Identity of a training trajectory: model, data and train sections, less logging-only fields."""
@@ -121,12 +154,8 @@ class ExperimentResult:
         return out
 
 
-def _with_train_length(model: ModelConfig, seq_len: int) -> ModelConfig:
-    """Encodings that depend on the training length (randomized RoPE's range, FIRE's L0) learn it from the
-    experiment, when this dape_core's ModelConfig has that field."""
-    if "train_length" in {f.name for f in dataclasses.fields(model)} and model.train_length != seq_len:
-        return dataclasses.replace(model, train_length=seq_len)
-    return model
+def _vocabulary_source(data: DataConfig) -> str:
+    return f"data.vocab_size" if data.source == "tokens" and data.vocab_size is not None else "the byte tokenizer"
 
 
 def check_vocabulary(cfg: ExperimentConfig, corpus_vocab: int, tokenizer: str) -> None:
@@ -158,7 +187,7 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     lengths = sorted(set(cfg.eval.lengths) | {seq_len})  # ΔP needs the training length
     windows = evaluation_windows(corpus.split(cfg.eval.split), lengths, cfg.eval.windows_per_length, cfg.eval.seed)
     stream = TrainStream(corpus.stream_regions(), seed=cfg.train.seed)
-    model = build_model(_with_train_length(cfg.model, seq_len)).to(device)
+    model = build_model(cfg.model).to(device)
 
     validate = None
     if cfg.train.eval_every:

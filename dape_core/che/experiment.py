@@ -29,17 +29,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import asdict, dataclass, field
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
-from pydantic import ConfigDict, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from torch.nn import functional as F
 
-from ..checks import one_of, positive_int
-from ..config import ModelConfig
+from ..types import PositiveFloat, PositiveInt
+from ..config import ModelConfig, effective_model_fields
 from ..model import build_model
 from ..train import NonFiniteLossError, TrainConfig, resolve_device, resolve_precision
 from ..train.schedule import cosine_lr, make_optimizer
@@ -49,60 +49,43 @@ from .tasks import TASKS, make_encoder_batch
 TASK_NAMES = (*TASKS, *RECALL_TASKS)
 
 
+# A Literal built from the task tables, so that the schema lists every task.
+TaskName = Literal[TASK_NAMES]  # type: ignore[valid-type]
+
+
+def _length_range(value):
+    """"A..B" is the inclusive range A, A+1, ..., B (the paper's test lengths are "41..500")."""
+    if isinstance(value, str):
+        first, sep, last = value.partition("..")
+        if not sep or not first.strip().isdigit() or not last.strip().isdigit() or int(first) > int(last):
+            raise ValueError(f"expected a list of lengths or an inclusive range 'A..B' with A <= B (got {value!r})")
+        return list(range(int(first), int(last) + 1))
+    return value
+
+
+TestLengths = Annotated[list[PositiveInt], Field(min_length=1),
+                        BeforeValidator(_length_range, json_schema_input_type=list[PositiveInt] | str),
+                        AfterValidator(lambda lengths: sorted(set(lengths)))]
+
+
 @pydantic_dataclass(config=ConfigDict(extra="forbid"))
 class CheConfig:
     """task: one of the 15 CHE tasks or `associative_recall`. form: `encoder` (CHE protocol) or `causal`
     (associative recall only). train_max_length: training lengths are U{1..train_max_length}.
     test_lengths: lengths scored for `acc_test`, a list or an inclusive range "A..B" (the paper: "41..500").
-    steps, batch_size, lr: the training run (replacing those of the `train:` section; `train.grad_accum` is
-    not used: one batch per step). eval_batches x eval_batch_size strings are scored per length."""
+    steps, batch_size, lr: the training run (replacing those of the `train:` section). eval_batches x
+    eval_batch_size strings are scored per length; with `train.eval_every`, the validation loss is the loss
+    on eval_batches fixed batches of training lengths."""
 
-    task: str = "parity_check"
+    task: TaskName = "parity_check"
     form: Literal["encoder", "causal"] = "encoder"
-    train_max_length: int = 40
-    test_lengths: list[int] | str = field(default_factory=lambda: [41, 60, 100])  # or "41..500" (inclusive)
-    steps: int = 1000
-    batch_size: int = 128
-    lr: float = 1e-3
-    eval_batches: int = 2
-    eval_batch_size: int = 128
-
-    @field_validator("task")
-    @classmethod
-    def _known_task(cls, value: str) -> str:
-        return one_of(value, TASK_NAMES, "CHE task")
-
-    @field_validator("train_max_length", "steps", "batch_size", "eval_batches", "eval_batch_size")
-    @classmethod
-    def _positive(cls, value: int) -> int:
-        return positive_int(value)
-
-    @field_validator("lr")
-    @classmethod
-    def _positive_lr(cls, value: float) -> float:
-        if not value > 0:
-            raise ValueError(f"learning rate must be > 0 (got {value})")
-        return value
-
-    @field_validator("test_lengths", mode="before")
-    @classmethod
-    def _length_range(cls, value):
-        """"A..B" is the inclusive range A, A+1, ..., B (the paper's test lengths are "41..500")."""
-        if isinstance(value, str):
-            first, sep, last = value.partition("..")
-            if not sep or not first.strip().isdigit() or not last.strip().isdigit() or int(first) > int(last):
-                raise ValueError(f"expected a list of lengths or an inclusive range 'A..B' with A <= B (got {value!r})")
-            return list(range(int(first), int(last) + 1))
-        return value
-
-    @field_validator("test_lengths")
-    @classmethod
-    def _test_lengths(cls, value: list[int]) -> list[int]:
-        if not value:
-            raise ValueError("give at least one test length")
-        if min(value) < 1:
-            raise ValueError(f"test lengths must be positive integers (got {min(value)})")
-        return sorted(set(value))
+    train_max_length: PositiveInt = 40
+    test_lengths: TestLengths = field(default_factory=lambda: [41, 60, 100])  # or "41..500" (inclusive)
+    steps: PositiveInt = 1000
+    batch_size: PositiveInt = 128
+    lr: PositiveFloat = 1e-3
+    eval_batches: PositiveInt = 2
+    eval_batch_size: PositiveInt = 128
 
     @model_validator(mode="after")
     def _consistent(self) -> "CheConfig":
@@ -144,16 +127,26 @@ class CheConfig:
         m = task.input_length(n)
         return m + task.output_length(m)
 
-    def model_config(self, model: ModelConfig) -> ModelConfig:
-        """The experiment's model, shaped for this task: vocabulary, causality, training length."""
+    def model_fields(self, fields: dict) -> dict:
+        """`model:` fields shaped for this task: vocabulary, causality, training length, and the lengths that
+        depend on it (see `effective_model_fields`)."""
         task = self.task_object
-        vocab = max(task.model_vocab_size, task.output_classes)
-        return dataclasses.replace(model, vocab_size=vocab, causal=self.form == "causal",
-                                   train_length=self.longest_training_sequence)
+        shaped = {**fields, "vocab_size": max(task.model_vocab_size, task.output_classes),
+                  "causal": self.form == "causal"}
+        return effective_model_fields(shaped, self.longest_training_sequence, self.longest_sequence)
+
+    def model_config(self, model: ModelConfig) -> ModelConfig:
+        """The experiment's model, shaped for this task (`model_fields`)."""
+        return ModelConfig(**self.model_fields(asdict(model)))
 
     @property
     def longest_training_sequence(self) -> int:
         return max(self.sequence_length(n) for n in self.train_lengths)
+
+    @property
+    def longest_sequence(self) -> int:
+        """The longest sequence the model reads, in training or in testing."""
+        return max(self.sequence_length(n) for n in [*self.train_lengths, *self.test_lengths])
 
     def training_config(self, train: TrainConfig) -> TrainConfig:
         """The `train:` section with this run's steps, batch size, lr, and its longest sequence as seq_len."""
