@@ -132,7 +132,6 @@ class ExperimentResult:
     val_history: list[tuple[int, float]] = field(default_factory=list)
     data_record: dict = field(default_factory=dict)  # source, split seed, fractions, tokens per split
     resumed_from: int | None = None
-    extra: dict = field(default_factory=dict)
     che_acc_train: float | None = None  # CHE experiments: accuracy averaged over the training lengths
     che_acc_test: float | None = None  # ... and over the test lengths
     che_accuracy: dict[int, float] = field(default_factory=dict)  # ... per test length
@@ -175,8 +174,14 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     """
     if threads:
         torch.set_num_threads(threads)
+    checkpoints = CheckpointStore(checkpoint_dir, cfg.fingerprint()) if checkpoint_dir is not None else None
     if cfg.che is not None:
-        return _run_che_experiment(cfg, callback)
+        return _run_che_experiment(cfg, callback, checkpoints, checkpoint_every, resume)
+    return _run_lm_experiment(cfg, callback, checkpoints, checkpoint_every, resume, artifacts_dir)
+
+
+def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointStore | None,
+                       checkpoint_every: int | None, resume: bool, artifacts_dir) -> ExperimentResult:
     device = resolve_device(cfg.train.device)
     precision = resolve_precision(cfg.train.precision, device)
     torch.manual_seed(cfg.train.seed)
@@ -186,7 +191,7 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     seq_len = cfg.train.seq_len
     lengths = sorted(set(cfg.eval.lengths) | {seq_len})  # ΔP needs the training length
     windows = evaluation_windows(corpus.split(cfg.eval.split), lengths, cfg.eval.windows_per_length, cfg.eval.seed)
-    stream = TrainStream(corpus.stream_regions(), seed=cfg.train.seed)
+    stream = TrainStream(corpus.stream_regions(), seq_len, seed=cfg.train.seed)
     model = build_model(cfg.model).to(device)
 
     validate = None
@@ -195,16 +200,35 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
                                          seed=cfg.eval.seed + 1, strict=False)[seq_len]
         validate = functools.partial(tail_loss, model, val_windows, seq_len, cfg.eval.batch_size, precision)
 
-    checkpoints = CheckpointStore(checkpoint_dir, cfg.fingerprint()) if checkpoint_dir is not None else None
     reset_peak_memory(device)
     trained = train(model, stream, cfg.train, callback, precision=precision, validate=validate,
                     checkpoints=checkpoints, checkpoint_every=checkpoint_every, resume=resume)
+    return ExperimentResult(
+        **_evaluate(model, windows, cfg, precision, artifacts_dir),
+        final_train_loss=trained.final_loss,
+        train_seconds=trained.train_seconds,
+        tokens_seen=trained.tokens_seen,
+        num_parameters=model.num_parameters(),
+        data_hash=corpus.content_hash,
+        ms_per_step=trained.ms_per_step,
+        flops_per_token=forward_flops_per_token(model, seq_len),
+        peak_memory_bytes=peak_memory_bytes(device),
+        device=str(device),
+        precision=precision.name,
+        val_history=trained.val_history,
+        data_record=corpus.record,
+        resumed_from=trained.resumed_from,
+    )
 
+
+def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_dir) -> dict:
+    """The evaluation protocol on the trained model: perplexity and ΔP by length, then (optionally) the
+    forward time per length and the heat maps. Returns those ExperimentResult fields."""
     started = time.perf_counter()
     batch_ms: dict[int, list[float]] | None = {} if cfg.eval.timing else None
     all_lengths = perplexity_by_length(model, windows, cfg.eval, precision, batch_ms)
     perplexity = {length: all_lengths[length] for length in cfg.eval.lengths}
-    gains = {length: value for length, value in delta_p(all_lengths, seq_len).items() if length in perplexity}
+    gains = {length: value for length, value in delta_p(all_lengths, cfg.train.seq_len).items() if length in perplexity}
     eval_seconds = time.perf_counter() - started
     ms_forward = {}
     if cfg.eval.timing:  # the evaluation's own batches, warm-up dropped: no extra passes in the usual case
@@ -214,35 +238,19 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     if cfg.eval.visualise:
         longest = max(cfg.eval.lengths)
         folder = Path(artifacts_dir) if artifacts_dir is not None else Path(tempfile.mkdtemp(prefix="dape_attention_"))
+        device = next(model.parameters()).device
         rows = attention_rows(model, windows[longest][:1, :-1].to(device))
         title = f"{cfg.model.pos_encoding} / {cfg.model.processor}, L={longest}"
         artifacts = [str(path) for path in save_heat_maps(rows, folder, title)]
-    return ExperimentResult(
-        perplexity=perplexity,
-        final_train_loss=trained.final_loss,
-        train_seconds=trained.train_seconds,
-        eval_seconds=eval_seconds,
-        tokens_seen=trained.tokens_seen,
-        num_parameters=model.num_parameters(),
-        data_hash=corpus.content_hash,
-        delta_p=gains,
-        ms_per_step=trained.ms_per_step,
-        ms_forward=ms_forward,
-        flops_per_token=forward_flops_per_token(model, seq_len),
-        peak_memory_bytes=peak_memory_bytes(device),
-        device=str(device),
-        precision=precision.name,
-        artifacts=artifacts,
-        val_history=trained.val_history,
-        data_record=corpus.record,
-        resumed_from=trained.resumed_from,
-    )
+    return {"perplexity": perplexity, "delta_p": gains, "eval_seconds": eval_seconds, "ms_forward": ms_forward,
+            "artifacts": artifacts}
 
 
-def _run_che_experiment(cfg: ExperimentConfig, callback) -> ExperimentResult:
-    """The CHE path: no corpus, no perplexity; accuracies instead. Checkpoints are not kept (runs are short
-    on CPU; a resumed CHE trial starts again)."""
-    result = run_che(cfg.che, cfg.model, cfg.train, callback)
+def _run_che_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointStore | None,
+                        checkpoint_every: int | None, resume: bool) -> ExperimentResult:
+    """The CHE path: no corpus, no perplexity; accuracies instead. Checkpoints and resume as for the LM."""
+    result = run_che(cfg.che, cfg.model, cfg.train, callback, checkpoints=checkpoints,
+                     checkpoint_every=checkpoint_every, resume=resume)
     task_record = {"source": "che", "task": cfg.che.task, "form": cfg.che.form,
                    "train_max_length": cfg.che.train_max_length, "test_lengths": cfg.che.test_lengths}
     return ExperimentResult(
@@ -260,5 +268,6 @@ def _run_che_experiment(cfg: ExperimentConfig, callback) -> ExperimentResult:
         che_acc_train=result.acc_train,
         che_acc_test=result.acc_test,
         che_accuracy=result.accuracy,
-        extra={"che_train_accuracy": result.train_accuracy},
+        val_history=result.val_history,
+        resumed_from=result.resumed_from,
     )

@@ -11,12 +11,12 @@ from .corpus import Corpus, check_token_ids, load_corpus
 from .sources import stdlib_files
 from .splits import SPLITS, TEST, TRAIN, VALIDATION
 from .tokenization import ByteTokenizer, HFTokenizer, load_tokenizer
-from .windows import TrainStream, evaluation_windows
+from .windows import TokenBatch, TrainStream, evaluation_windows
 
 DOC_SEPARATOR = 0  # byte 0 never occurs in source text: marks document boundaries in the byte-level stream
 
 __all__ = [
     "SOURCES", "DataConfig", "Corpus", "load_corpus", "check_token_ids", "stdlib_files", "SPLITS", "TRAIN",
-    "VALIDATION", "TEST", "ByteTokenizer", "HFTokenizer", "load_tokenizer", "TrainStream", "evaluation_windows",
-    "DOC_SEPARATOR",
+    "VALIDATION", "TEST", "ByteTokenizer", "HFTokenizer", "load_tokenizer", "TokenBatch", "TrainStream",
+    "evaluation_windows", "DOC_SEPARATOR",
 ]
