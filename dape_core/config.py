@@ -35,9 +35,6 @@ Form = Literal["concat_residual", "concat", "add_residual", "bias_only"]
 
 POS_ENCODINGS = get_args(PosEncoding)
 BIAS_ENCODINGS = ("alibi", "kerple", "kerple_power", "fire", "t5")  # additive bias B: [H, T_q, T_k]
-ROTARY_OR_NONE = ("nope", "rope", "yarn", "rope_random")  # no bias: the processor sees S alone (H channels)
-PROCESSORS = get_args(Processor)
-FORMS = get_args(Form)
 
 
 def _odd(value: int) -> int:

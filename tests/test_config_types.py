@@ -73,8 +73,6 @@ def test_optimizer_settings_are_sane():
     assert only_problem(TrainConfig, weight_decay=-0.1) == ("weight_decay", "Input should be greater than or equal to 0")
     assert only_problem(TrainConfig, grad_clip=0) == ("grad_clip", "Input should be greater than 0")
     assert only_problem(TrainConfig, eps=0) == ("eps", "Input should be greater than 0")
-    path, message = only_problem(TrainConfig, lr=0.5, weight_decay=2.0)
-    assert "lr x weight_decay = 1 must stay below 1" in message
     assert TrainConfig(weight_decay=0.0).weight_decay == 0.0
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Literal, get_args
+from typing import Literal
 
 from pydantic import ConfigDict, field_validator, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
@@ -12,8 +12,6 @@ from ..types import Fraction, NonEmptyStr, OpenFraction, PositiveInt, Seed
 
 Source = Literal["stdlib", "text", "tokens", "hf_disk"]
 TokenDtype = Literal["uint16", "uint32", "int32", "int64"]
-SOURCES = get_args(Source)
-TOKEN_DTYPES = get_args(TokenDtype)
 BYTE_VOCABULARY = 256  # the `byte` tokenizer's ids 0..255
 
 

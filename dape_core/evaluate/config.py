@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
@@ -12,7 +12,6 @@ from ..types import NonNegativeInt, PositiveInt, Seed, StrictBool
 
 DEFAULT_TOKENS_PER_LENGTH = 2048  # 64 windows scored on their last 32 tokens
 EvalSplit = Literal["validation", "test"]
-EVAL_SPLITS = get_args(EvalSplit)
 
 
 def _distinct_sorted(lengths: list[int]) -> list[int]:

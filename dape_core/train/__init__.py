@@ -8,13 +8,13 @@ implements to forward metrics to Ray Tune.
 
 from .callbacks import TrainerCallback
 from .checkpoint import CheckpointMismatchError, CheckpointStore
-from .config import PRECISIONS, TrainConfig
+from .config import TrainConfig
 from .loop import BatchSource, NonFiniteLossError, TrainResult, lm_loss, train
 from .precision import Precision, resolve_device, resolve_precision
 from .schedule import cosine_lr, make_optimizer
 
 __all__ = [
-    "TrainerCallback", "CheckpointMismatchError", "CheckpointStore", "PRECISIONS", "TrainConfig",
+    "TrainerCallback", "CheckpointMismatchError", "CheckpointStore", "TrainConfig",
     "BatchSource", "NonFiniteLossError", "TrainResult", "lm_loss", "train", "Precision", "resolve_device",
     "resolve_precision", "cosine_lr", "make_optimizer",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
@@ -10,7 +10,6 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from ..types import Fraction, PositiveFloat, NonNegativeFloat, PositiveInt, Seed
 
 PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
-PRECISIONS = get_args(PrecisionName)
 Device = Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$")]  # auto, cpu, cuda or cuda:N
 
 
@@ -43,11 +42,8 @@ class TrainConfig:
     val_tokens: PositiveInt = 8192
 
     @model_validator(mode="after")
-    def _consistent(self) -> "TrainConfig":
+    def _micro_batches(self) -> "TrainConfig":
         if self.batch_size % self.grad_accum:
             raise ValueError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}: "
                              "each step splits its batch into grad_accum equal micro-batches")
-        if self.lr * self.weight_decay >= 1:
-            raise ValueError(f"lr x weight_decay = {self.lr * self.weight_decay:g} must stay below 1: AdamW "
-                             "multiplies every decayed weight by (1 - lr x weight_decay) each step")
         return self
