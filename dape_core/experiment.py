@@ -46,8 +46,8 @@ class ExperimentConfig:
     for the task (`CheConfig.model_fields`).
     """
 
-    # `model` comes last: its effective fields are derived from the sections validated before it. `to_dict`
-    # puts it first again.
+    # `model` comes last: its effective fields are derived from the sections validated before it (pydantic
+    # validates fields in order). `to_dict` puts it first again.
     data: DataConfig = Field(default_factory=DataConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=lambda: EvalConfig(lengths=[64, 128, 256, 512]))
@@ -154,7 +154,7 @@ class ExperimentResult:
 
 
 def _vocabulary_source(data: DataConfig) -> str:
-    return f"data.vocab_size" if data.source == "tokens" and data.vocab_size is not None else "the byte tokenizer"
+    return "data.vocab_size" if data.source == "tokens" and data.vocab_size is not None else "the byte tokenizer"
 
 
 def check_vocabulary(cfg: ExperimentConfig, corpus_vocab: int, tokenizer: str) -> None:

@@ -39,10 +39,10 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, model_v
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from torch.nn import functional as F
 
-from ..types import PositiveFloat, PositiveInt
 from ..config import ModelConfig, effective_model_fields
 from ..model import build_model
 from ..train import CheckpointStore, TrainConfig, resolve_device, resolve_precision, train
+from ..types import PositiveFloat, PositiveInt
 from .recall import RECALL_TASKS
 from .tasks import TASKS, make_encoder_batch
 
