@@ -1,7 +1,9 @@
 """`orchestrator` command line: validate, plan, run, status, report, ui and schema of study files.
 
 Exit codes: 0 every trial succeeded; 1 some trials failed (the rest completed); 2 invalid study or
-argument; 3 interrupted and resumable (re-run the same command); 130 interrupted by Ctrl-C.
+argument; 3 interrupted and resumable (re-run the same command); 4 a claim of the study's `expect:`
+section fails (only with --strict-claims; claims are findings, so without it they never change the code);
+130 interrupted by Ctrl-C.
 Errors are one clear paragraph, never a traceback, unless --debug.
 """
 
@@ -31,13 +33,15 @@ _WIDTH = None if sys.stdout.isatty() else 160
 console = Console(highlight=False, soft_wrap=True, width=_WIDTH)
 err = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
 
-EXIT_OK, EXIT_TRIALS_FAILED, EXIT_INVALID, EXIT_INTERRUPTED, EXIT_CTRL_C = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_TRIALS_FAILED, EXIT_INVALID, EXIT_INTERRUPTED, EXIT_CLAIMS_FAILED, EXIT_CTRL_C = 0, 1, 2, 3, 4, 130
 
 StudyArg = Annotated[Path, typer.Argument(metavar="STUDY", help="The study file (YAML).")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", "-p", help="A named profile of the study (e.g. paper).")]
 OverridesArg = Annotated[Optional[list[str]], typer.Argument(metavar="[KEY=VALUE]...", help="Dotted overrides, e.g. train.steps=100.")]
 TrackingOpt = Annotated[Optional[str], typer.Option(help="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else sqlite under ./mlruns.")]
 ReportsDirOpt = Annotated[Path, typer.Option(help="Where reports are written.")]
+StrictClaimsOpt = Annotated[bool, typer.Option("--strict-claims", help="Exit with code 4 if a claim of the study's "
+                                               "expect: section fails (inconclusive is not a failure).")]
 
 
 def _load_or_exit(path: Path, profile: str | None = None, overrides: list[str] | None = None):
@@ -88,6 +92,7 @@ def run(
     local: Annotated[bool, typer.Option("--local", help="Run trials in this process one by one, without Ray (debugging).")] = False,
     failed_only: Annotated[bool, typer.Option("--failed-only", help="Rerun only the trials whose last run failed.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+    strict_claims: StrictClaimsOpt = False,
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
     study = _load_or_exit(study_path, profile, overrides)
@@ -120,8 +125,29 @@ def run(
     console.print(f"Wall time {outcome.wall_seconds:.0f}s; {len(outcome.skipped)} trial(s) reused, "
                   f"{outcome.trials_run} run, {len(outcome.failed)} failed; "
                   f"{outcome.steps_run} training steps{overhead}")
+    _claims_line(outcome.claims)
     if outcome.failed:
         raise typer.Exit(EXIT_TRIALS_FAILED)
+    _exit_on_failed_claims(outcome.claims, strict_claims)
+
+
+def _claims_line(claims: list) -> None:
+    if claims:
+        from .reporting.claims import summary
+
+        counts = summary(claims)
+        console.print("Claims: " + ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
+                      + " (the report's Claims section; MLflow tags claim.<id> on the study's run)")
+
+
+def _exit_on_failed_claims(claims: list, strict: bool) -> None:
+    """Claims are findings: they change the exit code only when asked to (--strict-claims)."""
+    from .reporting.claims import FAILS
+
+    failing = [claim.claim.id for claim in claims if claim.verdict == FAILS]
+    if strict and failing:
+        err.print(f"--strict-claims: {len(failing)} claim(s) fail: {', '.join(failing)}")
+        raise typer.Exit(EXIT_CLAIMS_FAILED)
 
 
 def _browse_hint(study_path: Path, tracking_uri: str | None) -> str:
@@ -233,6 +259,7 @@ def report(
     tracking_uri: TrackingOpt = None,
     reports_dir: ReportsDirOpt = Path("reports"),
     value: Annotated[str, typer.Option(help="Which value of each run's metrics the cells show: final, best or step:N.")] = "final",
+    strict_claims: StrictClaimsOpt = False,
 ) -> None:
     """Build the study's report from the MLflow store: tables, significance, plots (Markdown, HTML, LaTeX, CSV)."""
     study = _load_or_exit(study_path)
@@ -255,6 +282,8 @@ def report(
     attached = "; attached to the study's parent run in MLflow" if store.parent_run_id else ""
     console.print(f"Report: {built.folder / 'report.html'} (also report.md, tables.tex, CSV, plots/){attached}")
     console.print(_browse_hint(study_path, tracking_uri))
+    _claims_line(built.claims)
+    _exit_on_failed_claims(built.claims, strict_claims)
 
 
 @app.command()

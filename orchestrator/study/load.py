@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from dape_core import ExperimentConfig
 
+from .expect import claim_problems
 from .model import Study
 from .overrides import apply_study_overrides, resolve
 from .problems import StudyError, format_pydantic
@@ -82,7 +83,7 @@ def _profile_problems(original: dict, study: Study, chosen: str | None) -> list[
             problems += [f"profiles.{name}: {p}" for p in detail]
             continue
         _, found = validate_config(profiled.base, f"profiles.{name} -> base")
-        problems += found
+        problems += found or [f"profiles.{name}: {p}" for p in claim_problems(profiled)]
     return problems
 
 
@@ -100,7 +101,8 @@ def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
         study = Study.model_validate(raw)
     except ValidationError as error:
         raise StudyError(source, format_pydantic(error, "study", Study)) from None
-    problems = _trial_problems(study) + _profile_problems(original, study, profile)
+    problems = _trial_problems(study)
+    problems += (claim_problems(study) if not problems else []) + _profile_problems(original, study, profile)
     if problems:
         raise StudyError(source, problems)
     return study

@@ -10,7 +10,8 @@ the ways it is varied:
 - `seeds`: repeats of every row;
 - `search`: grid (the default: the rows above), random or Optuna TPE over declared distributions;
 - `profiles`: named dotted overrides of the study itself (`base.train.steps: 50000`, `resources.gpus: 1`);
-- `report`: the report's headline metric family and its baseline row.
+- `report`: the report's headline metric family and its baseline row;
+- `expect`: the paper's claims about the results, checked by the report (expect.py).
 The rows these make are in `rows.py`; loading, profiles and per-trial validation in `load.py`.
 """
 
@@ -20,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .expect import Claim
 from .rows import Cell, study_cells
 
 SECTIONS = ("model", "data", "train", "eval", "che")  # dape_core.ExperimentConfig's sections
@@ -115,6 +117,8 @@ class Study(_Strict):
     resources: Resources = Field(default_factory=Resources)
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Named dotted overrides of the study.")
     report: ReportSpec = Field(default_factory=ReportSpec)
+    expect: list[Claim] = Field(default_factory=list, description="Claims about the results (the paper's), "
+                                "each with its source; the report gives each a verdict.")
 
     @field_validator("axes", "zip")
     @classmethod
