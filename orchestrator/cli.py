@@ -169,32 +169,41 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
          tracking_uri: TrackingOpt = None) -> None:
     """Show the expanded trial table with costs and what is already finished; launches nothing."""
     study = _load_or_exit(study_path, profile, overrides)
-    from dape_core import ExperimentConfig
-
-    from .planning import expand
-    from .planning.estimate import estimate
+    from .planning.plan_view import legend, plan_rows
 
     store = _open_store(study, tracking_uri)
     finished = store.finished_trial_ids() if store else set()
+    rows = plan_rows(study, _measured_steps(tracking_uri), finished)
     table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}")
-    for column in ("#", "trial", "id", "params", "GFLOP/step", "peak mem", "fits", "est. time", "status"):
+    for column in ("#", "trial", "id", "params", "GFLOP/step", "peak mem", "fits", "est. time", "basis", "status"):
         table.add_column(column)
-    total = 0.0
     gpu_memory = study.resources.gpu_memory_gb
-    for number, trial in enumerate(expand(study), 1):
-        cost = estimate(ExperimentConfig(**trial.config), study.resources.gpus, study.resources.cpus)
-        total += cost.seconds
+    for number, row in enumerate(rows, 1):
+        cost = row.cost
         fits = "-" if gpu_memory is None else ("yes" if cost.peak_memory_bytes <= gpu_memory * 2**30 else "NO")
-        table.add_row(str(number), trial.run_name, trial.trial_id, f"{cost.parameters / 1e6:.2f}M",
+        time_text = _duration(row.seconds) + (f"–{_duration(row.seconds_high)}" if row.seconds_high else "")
+        table.add_row(str(number), escape(row.name), row.trial_id, f"{cost.parameters / 1e6:.2f}M",
                       f"{cost.flops_per_step / 1e9:.1f}", f"{cost.peak_memory_bytes / 2**30:.2f} GiB", fits,
-                      _duration(cost.seconds), "finished" if trial.trial_id in finished else "to run")
+                      time_text, row.basis, row.status)
     console.print(table)
     device = f"{study.resources.gpus:g} GPU" if study.resources.gpus else f"{study.resources.cpus:g} CPU"
-    console.print(f"Estimated training time, one trial at a time on {device} per trial: {_duration(total)} "
-                  "(an analytic order-of-magnitude estimate).")
-    if study.search.algorithm != "grid":
-        console.print(f"Search: {study.search.algorithm}, {study.search.num_samples} sample(s) per row over "
-                      f"{', '.join(study.search.space)}; scheduler {study.scheduler.type}.")
+    total = sum(row.seconds for row in rows)
+    high = sum(row.seconds_high or row.seconds for row in rows)
+    spread = f"–{_duration(high)}" if high > total else ""
+    measured = sum(row.basis.startswith("measured") for row in rows)
+    console.print(f"Estimated training time, one trial at a time on {device} per trial: {_duration(total)}{spread} "
+                  f"({measured} of {len(rows)} estimate(s) measured in the store, the rest analytic).")
+    for line in legend(study):
+        console.print(line)
+
+
+def _measured_steps(tracking_uri: str | None):
+    """ms per step of the store's finished runs (any experiment), or None where there is no store yet."""
+    from .planning.learned import load_measured
+    from .tracking.uri import resolve_tracking_uri, store_missing
+
+    uri = resolve_tracking_uri(tracking_uri)
+    return None if store_missing(uri) is not None else load_measured(uri)
 
 
 def _duration(seconds: float) -> str:

@@ -5,7 +5,9 @@ Each claim has a `kind`, an `id` (its MLflow tag is `claim.<id>`), the `source` 
 table or figure) and the rows and metric it is about:
 
 - `compare`: `variant`'s metric `below`/`above` `than`'s (a variant, or `baseline`), optionally by a
-  `margin` (A <= B - margin) or a `ratio` (A <= ratio x B; above: A >= ratio x B), at lengths `at`;
+  `margin` (A <= B - margin) or a `ratio` (A <= ratio x B; above: A >= ratio x B), at lengths `at`; with
+  `over`, each side is its metric at `at` over its metric at `over` (the gap grows with the length:
+  DAPE's ppl(8x)/ppl(1x) below Kerple's);
 - `length_ratio`: one variant's metric at length `at` over its metric at length `over`, `at_least` or
   `at_most` a bound (RoPE's ppl at 8x over its ppl at 1x >= 2);
 - `trend`: the metric `increasing`/`decreasing` along `axis` (a dotted config key: a swept axis or a key the
@@ -77,6 +79,7 @@ class Compare(_AtLengths):
     direction: Literal["below", "above"]
     margin: float | None = Field(None, ge=0, description="below: A <= B - margin; above: A >= B + margin.")
     ratio: float | None = Field(None, gt=0, description="below: A <= ratio x B; above: A >= ratio x B.")
+    over: Length | None = Field(None, description="Compare metric(at)/metric(over) of each side instead.")
 
     @model_validator(mode="after")
     def _one_bound(self) -> "Compare":
@@ -290,14 +293,16 @@ def _lengths(claim: Any) -> list[Length | None]:
     return list(claim.at) if claim.at else [None]
 
 
+def _term(claim: Any, row: Row, length: Length | None) -> Term:
+    over = getattr(claim, "over", None)
+    return Term(row.label, metric_column(row, claim.metric, length),
+                metric_column(row, claim.metric, over) if over is not None else None)
+
+
 def _pair_checks(claim: Any, pairs: list[tuple[Row, Row]], relation: str, scale: float = 1.0,
                  shift: float = 0.0) -> list[Check]:
-    checks = []
-    for length in _lengths(claim):
-        for a, b in pairs:
-            checks.append(Check(Term(a.label, metric_column(a, claim.metric, length)), relation,
-                                Term(b.label, metric_column(b, claim.metric, length)), scale, shift))
-    return checks
+    return [Check(_term(claim, a, length), relation, _term(claim, b, length), scale, shift)
+            for length in _lengths(claim) for a, b in pairs]
 
 
 def _compare(study, rows, claim: Compare) -> list[Check]:
