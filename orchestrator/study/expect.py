@@ -244,8 +244,11 @@ def metric_column(row: Row, metric: str, length: Length | None) -> str:
         if metric in families:
             raise ValueError(f"metric {metric!r} is logged per length: give 'at' (lengths {families[metric]})")
         raise ValueError(f"unknown metric {metric!r}; this study logs {sorted(single | set(families))}")
+    if metric in single:
+        raise ValueError(f"metric {metric!r} has no lengths: drop 'at' (per-length metrics: {sorted(families)})")
     if metric not in families:
-        raise ValueError(f"metric {metric!r} has no lengths; per-length metrics here: {sorted(families)}")
+        raise ValueError(f"unknown metric {metric!r}; this study logs {sorted(single | set(families))} "
+                         f"({', '.join(sorted(families))} per length)")
     tokens = length_of(row, length)
     if tokens not in families[metric]:
         raise ValueError(f"length {length!r} (= {tokens}) is not evaluated for {row.label!r}; "
