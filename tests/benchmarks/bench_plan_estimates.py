@@ -6,7 +6,8 @@ against the plan's two estimates, the analytic one (FLOPs over an assumed throug
 out, so a trial never predicts itself). Prints the median absolute error of each, in seconds and relative,
 per study and overall, and per study the packing of its trials: the sum of the trials' own time, that sum
 over the slots (the lower bound of the wall time), and the span from the first trial's start to the last
-one's end.
+one's end, and the makespan of those measured trial times on the slots in two orders, simulated: the study
+file's order (how trials went to Tune before) and longest-first by the analytic estimate (how they go now).
 
     MLFLOW_TRACKING_URI=sqlite:////path/mlflow.db python tests/benchmarks/bench_plan_estimates.py [--slots 2]
 """
@@ -54,6 +55,15 @@ def _mae(pairs: list[tuple[float, float]]) -> str:
     return f"{absolute:7.1f} s  ({relative:5.1%})"
 
 
+def makespan(durations: list[float], slots: int) -> float:
+    """List scheduling: each trial, in the given order, starts on the first slot to come free."""
+    free = [0.0] * slots
+    for duration in durations:
+        free.sort()
+        free[0] += duration
+    return max(free)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"))
@@ -65,12 +75,12 @@ def main() -> None:
     overall: dict[str, list] = {"analytic": [], "learned": [], "plan": []}
     print(f"store {args.tracking_uri}")
     print(f"{'study':22s} {'n':>3s} {'learned':>7s}  {'analytic MAE':>20s}  {'learned MAE (its n)':>20s}  "
-          f"{'plan MAE':>20s}  {'Σ trial s':>9s} {'Σ/slots':>8s} {'span s':>7s}")
+          f"{'plan MAE':>20s}  {'Σ trial s':>9s} {'Σ/slots':>8s} {'span s':>7s} {'file order':>10s} {'longest 1st':>11s}")
     for experiment in sorted(client.search_experiments(), key=lambda e: e.name):
         runs = client.search_runs([experiment.experiment_id], f"tags.`{ROLE_TAG}` = 'trial' and attributes.status = 'FINISHED'",
                                   max_results=50000)
         rows = {"analytic": [], "learned": [], "plan": []}
-        work, starts, ends = 0.0, [], []
+        work, starts, ends, jobs = 0.0, [], [], []
         for run in runs:
             real = run.data.metrics.get("train_seconds")
             if not real:
@@ -80,6 +90,8 @@ def main() -> None:
             ends.append(run.info.end_time or run.info.start_time)
             cfg = config_of(run.data.params)
             analytic = estimate(cfg, 0, args.cpus).seconds
+            order = (int(run.data.tags.get("row_index", 0)), int(run.data.tags.get("seed", 0)))
+            jobs.append((order, analytic, real + run.data.metrics.get("eval_seconds", 0.0)))
             rows["analytic"].append((analytic, real))
             found = measured.lookup(shape_key(run.data.params, run.data.tags.get("device", "cpu")), run.info.run_id)
             steps = cfg.che.steps if cfg.che is not None else cfg.train.steps
@@ -92,12 +104,17 @@ def main() -> None:
         for key in overall:
             overall[key] += rows[key]
         span = (max(ends) - min(starts)) / 1000
+        in_file_order = makespan([d for _, _, d in sorted(jobs)], args.slots)
+        longest = makespan([d for _, _, d in sorted(jobs, key=lambda job: -job[1])], args.slots)
         print(f"{experiment.name:22s} {len(rows['analytic']):3d} {len(rows['learned']):7d}  {_mae(rows['analytic']):>20s}  "
-              f"{_mae(rows['learned']):>20s}  {_mae(rows['plan']):>20s}  {work:9.0f} {work / args.slots:8.0f} {span:7.0f}")
+              f"{_mae(rows['learned']):>20s}  {_mae(rows['plan']):>20s}  {work:9.0f} {work / args.slots:8.0f} {span:7.0f} "
+              f"{in_file_order:10.0f} {longest:11.0f}")
     print(f"{'all':22s} {len(overall['analytic']):3d} {len(overall['learned']):7d}  {_mae(overall['analytic']):>20s}  "
           f"{_mae(overall['learned']):>20s}  {_mae(overall['plan']):>20s}")
     print("MAE: median absolute error of the estimated training time against train_seconds (relative in brackets);"
           " learned: leave-one-out over runs of the same shape; plan: learned where it exists, else analytic.")
+    print("file order / longest 1st: the measured trial times (training + evaluation) scheduled on the slots in "
+          "each order (simulated makespan, seconds); span: what the run actually took from first start to last end.")
 
 
 if __name__ == "__main__":
