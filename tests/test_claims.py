@@ -67,7 +67,7 @@ def test_every_bad_claim_is_reported_at_once():
 
 def test_grid_rows_are_addressed_by_variant_and_where():
     study = load_study("studies/position_encoding.yaml")
-    from orchestrator.study.expect import claim_checks
+    from orchestrator.study.claim_checks import claim_checks
 
     rope = next(c for c in study.expect if c.id == "rope_blows_up")
     (check,) = claim_checks(study, rope)

@@ -1,6 +1,6 @@
 """Verdicts on a study's claims (its `expect:` section) from the trials in the store.
 
-A claim is a set of checks (orchestrator/study/expect.py), each "left < right" (or ">") per seed. Its verdict:
+A claim is a set of checks (orchestrator/study/claim_checks.py), each "left < right" (or ">") per seed. Its verdict:
 - inconclusive: a trial it needs did not finish (the reason names it), a metric is missing, fewer seeds
   finished than its `min_seeds`, or every check holds on the means but the paired test disagrees;
 - fails: some check does not hold on the means over the seeds;
@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from ..study import Study
-from ..study.expect import Check, Term, claim_checks
+from ..study.claim_checks import Check, Term, claim_checks
 from .stats import ALPHA, MIN_SEEDS, compare, format_p, holm
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"

@@ -4,6 +4,7 @@
 - rows.py: the rows (cells) the variants, axes, zip and exclude make;
 - overrides.py: dotted overrides of trial configs and of the study (profiles, `key=value`);
 - load.py: YAML loading, profiles, per-trial validation by dape_core;
+- expect.py: the `expect:` claims; claim_checks.py: each claim as checks on the rows (validation, verdicts);
 - problems.py: StudyError and how pydantic's errors become field-path messages;
 - schema.py: the format as JSON Schema (`orchestrator schema`).
 """

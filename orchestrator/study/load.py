@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from dape_core import ExperimentConfig
 
-from .expect import claim_problems
+from .claim_checks import claim_problems
 from .model import Study
 from .overrides import apply_study_overrides, resolve
 from .problems import StudyError, format_pydantic
