@@ -266,7 +266,8 @@ def claim_problems(study: "Study") -> list[str]:
         if ids.count(claim.id) > 1 and ids.index(claim.id) == index:
             problems.append(f"expect[{index}].id: {claim.id!r} names more than one claim; ids must be unique")
         try:
-            claim_checks(study, claim, rows)
+            if not claim_checks(study, claim, rows):
+                problems.append(f"expect[{index}] ({claim.id}): it compares nothing (no two distinct rows)")
         except ValueError as error:
             problems.append(f"expect[{index}] ({claim.id}): {error}")
     return problems
