@@ -87,7 +87,7 @@ def _processor(q3, k_ptr, k_base, s_kh, s_kt, s_kd, table, w_in_s, w_in_b, b_in,
     logits of one tile, as [P, X] maps. Valid columns: z everywhere, the hidden maps in [W, NZ − W), the
     logits in [2W, NZ − 2W)."""
     k3 = _load_cols(k_ptr, k_base, s_kh, s_kt, s_kd, col0, T, H, DHR, HP, DH, NZ)
-    scores3 = tl.dot(q3, k3, out_dtype=ACC, input_precision=PREC) * scale  # [HP, M, NZ]
+    scores3 = tl.dot(q3.to(DOT), k3.to(DOT), out_dtype=ACC, input_precision=PREC) * scale  # [HP, M, NZ]
     scores = tl.reshape(tl.permute(scores3, (1, 2, 0)), (P, HP))
     p = tl.arange(0, P)
     i = row0 + p // NZ
@@ -171,7 +171,7 @@ def dape_forward_kernel(q, k, v, table, w_in_s, w_in_b, b_in, w_out, b_out, out,
         rescale = tl.exp(row_max - shift)
         row_sum = row_sum * rescale + tl.sum(weights, 2)
         v3 = _load_rows(v, batch * s_vb, s_vh, s_vt, s_vd, col0, T, H, DHR, HP, NZ, DH)
-        acc = tl.dot(weights.to(DOT), v3, acc * rescale[:, :, None], input_precision=PREC)
+        acc = tl.dot(weights.to(DOT), v3.to(DOT), acc * rescale[:, :, None], input_precision=PREC)
         row_max = new_max
     row_sum = tl.where(row_sum == 0.0, 1.0, row_sum)
     h = tl.arange(0, HP)[:, None, None]
@@ -310,7 +310,7 @@ def dape_backward_kernel(q, k, v, d_out, lse, delta, table, w_in_s, w_in_b, b_in
         logits3 = tl.permute(tl.reshape(logits, (M, NZ, HP)), (2, 0, 1))
         weights = tl.where(valid, tl.exp(logits3 - row_lse[:, :, None]), 0.0)
         v3 = _load_cols(v, batch * s_vb, s_vh, s_vt, s_vd, col0, T, H, DHR, HP, DH, NZ)
-        d_weights = tl.dot(do3, v3, out_dtype=ACC, input_precision=PREC)
+        d_weights = tl.dot(do3, v3.to(DOT), out_dtype=ACC, input_precision=PREC)
         d_logits3 = weights * (d_weights - row_delta[:, :, None])  # exact in [2W, NZ − 2W)
         d_logits = tl.reshape(tl.permute(d_logits3, (1, 2, 0)), (P, HP))
         j = col0 + p % NZ
@@ -333,8 +333,9 @@ def dape_backward_kernel(q, k, v, d_out, lse, delta, table, w_in_s, w_in_b, b_in
         store = (h3 < H) & (c3 >= 4 * W) & (c3 < 4 * W + OWN) & (cols3 < chunk_keys) & (rows3 < T) \
             & (rows_in_chunk < chunk_rows)
         offsets = ((batch * H + h3) * chunk_rows + rows_in_chunk) * chunk_keys + cols3
-        tl.store(d_scores + offsets, tl.permute(tl.reshape(d_s, (M, NZ, HP)), (2, 0, 1)).to(DOT), mask=store)
-        tl.store(weights_out + offsets, weights.to(DOT), mask=store)
+        tl.store(d_scores + offsets, tl.permute(tl.reshape(d_s, (M, NZ, HP)), (2, 0, 1)).to(d_scores.dtype.element_ty),
+                 mask=store)
+        tl.store(weights_out + offsets, weights.to(weights_out.dtype.element_ty), mask=store)
         if HAS_BIAS:
             if Z_MODE == 1:
                 d_b = tl.where(keep, d_z_s, 0.0)

@@ -44,15 +44,14 @@ class Tiles:
 
 def tiles_for(kernel_width: int) -> Tiles:
     """Untuned defaults (no GPU has run them yet): 16 rows, 32 columns for k <= 3 and 64 beyond, so that the
-    halo costs at most about half of a tile. Under the interpreter, the smallest tiles that own >= 16 columns
-    (the interpreter's cost is per operation, so fewer, larger tiles run faster). `DAPE_FUSED_TILES` overrides them."""
+    halo costs at most about half of a tile. Under the interpreter, whose cost is per operation rather than
+    per element, large tiles (few of them). `DAPE_FUSED_TILES` overrides them."""
     override = os.environ.get(TILES_ENV)
     if override:
         fwd_rows, fwd_cols, bwd_rows, bwd_cols, warps = (int(x) for x in override.split(","))
         tiles = Tiles(fwd_rows, fwd_cols, bwd_rows, bwd_cols, warps)
     elif interpreting():
-        half = kernel_width // 2
-        tiles = Tiles(16, _pow2(4 * half + 16), 16, _pow2(8 * half + 16), 4)
+        tiles = Tiles(32, 64, 32, 64, 4)
     else:
         cols = 32 if kernel_width <= 3 else 64
         tiles = Tiles(16, cols, 16, cols, 8)
@@ -87,8 +86,17 @@ class Spec:
     def constexprs(self, dtype: torch.dtype) -> dict:
         return dict(HP=self.heads_p, DH=_pow2(self.head_dim), DP=self.channels_p, KW=self.kernel_width,
                     W=self.kernel_width // 2, Z_MODE=self.z_mode, RES_B=self.residual_bias, HAS_BIAS=self.has_bias,
-                    TRIL=self.tril, CAUSAL=self.causal, DOT=TRITON_DTYPES[dtype],
+                    TRIL=self.tril, CAUSAL=self.causal, DOT=_product_dtype(dtype),
                     ACC=tl.float64 if dtype == torch.float64 else tl.float32, PREC=_precision(dtype))
+
+
+def _product_dtype(dtype: torch.dtype):
+    """The matrix products' operand type: the inputs'. Triton's interpreter multiplies bfloat16 matrices as
+    their raw bits, so under the interpreter bfloat16 products run in float32 (the tests of real bfloat16
+    products run on a GPU: tests/benchmarks/gpu_check.sh)."""
+    if dtype == torch.bfloat16 and interpreting():
+        return tl.float32
+    return TRITON_DTYPES[dtype]
 
 
 def _precision(dtype: torch.dtype) -> str:
