@@ -137,7 +137,7 @@ class CausalSelfAttention(nn.Module):
         float32 softmax."""
         conv = self.processor.conv_in
         per_entry = element_size * (2 * (conv.in_channels + conv.out_channels) + 4 * self.n_head) + 4 * self.n_head
-        rows = max(MIN_BLOCK_ROWS, CUDA_BLOCK_BYTES // (per_entry * batch * length))
+        rows = max(MIN_BLOCK_ROWS, CUDA_BLOCK_BYTES // (per_entry * batch * length) // MIN_BLOCK_ROWS * MIN_BLOCK_ROWS)
         if rows >= length:
             return length
         blocks = math.ceil(length / rows)
