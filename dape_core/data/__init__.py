@@ -6,17 +6,17 @@ files, pre-tokenized token files (memory-mapped) and Hugging Face datasets saved
 sources; see `DataConfig`.
 """
 
-from .config import SOURCES, DataConfig
+from .config import DataConfig
 from .corpus import Corpus, check_token_ids, load_corpus
 from .sources import stdlib_files
 from .splits import SPLITS, TEST, TRAIN, VALIDATION
 from .tokenization import ByteTokenizer, HFTokenizer, load_tokenizer
-from .windows import TrainStream, evaluation_windows
+from .windows import TokenBatch, TrainStream, evaluation_windows
 
 DOC_SEPARATOR = 0  # byte 0 never occurs in source text: marks document boundaries in the byte-level stream
 
 __all__ = [
-    "SOURCES", "DataConfig", "Corpus", "load_corpus", "check_token_ids", "stdlib_files", "SPLITS", "TRAIN",
-    "VALIDATION", "TEST", "ByteTokenizer", "HFTokenizer", "load_tokenizer", "TrainStream", "evaluation_windows",
-    "DOC_SEPARATOR",
+    "DataConfig", "Corpus", "load_corpus", "check_token_ids", "stdlib_files", "SPLITS", "TRAIN",
+    "VALIDATION", "TEST", "ByteTokenizer", "HFTokenizer", "load_tokenizer", "TokenBatch", "TrainStream",
+    "evaluation_windows", "DOC_SEPARATOR",
 ]
