@@ -34,8 +34,9 @@ Design
   table's: atomics, one per diagonal of a tile and head.
 
 Where the path does not apply (`unsupported`), the layer keeps its other paths: kernels taller than one query
-row (kq > 1: the query-axis padding would add a row halo to every tile), biases that depend on more than the
-distance (FIRE: no per-distance table), head dims over 128.
+row (kq > 1: the query-axis padding would add a row halo to every tile), kernels wider than 7 (the halo
+would fill the tiles), biases that depend on more than the distance (FIRE: no per-distance table), head dims
+over 128.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import torch
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 MAX_HEAD_DIM = 128
+MAX_KERNEL_WIDTH = 7  # the backward's 32-column tiles own 32 − 8·(k//2) columns
 
 
 def triton_installed() -> bool:
@@ -65,6 +67,8 @@ def unsupported(layer, q: torch.Tensor) -> str | None:
         return "no convolutional score processor"
     if processor.kernel[0] != 1:
         return f"a {processor.kernel[0]}x{processor.kernel[1]} kernel (taller than one query row)"
+    if processor.kernel[1] > MAX_KERNEL_WIDTH:
+        return f"a 1x{processor.kernel[1]} kernel (wider than {MAX_KERNEL_WIDTH}: its halo would fill the tiles)"
     if encoding.has_bias and not encoding.toeplitz:
         return f"{type(encoding).__name__}'s bias depends on more than the distance"
     if q.dtype not in SUPPORTED_DTYPES:

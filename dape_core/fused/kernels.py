@@ -83,9 +83,9 @@ def _processor(q3, k_ptr, k_base, s_kh, s_kt, s_kd, table, w_in_s, w_in_b, b_in,
                M: tl.constexpr, NZ: tl.constexpr, P: tl.constexpr, Z_MODE: tl.constexpr, RES_B: tl.constexpr,
                HAS_BIAS: tl.constexpr, TRIL: tl.constexpr, CAUSAL: tl.constexpr, DOT: tl.constexpr,
                ACC: tl.constexpr, PREC: tl.constexpr):
-    """Scores, z (its S part and its B part), the first convolution's pre-activation, its LeakyReLU and the
-    logits of one tile, as [P, X] maps. Valid columns: z everywhere, the hidden maps in [W, NZ − W), the
-    logits in [2W, NZ − 2W)."""
+    """z (its S part and its B part), the first convolution's output after LeakyReLU `g` (whose sign is the
+    pre-activation's, all the backward needs of it) and the logits of one tile, as [P, X] maps. Valid
+    columns: z everywhere, g in [W, NZ − W), the logits in [2W, NZ − 2W)."""
     k3 = _load_cols(k_ptr, k_base, s_kh, s_kt, s_kd, col0, T, H, DHR, HP, DH, NZ)
     scores3 = tl.dot(q3.to(DOT), k3.to(DOT), out_dtype=ACC, input_precision=PREC) * scale  # [HP, M, NZ]
     scores = tl.reshape(tl.permute(scores3, (1, 2, 0)), (P, HP))
@@ -119,7 +119,7 @@ def _processor(q3, k_ptr, k_base, s_kh, s_kt, s_kd, table, w_in_s, w_in_b, b_in,
         if t != W:
             y = _shift(y, t - W, P, DP)
         hidden += y
-    g = tl.where(inside, tl.where(hidden > 0, hidden, 0.01 * hidden), 0.0)
+    g = tl.where(inside, tl.where(hidden > 0, hidden, 0.01 * hidden), 0.0)  # g has hidden's sign
     f = tl.zeros((P, HP), ACC) + tl.load(b_out + tl.arange(0, HP))[None, :].to(ACC)
     for u in tl.static_range(KW):
         y = tl.dot(g.to(DOT), tl.load(w_out + u * DP * HP + out_taps).to(DOT), out_dtype=ACC,
@@ -130,7 +130,7 @@ def _processor(q3, k_ptr, k_base, s_kh, s_kt, s_kd, table, w_in_s, w_in_b, b_in,
     logits = scores + f
     if RES_B:
         logits += bias
-    return z_s, z_b, hidden, g, logits
+    return z_s, z_b, g, logits
 
 
 # ---------------------------------------------------------------- forward: online softmax over key tiles
@@ -157,7 +157,7 @@ def dape_forward_kernel(q, k, v, table, w_in_s, w_in_b, b_in, w_out, b_out, out,
         stop = tl.minimum(T, row0 + M)
     for start in range(0, stop, OWN):
         col0 = start - 2 * W
-        _, _, _, _, logits = _processor(
+        _, _, _, logits = _processor(
             q3, k, batch * s_kb, s_kh, s_kt, s_kd, table, w_in_s, w_in_b, b_in, w_out, b_out, row0, col0, T, H,
             DHR, scale, HP, DH, DP, KW, W, M, NZ, P, Z_MODE, RES_B, HAS_BIAS, TRIL, CAUSAL, DOT, ACC, PREC)
         cols = col0 + tl.arange(0, NZ)[None, None, :]
@@ -185,7 +185,7 @@ def dape_forward_kernel(q, k, v, table, w_in_s, w_in_b, b_in, w_out, b_out, out,
 
 # ---------------------------------------------------------------- backward: the chain, tile by tile
 @triton.jit
-def _second_conv_backward(g, hidden, d_logits, d_logits_owned, inside, w_out, slot_w, slot_b,
+def _second_conv_backward(g, d_logits, d_logits_owned, inside, w_out, slot_w, slot_b,
                           DP: tl.constexpr, HP: tl.constexpr, KW: tl.constexpr, W: tl.constexpr, P: tl.constexpr,
                           DOT: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr):
     """From the logits' gradient (exact in [2W, NZ − 2W)) to the gradient at the first convolution's
@@ -204,7 +204,7 @@ def _second_conv_backward(g, hidden, d_logits, d_logits_owned, inside, w_out, sl
         tl.atomic_add(slot_w + u * DP * HP + taps,
                       tl.dot(tl.trans(g_u).to(DOT), d_logits_owned.to(DOT), out_dtype=ACC, input_precision=PREC))
         d_hidden = tl.dot(d_u.to(DOT), tl.load(w_out + u * DP * HP + taps_t).to(DOT), d_hidden, input_precision=PREC)
-    return tl.where(inside, tl.where(hidden > 0, d_hidden, 0.01 * d_hidden), 0.0)
+    return tl.where(inside, tl.where(g > 0, d_hidden, 0.01 * d_hidden), 0.0)  # LeakyReLU', from g's sign
 
 
 @triton.jit
@@ -300,7 +300,7 @@ def dape_backward_kernel(q, k, v, d_out, lse, delta, table, w_in_s, w_in_b, b_in
             stop = tl.minimum(T, row0 + M + 2 * W)
     for start in range(0, stop, OWN):
         col0 = start - 4 * W
-        z_s, z_b, hidden, g, logits = _processor(
+        z_s, z_b, g, logits = _processor(
             q3, k, batch * s_kb, s_kh, s_kt, s_kd, table, w_in_s, w_in_b, b_in, w_out, b_out, row0, col0, T, H,
             DHR, scale, HP, DH, DP, KW, W, M, NZ, P, Z_MODE, RES_B, HAS_BIAS, TRIL, CAUSAL, DOT, ACC, PREC)
         cols3 = col0 + c3
@@ -317,7 +317,7 @@ def dape_backward_kernel(q, k, v, d_out, lse, delta, table, w_in_s, w_in_b, b_in
         inside = ((j >= 0) & (j < T))[:, None]
         owned = ((p % NZ >= 4 * W) & (p % NZ < 4 * W + OWN) & (j < T) & (i < T))[:, None]
         d_logits_owned = tl.where(owned, d_logits, 0.0)
-        d_pre = _second_conv_backward(g, hidden, d_logits, d_logits_owned, inside, w_out,
+        d_pre = _second_conv_backward(g, d_logits, d_logits_owned, inside, w_out,
                                       d_w_out + program * KW * DP * HP, d_b_out + program * HP,
                                       DP, HP, KW, W, P, DOT, ACC, PREC)
         d_z_s, d_z_b = _first_conv_backward(z_s, z_b, d_pre, tl.where(owned, d_pre, 0.0), w_in_s, w_in_b,

@@ -43,9 +43,15 @@ class Tiles:
 
 
 def tiles_for(kernel_width: int) -> Tiles:
-    """Untuned defaults (no GPU has run them yet): 16 rows, 32 columns for k <= 3 and 64 beyond, so that the
-    halo costs at most about half of a tile. Under the interpreter, whose cost is per operation rather than
-    per element, large tiles (few of them). `DAPE_FUSED_TILES` overrides them."""
+    """Tile sizes. Not yet timed on a GPU (tests/benchmarks/gpu_check.sh tiles does that); chosen from what
+    ptxas reports compiling for sm_90 (bfloat16, k = 3, 12 heads padded to 16, d = 64, D = 32, 8 warps):
+    forward 16 x 16 tiles: 255 registers, 0.4 KB of spills per thread, 83 KB of shared memory; 16 x 32:
+    1.4 KB, 124 KB; 16 x 64: 3.2 KB (16 warps), 206 KB. Backward 16 x 16: 2.2 KB, 98 KB; 16 x 32: about
+    3 to 6 KB, 131 KB; 16 x 64: 512 KB of shared memory, over the 227 KB a block may have. So forward
+    tiles of 16 columns up to k = 3 (owning 12 of them for k = 3) and 32 beyond; backward tiles of 32
+    columns (owning 32 − 8·(k//2): 24 for k = 3, only 8 for k = 7, where the halo dominates the cost).
+    Under the interpreter, whose cost is per operation rather than per element, large tiles (few of them).
+    `DAPE_FUSED_TILES` overrides them."""
     override = os.environ.get(TILES_ENV)
     if override:
         fwd_rows, fwd_cols, bwd_rows, bwd_cols, warps = (int(x) for x in override.split(","))
@@ -53,8 +59,7 @@ def tiles_for(kernel_width: int) -> Tiles:
     elif interpreting():
         tiles = Tiles(32, 64, 32, 64, 4)
     else:
-        cols = 32 if kernel_width <= 3 else 64
-        tiles = Tiles(16, cols, 16, cols, 8)
+        tiles = Tiles(16, 16 if kernel_width <= 3 else 32, 16, 32, 8)
     half = kernel_width // 2
     if tiles.fwd_cols <= 4 * half or tiles.bwd_cols <= 8 * half:
         raise ValueError(f"fused attention tiles {tiles} are too narrow for a 1x{kernel_width} kernel")
@@ -172,48 +177,43 @@ def chunk_rows(spec: Spec, batch: int, length: int, element_size: int, tile_rows
     return min(rows, triton.cdiv(length, tile_rows) * tile_rows)
 
 
+def _weight_gradient_slots(spec: Spec, programs: int, dtype: torch.dtype, device) -> dict[str, torch.Tensor]:
+    """One slot per program for each packed weight's gradient (summed on the host: no contention, and the
+    sum's order does not depend on scheduling)."""
+    hp, dp, kw = spec.heads_p, spec.channels_p, spec.kernel_width
+    shapes = {"w_in_s": (kw, hp, dp), "w_in_b": (kw, hp, dp), "b_in": (dp,), "w_out": (kw, dp, hp), "b_out": (hp,)}
+    return {name: torch.zeros(programs, *shape, dtype=dtype, device=device) for name, shape in shapes.items()}
+
+
 def run_backward(spec: Spec, q, k, v, table, weights, out, lse, d_out):
     """Gradients of q, k, v, the table and the packed weights. Per chunk of rows, the kernel writes dS and the
     softmax weights of those rows; dq, dk, dv are matrix products of those maps with k, q and dO."""
     batch, heads, length, head_dim = q.shape
     tiles = tiles_for(spec.kernel_width)
-    rows_t, cols_t = tiles.bwd_rows, tiles.bwd_cols
-    acc = accumulator_dtype(q.dtype)
-    device = q.device
+    acc, device, half = accumulator_dtype(q.dtype), q.device, spec.kernel_width // 2
     delta = (d_out.to(acc) * out.to(acc)).sum(-1).contiguous()  # Σ_d dO·O per row: the softmax backward's shift
     scale = 1.0 / math.sqrt(head_dim)
-    half = spec.kernel_width // 2
-    rows = chunk_rows(spec, batch, length, q.element_size(), rows_t)
-    programs = triton.cdiv(rows, rows_t) * batch
-    hp, dp, kw = spec.heads_p, spec.channels_p, spec.kernel_width
-    grads = {"w_in_s": torch.zeros(programs, kw, hp, dp, dtype=acc, device=device),
-             "w_in_b": torch.zeros(programs, kw, hp, dp, dtype=acc, device=device),
-             "b_in": torch.zeros(programs, dp, dtype=acc, device=device),
-             "w_out": torch.zeros(programs, kw, dp, hp, dtype=acc, device=device),
-             "b_out": torch.zeros(programs, hp, dtype=acc, device=device)}
+    rows = chunk_rows(spec, batch, length, q.element_size(), tiles.bwd_rows)
+    slots = _weight_gradient_slots(spec, triton.cdiv(rows, tiles.bwd_rows) * batch, acc, device)
     d_table = torch.zeros(heads, length, dtype=acc, device=device)
     dq = torch.empty_like(q)
-    dk = torch.zeros(q.shape, dtype=acc, device=device)
-    dv = torch.zeros(q.shape, dtype=acc, device=device)
-    constexprs = spec.constexprs(q.dtype)
+    dk, dv = torch.zeros(q.shape, dtype=acc, device=device), torch.zeros(q.shape, dtype=acc, device=device)
     for start in range(0, length, rows):
         stop = min(length, start + rows)
         keys = length if not spec.causal else min(length, stop + (0 if spec.tril else 2 * half))
         d_scores = torch.zeros(batch, heads, stop - start, keys, dtype=q.dtype, device=device)
         probs = torch.zeros_like(d_scores)
-        grid = (triton.cdiv(stop - start, rows_t), batch)
-        dape_backward_kernel[grid](
-            q, k, v, d_out, lse, delta, table if table is not None else lse, *weights,
-            d_scores, probs, d_table, grads["w_in_s"], grads["w_in_b"], grads["b_in"], grads["w_out"], grads["b_out"],
-            *_strides(q), *_strides(k), *_strides(v), *_strides(d_out), length, heads, head_dim, scale,
-            start, stop - start, keys,
-            M=rows_t, NZ=cols_t, P=rows_t * cols_t, OWN=cols_t - 8 * half, NW=triton.next_power_of_2(rows_t + cols_t - 1),
-            **constexprs, num_warps=tiles.warps, num_stages=1)
+        dape_backward_kernel[(triton.cdiv(stop - start, tiles.bwd_rows), batch)](
+            q, k, v, d_out, lse, delta, table if table is not None else lse, *weights, d_scores, probs, d_table,
+            *slots.values(), *_strides(q), *_strides(k), *_strides(v), *_strides(d_out), length, heads, head_dim,
+            scale, start, stop - start, keys, M=tiles.bwd_rows, NZ=tiles.bwd_cols, P=tiles.bwd_rows * tiles.bwd_cols,
+            OWN=tiles.bwd_cols - 8 * half, NW=triton.next_power_of_2(tiles.bwd_rows + tiles.bwd_cols - 1),
+            **spec.constexprs(q.dtype), num_warps=tiles.warps, num_stages=1)
         with torch.autocast(device.type, enabled=False):
             dq[:, :, start:stop] = (d_scores @ k[:, :, :keys]).mul_(scale)
             dk[:, :, :keys] += (d_scores.transpose(-2, -1) @ q[:, :, start:stop]).to(acc).mul_(scale)
             dv[:, :, :keys] += (probs.transpose(-2, -1) @ d_out[:, :, start:stop].to(q.dtype)).to(acc)
-    weight_grads = tuple(grads[name].sum(0).to(w.dtype) for name, w in zip(grads, weights))
+    weight_grads = tuple(slot.sum(0).to(w.dtype) for slot, w in zip(slots.values(), weights))
     d_table = d_table.to(table.dtype) if table is not None else None
     return dq, dk.to(k.dtype), dv.to(v.dtype), d_table, weight_grads
 

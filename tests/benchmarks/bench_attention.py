@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import statistics
@@ -48,7 +47,6 @@ import time
 
 import torch
 from tabulate import tabulate
-from torch.nn import functional as F
 
 import model_tables
 from dape_core import ModelConfig
