@@ -2,10 +2,10 @@
 # The fused attention path's checks and figures on a GPU (issue 12), one command per step, output under OUT.
 #
 #   tests/benchmarks/gpu_check.sh prepare        # here, with network, once: pydantic's wheels into .whl/
-#   tests/benchmarks/gpu_check.sh tests [OUT]    # on the GPU: tests/test_fused_attention.py on CUDA
 #   tests/benchmarks/gpu_check.sh bench [OUT]    # on the GPU: bench_attention.py's tables, bfloat16
+#   tests/benchmarks/gpu_check.sh tests [OUT]    # on the GPU: tests/test_fused_attention.py on CUDA
 #   tests/benchmarks/gpu_check.sh tiles [OUT]    # on the GPU: the kernels' time for several tile sizes
-#   tests/benchmarks/gpu_check.sh all   [OUT]    # tests, bench and tiles
+#   tests/benchmarks/gpu_check.sh all   [OUT]    # bench, tests and tiles
 #
 # OUT defaults to $OUT, else ./gpu_check_out. Each step writes its log there (env.txt, tests.txt, bench.txt,
 # tiles.txt) as it goes, so a step cut short still leaves what it printed.
@@ -16,10 +16,13 @@
 # versions installed here, for CPython 3.12 on x86-64 Linux (GPU_PYTHON=3.11 etc. for another Python), into
 # .whl/ (ignored by git); carry that folder to the GPU machine, where the steps install it into /tmp/site.
 #
-# Not yet measured on a GPU when written: the Triton kernels have run only in Triton's interpreter (CPU).
-# Compiling them takes time on the first call of each configuration (a kernel per kernel size, form and dtype):
-# `tests` compiles about 30, `bench` about 8. Budget: `tests` a few minutes, `bench` about 5 to 10 minutes on
-# an H200 (compiling a 125M model with torch.compile takes about a minute for each compiled variant).
+# Not yet run on a GPU when written: the kernels have run only in Triton's interpreter (CPU), and compile
+# for sm_90 offline (Triton 3.9's ptxas). Compiling is slow: each configuration (kernel size, form, dtype,
+# tiles) compiles a forward and a backward kernel, measured here at 6 and 14 minutes on a CPU shared by ~20
+# jobs (expect one or two minutes on an idle one); Triton caches them in ~/.triton/cache for the machine's
+# life. `bench` compiles one configuration (bfloat16, 1x3) and, with torch.compile, three 125M models (about
+# a minute each); `tests` three configurations (DAPE_FUSED_TESTS_ALL=1: about fifteen); `tiles` six. On a
+# machine whose commands are cut at 10 minutes, run `bench` and `tests` as separate commands, bench first.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 step="${1:-all}"
@@ -75,6 +78,6 @@ case "$step" in
   tests) setup && run_tests ;;
   bench) setup && run_bench ;;
   tiles) setup && run_tiles ;;
-  all) setup && run_tests; run_bench; run_tiles ;;
+  all) setup && run_bench; run_tests; run_tiles ;;
   *) echo "usage: $0 prepare|tests|bench|tiles|all [OUT]" >&2; exit 2 ;;
 esac
