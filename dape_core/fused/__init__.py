@@ -41,8 +41,11 @@ over 128.
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import importlib.util
 import os
+import re
 
 import torch
 
@@ -51,8 +54,19 @@ MAX_HEAD_DIM = 128
 MAX_KERNEL_WIDTH = 7  # the backward's 32-column tiles own 32 − 8·(k//2) columns
 
 
-def triton_installed() -> bool:
-    return importlib.util.find_spec("triton") is not None
+MIN_TRITON = (3, 3)  # tl.gather
+
+
+@functools.cache
+def triton_problem() -> str | None:
+    """None when a Triton recent enough for the kernels is installed (checked without importing it)."""
+    if importlib.util.find_spec("triton") is None:
+        return "Triton is not installed (pip install triton, or the project's 'gpu' extra)"
+    version = importlib.metadata.version("triton")
+    parts = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    if parts < MIN_TRITON:
+        return f"Triton {version} is older than {'.'.join(map(str, MIN_TRITON))} (the kernels use tl.gather)"
+    return None
 
 
 def interpreting() -> bool:
@@ -80,8 +94,9 @@ def unsupported(layer, q: torch.Tensor) -> str | None:
 
 def cannot_run(device: torch.device) -> str | None:
     """None when the kernels can run on `device` here, else why not."""
-    if not triton_installed():
-        return "Triton is not installed (pip install triton, or the project's 'gpu' extra)"
+    problem = triton_problem()
+    if problem is not None:
+        return problem
     if device.type == "cpu" and not interpreting():
         return "on CPU the kernels run only in Triton's interpreter (set TRITON_INTERPRET=1 before importing)"
     if device.type not in ("cpu", "cuda"):
