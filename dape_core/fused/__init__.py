@@ -52,8 +52,6 @@ import torch
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 MAX_HEAD_DIM = 128
 MAX_KERNEL_WIDTH = 7  # the backward's 32-column tiles own 32 − 8·(k//2) columns
-
-
 MIN_TRITON = (3, 3)  # tl.gather
 
 
