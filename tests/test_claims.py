@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 import report_study
 from orchestrator import StudyError, expand, load_study, parse_study
 from orchestrator.cli import EXIT_CLAIMS_FAILED, app
-from orchestrator.planning.learned import load_measured, shape_key
+from orchestrator.planning.learned import MeasuredSteps, load_measured, shape_key
 from orchestrator.planning.plan_view import plan_rows
 from orchestrator.planning.schedule import estimated_seconds, longest_first
 from orchestrator.reporting import build_report, load_results
@@ -168,10 +168,23 @@ def test_strict_claims_sets_the_exit_code(built, tmp_path):
 # --- scheduling and learned estimates -------------------------------------------------------------------------
 def test_trials_are_ordered_longest_first_by_their_estimate():
     study = load_study("studies/kernel_size.yaml")
-    ordered = longest_first(expand(study), study.resources)
+    ordered = longest_first(expand(study), study)
     assert [t.label for t in ordered] == ["DAPE1x7-Kerple", "DAPE1x5-Kerple", "DAPE1x3-Kerple", "DAPE-Kerple", "Kerple"]
-    seconds = [estimated_seconds(t, study.resources) for t in ordered]
+    seconds = [estimated_seconds(t, study) for t in ordered]
     assert seconds == sorted(seconds, reverse=True)
+
+
+def test_measured_durations_override_the_analytic_order():
+    """Where the store has measured a shape, its ms/step orders the trials: a DAPE-Kerple step measured 4x
+    a 1x7 step puts DAPE-Kerple first, though its FLOPs are the fewest of the processors."""
+    study = load_study("studies/kernel_size.yaml")
+    trials = expand(study)
+    measured = MeasuredSteps()
+    for trial, ms in zip(trials, [100.0, 400.0, 110.0, 120.0, 130.0]):  # Kerple, DAPE, 1x3, 1x5, 1x7
+        measured.add(shape_key(flatten(trial.config), "cpu"), f"run-{trial.label}", ms)
+    assert [t.label for t in trials] == ["Kerple", "DAPE-Kerple", "DAPE1x3-Kerple", "DAPE1x5-Kerple", "DAPE1x7-Kerple"]
+    ordered = longest_first(trials, study, measured)
+    assert [t.label for t in ordered] == ["DAPE-Kerple", "DAPE1x7-Kerple", "DAPE1x5-Kerple", "DAPE1x3-Kerple", "Kerple"]
 
 
 def test_tune_starts_the_longest_trials_first(built):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import TrackingServerUnreachable, exception_chain
+from ..planning.learned import load_measured
 from ..planning.schedule import longest_first
 from ..planning.trials import Trial, expand
 from ..reporting import build_report
@@ -75,7 +76,7 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
     started = time.monotonic()
     store = StudyStore.create(tracking_uri, study.name)
     todo, skipped = select_trials(study, store, failed_only)
-    todo = longest_first(todo, study.resources)  # so that no long trial ends the study alone
+    todo = longest_first(todo, study, load_measured(tracking_uri))  # so that no long trial ends the study alone
     progress = progress or ConsoleProgress(len(todo))
     progress.total = len(todo) if study.search.algorithm == "grid" else study.search.num_samples * len(todo)
     version = code_version()
