@@ -11,7 +11,8 @@ the ways it is varied:
 - `search`: grid (the default: the rows above), random or Optuna TPE over declared distributions;
 - `profiles`: named dotted overrides of the study itself (`base.train.steps: 50000`, `resources.gpus: 1`);
 - `report`: the report's headline metric family and its baseline row.
-The rows these make are in `rows.py`; loading, profiles and per-trial validation in `load.py`.
+The rows these make are in `rows.py`; loading and profiles in `load.py`, the checks that need every resolved
+trial in `trial_checks.py`, `sweeps.py` and `search_checks.py`. Constraints on single fields are in the types.
 """
 
 from __future__ import annotations
