@@ -269,9 +269,9 @@ def report(
         raise typer.Exit(EXIT_INVALID)
     try:
         store = StudyStore.open(resolve_tracking_uri(tracking_uri), study.name)
-    except StudyNotFound as error:
+    except StudyNotFound as error:  # the study has not run in this store: an argument to change, not an outage
         err.print(f"[red]No results[/red] {error}")
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(EXIT_INVALID)
     built = build_report(study, store, reports_dir, choice)
     console.print(built.markdown, markup=False)
     attached = "; attached to the study's parent run in MLflow" if store.parent_run_id else ""

@@ -163,16 +163,20 @@ def _needs(bundles: list[Bundle]) -> str:
 
 def _unplaceable_message(bundles: list[Bundle], nodes: list[dict[str, float]], where: str) -> str:
     largest = {key: max((node.get(key, 0.0) for node in nodes), default=0.0) for key in ("CPU", "GPU")}
-    shape = f"{len(nodes)} node(s); the largest has {largest['CPU']:g} CPU and {largest['GPU']:g} GPU"
+    shape = (f"{len(nodes)} node{'s' if len(nodes) != 1 else ''}; the largest has {largest['CPU']:g} CPU and "
+             f"{largest['GPU']:g} GPU")
     wanted = {key: max(bundle.get(key, 0.0) for bundle in bundles) for key in ("CPU", "GPU")}
-    advice = []
+    changes = []  # (what to do, the override that does it)
     if wanted["GPU"] > largest["GPU"]:
-        advice.append("set resources.gpus: 0 (the trials then run on CPU)" if largest["GPU"] == 0 else
-                      f"set resources.gpus to at most {largest['GPU']:g}")
+        changes.append(("set resources.gpus: 0 (the trials then run on CPU)", "resources.gpus=0")
+                       if largest["GPU"] == 0 else
+                       (f"set resources.gpus to at most {largest['GPU']:g}", f"resources.gpus={largest['GPU']:g}"))
     if wanted["CPU"] > largest["CPU"]:
-        advice.append(f"set resources.cpus to at most {largest['CPU']:g}")
-    if not advice:
-        advice.append("ask for less per trial in resources:")
+        changes.append((f"set resources.cpus to at most {largest['CPU']:g}", f"resources.cpus={largest['CPU']:g}"))
+    if not changes:
+        changes.append(("ask for less per trial in resources:", "resources.cpus=1"))
+    what = " and ".join(change for change, _ in changes)
+    overrides = " ".join(override for _, override in changes)
     return (f"No node of {where} can host a trial: each asks for {_needs(bundles)} on one node, and {where} has "
-            f"{shape}. Either {' or '.join(advice)} (in the study file, or as a key=value override such as "
-            f"resources.gpus=0), or run on a cluster that has such nodes (--address). No trial was run.")
+            f"{shape}. Either {what} (in the study file, or on the command line: {overrides}), or run on a "
+            "cluster that has such nodes (--address). No trial was run.")

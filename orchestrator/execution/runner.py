@@ -128,6 +128,7 @@ def _run_and_close(study: Study, store: StudyStore, leases: LeaseBook, todo: lis
         unreachable = next((e for e in exception_chain(error) if isinstance(e, TrackingServerUnreachable)), None)
         if unreachable is not None:
             status = None  # nothing more can be written; the next run reuses the parent run
+            leases.abandon()  # and takes the leases over (this process will be gone, see leases.py)
             raise unreachable from unreachable.__cause__  # without Ray Tune's wrapping of the callback's error
         stopped = _close_open_trials(events)
         if isinstance(error, KeyboardInterrupt):

@@ -90,6 +90,6 @@ def probe_server(tracking_uri: str, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) 
     except requests.exceptions.RequestException as error:
         reason = connection_failure(error) or type(error).__name__
         raise TrackingServerUnreachable(
-            f"MLflow tracking server at {tracking_uri} is unreachable ({reason}; one try with a {timeout:g}s "
-            "timeout). Check the address and that the server is up, then run the same command again. Nothing "
-            "was started.") from error
+            f"MLflow tracking server at {tracking_uri} is unreachable ({reason}): one request to its /health, "
+            f"given {timeout:g}s (--connect-timeout), got no answer. Check the address and that the server is up, "
+            "then run the same command again. Nothing was started.") from error

@@ -191,6 +191,11 @@ class LeaseBook:
         self._beating = threading.Thread(target=beat, name="orchestrator-lease-heartbeat", daemon=True)
         self._beating.start()
 
+    def abandon(self) -> None:
+        """Stop the heartbeat and write nothing more (the store is unreachable): the lease lapses by itself."""
+        self._stop.set()
+        self.run_id = None
+
     def close(self) -> None:
         """Stop the heartbeat and delete the lease run: every trial it held is free again."""
         self._stop.set()

@@ -73,29 +73,36 @@ def check_readable(path: Path) -> None:
         raise unusable(path, problem)
 
 
-def check_writable(path: Path) -> None:
-    """Raises StoreUnusable where the store's folder cannot be created or written, or the file exists and is
-    not an intact MLflow store (an SQLite file with no tables yet is fine: MLflow creates them)."""
+def check_folder_writable(path: Path) -> None:
+    """Raises StoreUnusable where the store's folder cannot be created or written (SQLite writes its journal
+    beside the file, so a read-only folder fails every write, after minutes of MLflow's retries)."""
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):  # SQLite writes its journal beside the file
+        with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as error:
         raise StoreUnusable(
             f"The tracking store's folder {folder} is not writable ({error.strerror or error}). Give a writable "
             "place with --tracking-uri sqlite:////path/to/mlflow.db (or MLFLOW_TRACKING_URI), or fix the "
             "folder's permissions. Nothing was run.") from error
-    if path.exists():
-        if not os.access(path, os.W_OK):
-            raise StoreUnusable(f"The tracking store {path} is read-only. Make it writable or pass another "
-                                "--tracking-uri. Nothing was run.")
-        problem = _header_problem(path, path.stat().st_size)
-        if problem is None and path.stat().st_size:
-            table_problem = _table_problem(path)
-            problem = table_problem if table_problem and "without MLflow's tables" not in table_problem else None
-        if problem:
-            raise unusable(path, problem)
+
+
+def check_writable(path: Path) -> None:
+    """Raises StoreUnusable where the file exists and is read-only or not an intact MLflow store (an SQLite
+    file without tables yet is fine: MLflow creates them). Call it holding `store_lock`, so that a store
+    another process is creating is not mistaken for an empty one."""
+    if not path.exists():
+        return
+    if not os.access(path, os.W_OK):
+        raise StoreUnusable(f"The tracking store {path} is read-only. Make it writable or pass another "
+                            "--tracking-uri. Nothing was run.")
+    problem = _header_problem(path, path.stat().st_size)
+    if problem is None:
+        table_problem = _table_problem(path)
+        problem = table_problem if table_problem and "without MLflow's tables" not in table_problem else None
+    if problem:
+        raise unusable(path, problem)
 
 
 @contextmanager

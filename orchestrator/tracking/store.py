@@ -27,7 +27,7 @@ from mlflow.tracking import MlflowClient
 
 from ..errors import ForeignExperiment, StoreUnusable
 from .client import DEFAULT_CONNECT_TIMEOUT_S, ReachabilityCheckedClient, probe_server
-from .sqlite_file import check_readable, check_writable, store_lock
+from .sqlite_file import check_folder_writable, check_readable, check_writable, store_lock
 from .uri import is_server, sqlite_path, store_missing
 
 ROLE_TAG = "orchestrator.role"
@@ -85,9 +85,9 @@ class StudyStore:
             if is_server(tracking_uri):
                 probe_server(tracking_uri, connect_timeout)
             return cls._create_experiment(tracking_uri, study_name, _client(tracking_uri))
-        check_writable(path)
+        check_folder_writable(path)
         with store_lock(path):  # one process at a time creates the tables and the experiment
-            check_writable(path)  # another process may have created the file meanwhile
+            check_writable(path)
             return cls._create_experiment(tracking_uri, study_name, _client(tracking_uri))
 
     @classmethod
@@ -116,11 +116,11 @@ class StudyStore:
         StoreUnusable or TrackingServerUnreachable."""
         require_store(tracking_uri)
         path = sqlite_path(tracking_uri)
-        if path is not None:
-            check_readable(path)
-        elif is_server(tracking_uri):
+        if is_server(tracking_uri):
             probe_server(tracking_uri, connect_timeout)
         with store_lock(path, exclusive=False) if path is not None else nullcontext():
+            if path is not None:  # inside the lock: a store being created is read once it is whole
+                check_readable(path)
             client = _client(tracking_uri)
             existing = client.get_experiment_by_name(study_name)
         if existing is None:
