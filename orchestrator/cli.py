@@ -40,7 +40,9 @@ TrackingOpt = Annotated[Optional[str], typer.Option(help="MLflow tracking URI; d
 ReportsDirOpt = Annotated[Path, typer.Option(help="Where reports are written.")]
 
 
-def _load_or_exit(path: Path, profile: str | None = None, overrides: list[str] | None = None):
+def _load_or_exit(path: Path, profile: str | None = None, overrides: list[str] | None = None, check_data: bool = False):
+    """The validated study, or exit 2 with every problem. `check_data` (run, plan, validate): the data files the
+    trials would read must exist too."""
     from .study import StudyError, load_study, parse_override
 
     try:
@@ -49,29 +51,32 @@ def _load_or_exit(path: Path, profile: str | None = None, overrides: list[str] |
         err.print(f"[red]Invalid argument[/red]: {error}")
         raise typer.Exit(EXIT_INVALID)
     try:
-        return load_study(path, profile=profile, overrides=parsed)
+        return load_study(path, profile=profile, overrides=parsed, check_data=check_data)
     except StudyError as error:
-        err.print(f"[red]Invalid study[/red] {error}")
+        err.print(f"[red]Invalid study[/red] {escape(str(error))}")
         raise typer.Exit(EXIT_INVALID)
 
 
 @app.command()
 def validate(studies: Annotated[list[Path], typer.Argument(metavar="STUDY...", help="Study files to check.")],
              profile: ProfileOpt = None) -> None:
-    """Check study files (and their profiles) without running anything."""
+    """Check study files without running anything: the chosen profile (default: none) with its data, and
+    every other profile of the file (their missing data is a note: it is needed only where they run)."""
     from .planning import expand
-    from .study import StudyError, load_study
+    from .study import StudyError, load_study, profile_data_notes, read_study
 
     invalid = 0
     for path in studies:
         try:
-            study = load_study(path, profile=profile)
+            study = load_study(path, profile=profile, check_data=True)
         except StudyError as error:
             invalid += 1
-            err.print(f"[red]Invalid study[/red] {error}")
+            err.print(f"[red]Invalid study[/red] {escape(str(error))}")
             continue
         profiles = f"; profiles: {', '.join(study.profiles)}" if study.profiles else ""
         console.print(f"{path}: valid, {len(expand(study))} trial(s){profiles}")
+        for note in profile_data_notes(read_study(path)[0], profile):
+            console.print(f"  note: {escape(note)}")
     if invalid:
         raise typer.Exit(EXIT_INVALID)
 
@@ -92,7 +97,7 @@ def run(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
-    study = _load_or_exit(study_path, profile, overrides)
+    study = _load_or_exit(study_path, profile, overrides, check_data=True)
     from .tracking.uri import resolve_tracking_uri, ui_command
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -160,7 +165,7 @@ def _first_line(error: BaseException) -> str:
 def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileOpt = None,
          tracking_uri: TrackingOpt = None) -> None:
     """Show the expanded trial table with costs and what is already finished; launches nothing."""
-    study = _load_or_exit(study_path, profile, overrides)
+    study = _load_or_exit(study_path, profile, overrides, check_data=True)
     from dape_core import ExperimentConfig
 
     from .planning import expand
