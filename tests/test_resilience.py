@@ -24,7 +24,7 @@ BASE = {
 
 def _write(tmp_path, name, **extra):
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"name": name, "base": BASE, **extra}))
+    path.write_text(yaml.safe_dump({"name": name, "base": BASE, **extra}))  # extra may replace the base
     return path
 
 
@@ -213,8 +213,12 @@ def test_ctrl_c_stops_the_study_with_130_and_the_rerun_resumes_it(tmp_path):
 
 @pytest.mark.parametrize("second_starts", ["at once, on a new store", "while the first trains"])
 def test_two_runs_of_one_study_at_once_run_each_trial_once(second_starts, tmp_path):
-    path = _write(tmp_path, "twice", axes={"model.n_layer": [1, 2]}, resources={"cpus": 1, "max_concurrent": 1})
     at_once = second_starts.startswith("at once")
+    # While the first trains, its trials must outlast the second's start-up (seconds of imports on a busy
+    # machine), or the second finds them finished and never meets a live lease.
+    base = BASE if at_once else {**BASE, "train": {**BASE["train"], "steps": 600}}
+    path = _write(tmp_path, "twice", base=base, axes={"model.n_layer": [1, 2]},
+                  resources={"cpus": 1, "max_concurrent": 1})
     first = _start(path, tmp_path, create_schema=not at_once)
     try:
         if not at_once:  # the first holds a live trial when the second looks at the store
