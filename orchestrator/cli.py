@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .errors import ServiceUnreachable
+from .errors import OrchestratorError, exception_chain
 
 # Only typer and rich at import: each command imports what it needs (the study format loads torch through
 # dape_core, running loads Ray and MLflow), so that `orchestrator --help` answers at once.
@@ -95,6 +95,8 @@ def run(
     reports_dir: ReportsDirOpt = Path("reports"),
     storage_dir: Annotated[Path, typer.Option(help="Ray Tune state and trial checkpoints.")] = Path(".orchestrator"),
     local: Annotated[bool, typer.Option("--local", help="Run trials in this process one by one, without Ray (debugging).")] = False,
+    connect_timeout: Annotated[float, typer.Option(min=1, help="Seconds the Ray cluster (--address) and the tracking server get to answer at start.")] = 30.0,
+    resource_wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for an autoscaling cluster to add a node that can host a trial.")] = 600.0,
     failed_only: Annotated[bool, typer.Option("--failed-only", help="Rerun only the trials whose last run failed.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     strict_claims: StrictClaimsOpt = False,
@@ -109,8 +111,9 @@ def run(
         from .execution.runner import run_study
 
         outcome = run_study(study, uri, address=address, reports_dir=reports_dir, storage_dir=storage_dir,
-                            local=local, failed_only=failed_only)
-    except ServiceUnreachable:
+                            local=local, failed_only=failed_only, connect_timeout=connect_timeout,
+                            resource_wait=resource_wait)
+    except OrchestratorError:
         raise  # reported by main() as one paragraph with its exit code
     except KeyboardInterrupt:
         err.print("Interrupted. Finished trials are safe in the tracking store; run the same command to resume.")
@@ -118,6 +121,11 @@ def run(
     except Exception as error:  # one paragraph, not a traceback: what failed, and that the study can resume
         if debug:
             raise
+        refused = _refused_value(error)
+        if refused:  # the user's input, not an outage: re-running would fail the same way
+            err.print(f"[red]The tracking store refused a value of this study[/red]: {escape(refused)}. Change it in "
+                      "the study file (or its overrides) and run again. Add --debug for the traceback.")
+            raise typer.Exit(EXIT_INVALID)
         err.print(f"[red]The study stopped[/red]: {type(error).__name__}: {_first_line(error)}. "
                   f"Trials that finished are recorded in {uri}; once the cause is fixed, run the same command "
                   "to resume without repeating them. Add --debug for the traceback.")
@@ -157,6 +165,16 @@ def _exit_on_failed_claims(claims: list, strict: bool) -> None:
 
 def _browse_hint(study_path: Path, tracking_uri: str | None) -> str:
     return f"Browse the runs: orchestrator ui {study_path}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
+
+
+def _refused_value(error: BaseException) -> str | None:
+    """MLflow's message where it rejected a value the study gave (a name or a param too long, ...)."""
+    from mlflow.exceptions import MlflowException
+
+    for cause in exception_chain(error):
+        if isinstance(cause, MlflowException) and cause.error_code == "INVALID_PARAMETER_VALUE":
+            return _first_line(cause)
+    return None
 
 
 def _first_line(error: BaseException) -> str:
@@ -231,9 +249,11 @@ def _open_store(study, tracking_uri: str | None):
 
 
 @app.command()
-def status(study_path: StudyArg, profile: ProfileOpt = None, tracking_uri: TrackingOpt = None) -> None:
-    """Each trial's state in the tracking store: finished, failed (with the reason), running, or to run."""
-    study = _load_or_exit(study_path, profile)
+def status(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileOpt = None,
+           tracking_uri: TrackingOpt = None) -> None:
+    """Each trial's state in the tracking store: finished, failed (with the reason), running, or to run.
+    Give the profile and overrides the study was run with: they make the trials' identities."""
+    study = _load_or_exit(study_path, profile, overrides)
     from .planning import expand
     from .tracking.uri import resolve_tracking_uri
 
@@ -270,13 +290,15 @@ def schema(output: Annotated[Optional[Path], typer.Option("--output", "-o", help
 @app.command()
 def report(
     study_path: StudyArg,
+    overrides: OverridesArg = None,
+    profile: ProfileOpt = None,
     tracking_uri: TrackingOpt = None,
     reports_dir: ReportsDirOpt = Path("reports"),
     value: Annotated[str, typer.Option(help="Which value of each run's metrics the cells show: final, best or step:N.")] = "final",
     strict_claims: StrictClaimsOpt = False,
 ) -> None:
     """Build the study's report from the MLflow store: tables, significance, plots (Markdown, HTML, LaTeX, CSV)."""
-    study = _load_or_exit(study_path)
+    study = _load_or_exit(study_path, profile, overrides)
     from .reporting import ValueChoice, build_report
     from .tracking.store import StudyNotFound, StudyStore
     from .tracking.uri import resolve_tracking_uri
@@ -288,9 +310,9 @@ def report(
         raise typer.Exit(EXIT_INVALID)
     try:
         store = StudyStore.open(resolve_tracking_uri(tracking_uri), study.name)
-    except StudyNotFound as error:
+    except StudyNotFound as error:  # the study has not run in this store: an argument to change, not an outage
         err.print(f"[red]No results[/red] {error}")
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(EXIT_INVALID)
     built = build_report(study, store, reports_dir, choice)
     console.print(built.markdown, markup=False)
     attached = "; attached to the study's parent run in MLflow" if store.parent_run_id else ""
@@ -335,8 +357,8 @@ def main() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         app()
-    except ServiceUnreachable as error:  # a service is down: one paragraph, no traceback; re-running resumes
-        err.print(f"[red]Study interrupted[/red] {escape(str(error))}")
+    except OrchestratorError as error:  # one paragraph, no traceback; errors.py says what each exit code means
+        err.print(f"[red]{error.title}[/red] {escape(str(error))}")
         sys.exit(error.exit_code)
 
 

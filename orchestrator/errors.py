@@ -1,7 +1,13 @@
-"""Errors that stop a study before its end for a reason outside the study: a service it needs is unreachable.
+"""Errors that stop a command for a reason outside the study file, each reported by the command line as one
+paragraph (no traceback) with its own exit code:
 
-Nothing is lost when they happen (finished trials are in the tracking store), so the command line reports them
-as one paragraph, without a traceback, and exits with `exit_code`: running the same command again resumes.
+- `UserInputError` (exit 2): something the user gave must change first: a study's resources no node can
+  host, a tracking store that is corrupt, empty, read-only or holds a foreign experiment of the study's name.
+  Re-running the same command would fail the same way, so no "re-run to resume" advice goes with it.
+- `ServiceUnreachable` (exit 3): a service the study needs is down or did not answer in time (the tracking
+  server, the Ray cluster, an autoscaler that never added a node). Nothing is lost: finished trials are in
+  the tracking store, and running the same command again resumes.
+- `StudyInterrupted` (exit 130): Ctrl-C stopped the study cleanly; running the same command again resumes.
 """
 
 from __future__ import annotations
@@ -9,8 +15,35 @@ from __future__ import annotations
 from typing import Iterator
 
 
-class ServiceUnreachable(RuntimeError):
+class OrchestratorError(RuntimeError):
+    """An error the command line reports as `title` and one paragraph, exiting with `exit_code`."""
+
+    exit_code = 1
+    title = "Stopped"
+
+
+class UserInputError(OrchestratorError):
+    exit_code = 2
+    title = "Cannot run:"
+
+
+class ResourcesUnavailable(UserInputError):
+    """No node of the Ray cluster can host one trial of the study (resources.cpus/gpus)."""
+
+
+class StoreUnusable(UserInputError):
+    """The tracking store cannot be used: corrupt, empty, not writable, or the study's name is taken there."""
+
+    title = "Error:"
+
+
+class ForeignExperiment(StoreUnusable):
+    """The store has an experiment of the study's name that this tool did not create."""
+
+
+class ServiceUnreachable(OrchestratorError):
     exit_code = 3  # interrupted, resumable
+    title = "Study interrupted"
 
 
 class TrackingServerUnreachable(ServiceUnreachable):
@@ -19,6 +52,15 @@ class TrackingServerUnreachable(ServiceUnreachable):
 
 class RayClusterUnreachable(ServiceUnreachable):
     pass
+
+
+class ResourcesNotArrived(ServiceUnreachable):
+    """An autoscaling cluster did not add a node that can host a trial within the bounded wait."""
+
+
+class StudyInterrupted(OrchestratorError):
+    exit_code = 130
+    title = "Interrupted"
 
 
 def exception_chain(error: BaseException) -> Iterator[BaseException]:

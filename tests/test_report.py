@@ -284,7 +284,7 @@ def test_report_command(built, tmp_path):
     other["name"] = "never_run"
     (tmp_path / "never_run.yaml").write_text(yaml.safe_dump(other))
     missing = runner.invoke(app, ["report", str(tmp_path / "never_run.yaml"), "--tracking-uri", built.tracking_uri])
-    assert missing.exit_code == 3 and "no experiment 'never_run'" in missing.output
+    assert missing.exit_code == 2 and "no experiment 'never_run'" in missing.output  # the wrong store or study
     bad = runner.invoke(app, ["report", str(built.study_file), "--tracking-uri", built.tracking_uri, "--value", "last"])
     assert bad.exit_code == 2 and "'final', 'best' or 'step:N'" in bad.output
 

@@ -1,5 +1,6 @@
 """Runs that survive: a killed orchestrator resumes, a killed trial process is retried, a NaN loss fails
-its trial with the reason while the study goes on, --failed-only and --local."""
+its trial with the reason while the study goes on, --failed-only and --local; Ctrl-C stops a study cleanly
+(exit 130) and the rerun resumes it; two orchestrators of one study at once run each trial once."""
 
 import os
 import signal
@@ -23,14 +24,15 @@ BASE = {
 
 def _write(tmp_path, name, **extra):
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"name": name, "base": BASE, **extra}))
+    path.write_text(yaml.safe_dump({"name": name, "base": BASE, **extra}))  # extra may replace the base
     return path
 
 
-def _start(path, cwd, *args):
-    # The test reads the store while the orchestrator writes it: create the schema first, so that two
-    # processes never race on creating it (the orchestrator stays the only writer of runs).
-    MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}").search_experiments()
+def _start(path, cwd, *args, create_schema=True):
+    # The test reads the store while the orchestrator writes it: create the schema first, so that the test's
+    # reads never race the orchestrator on creating it.
+    if create_schema:
+        MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}").search_experiments()
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
     # A new session: the orchestrator and the Ray processes it starts share one process group to stop.
     return subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(path), *args], cwd=cwd, env=env,
@@ -143,3 +145,99 @@ def test_nan_loss_fails_its_trial_and_failed_only_reruns_it(tmp_path):
     _, runs = _runs(tmp_path, "nan")
     assert [r.data.tags["label"] for r in runs].count("ok") == 1  # the finished trial was not rerun
     assert [r.data.tags["label"] for r in runs].count("diverges") == 2
+
+
+def _by_identity(runs):
+    by_trial = {}
+    for run in runs:
+        by_trial.setdefault(run.data.tags["orchestrator.trial_id"], []).append(run)
+    return by_trial
+
+
+def _step_reached(cwd, run):
+    history = MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}").get_metric_history(run.info.run_id, "train_loss")
+    return max((m.step for m in history), default=0)
+
+
+def test_ctrl_c_stops_the_study_with_130_and_the_rerun_resumes_it(tmp_path):
+    spec = dict(BASE, train={**BASE["train"], "steps": 100})
+    path = tmp_path / "ctrl_c.yaml"
+    path.write_text(yaml.safe_dump({"name": "ctrl_c", "base": spec, "axes": {"model.n_layer": [1, 2]},
+                                    "resources": {"cpus": 1, "max_concurrent": 1}}))
+    # The first trial also finds an unreadable checkpoint of its own (random bytes): through Ray Tune too, it is
+    # named, set aside, and the trial trains from scratch.
+    from orchestrator import expand, load_study
+
+    first = expand(load_study(path))[0]
+    planted = tmp_path / ".orchestrator" / "checkpoints" / first.trial_id / "trainer.pt"
+    planted.parent.mkdir(parents=True)
+    planted.write_bytes(os.urandom(4096))
+
+    proc = _start(path, tmp_path)
+    try:
+        def one_finished_one_past_a_checkpoint():  # checkpoints every 10 of the 100 steps
+            runs = _runs(tmp_path, "ctrl_c")[1]
+            running = [r for r in runs if r.info.status == "RUNNING"]
+            return any(r.info.status == "FINISHED" for r in runs) and running and \
+                _step_reached(tmp_path, running[0]) >= 30
+        _wait_for(one_finished_one_past_a_checkpoint, 300, proc)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal signals the whole foreground group
+        output, _ = proc.communicate(timeout=180)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 130, output
+    assert "Interrupted by Ctrl-C" in output and "1 running trial(s) were stopped and their runs closed as KILLED" in output
+    assert "Tuner.restore" not in output and "Traceback" not in output
+    client, runs = _runs(tmp_path, "ctrl_c")
+    (finished,) = [r for r in runs if r.info.status == "FINISHED"]
+    (stopped,) = [r for r in runs if r.info.status != "FINISHED"]
+    assert stopped.info.status == "KILLED" and stopped.data.tags["interrupted"] == "true"  # not FAILED, not RUNNING
+    assert "error" not in stopped.data.tags
+    experiment = client.get_experiment_by_name("ctrl_c").experiment_id
+    (parent,) = client.search_runs([experiment], "tags.`orchestrator.role` = 'study'")
+    assert parent.info.status == "KILLED"
+    first_run = next(r for r in runs if r.data.tags["orchestrator.trial_id"] == first.trial_id)
+    assert str(planted) in first_run.data.tags["checkpoint_set_aside"]
+    assert list(planted.parent.glob("trainer.pt.corrupt-*"))
+
+    proc = _start(path, tmp_path)
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, output
+    assert "1 trial(s) already finished" in output
+    client, runs = _runs(tmp_path, "ctrl_c")
+    by_trial = _by_identity(runs)
+    assert [r.info.run_id for r in by_trial[finished.data.tags["orchestrator.trial_id"]]] == [finished.info.run_id]
+    resumed = [r for r in by_trial[stopped.data.tags["orchestrator.trial_id"]] if r.info.status == "FINISHED"]
+    assert len(resumed) == 1 and resumed[0].data.metrics["resumed_from_step"] >= 30  # from its checkpoint
+
+
+@pytest.mark.parametrize("second_starts", ["at once, on a new store", "while the first trains"])
+def test_two_runs_of_one_study_at_once_run_each_trial_once(second_starts, tmp_path):
+    at_once = second_starts.startswith("at once")
+    # While the first trains, its trials must outlast the second's start-up (seconds of imports on a busy
+    # machine), or the second finds them finished and never meets a live lease.
+    base = BASE if at_once else {**BASE, "train": {**BASE["train"], "steps": 600}}
+    path = _write(tmp_path, "twice", base=base, axes={"model.n_layer": [1, 2]},
+                  resources={"cpus": 1, "max_concurrent": 1})
+    first = _start(path, tmp_path, create_schema=not at_once)
+    try:
+        if not at_once:  # the first holds a live trial when the second looks at the store
+            _wait_for(lambda: any(r.info.status == "RUNNING" and _step_reached(tmp_path, r) >= 10
+                                  for r in _runs(tmp_path, "twice")[1]), 240, first)
+        second = _start(path, tmp_path, create_schema=False)
+        try:
+            outputs = [proc.communicate(timeout=600)[0] for proc in (first, second)]
+        finally:
+            _kill_group(second)
+    finally:
+        _kill_group(first)
+    assert (first.returncode, second.returncode) == (0, 0), outputs
+    _, runs = _runs(tmp_path, "twice")
+    by_trial = _by_identity(runs)
+    assert len(by_trial) == 2  # no trial lost
+    for trial_runs in by_trial.values():  # none trained twice, and no live run closed as stale by the other
+        assert [r.info.status for r in trial_runs] == ["FINISHED"], [(r.info.status, r.data.tags) for r in trial_runs]
+    if not at_once:
+        assert "being run by another orchestrator" in outputs[1], outputs[1]
+    for output in outputs:
+        assert "Traceback" not in output and "duplicate column" not in output

@@ -12,8 +12,8 @@ from dape_core.config import ModelConfig
 from dape_core.data import DataConfig, TrainStream, load_corpus
 from dape_core.evaluate import EvalConfig, perplexity_by_length
 from dape_core.data import evaluation_windows
-from dape_core.train import (CheckpointMismatchError, Precision, TrainConfig, TrainerCallback, cosine_lr,
-                             resolve_device, resolve_precision, train)
+from dape_core.train import (CheckpointMismatchError, CheckpointStore, CheckpointUnreadable, Precision, TrainConfig,
+                             TrainerCallback, cosine_lr, resolve_device, resolve_precision, train)
 from dape_core.train.loop import TIMING_WARMUP_STEPS, median_step_ms
 
 TINY_MODEL = {"preset": "tiny", "pos_encoding": "kerple", "processor": "dapev2", "d_dape": 8}
@@ -36,6 +36,7 @@ def corpus():
 class Recorder(TrainerCallback):
     def __init__(self, stop_at_checkpoint: int | None = None):
         self.losses, self.validations, self.checkpoints = {}, [], []
+        self.set_aside: str | None = None
         self.stop_at_checkpoint = stop_at_checkpoint
 
     def on_step(self, step, loss, lr):
@@ -43,6 +44,9 @@ class Recorder(TrainerCallback):
 
     def on_validation(self, step, val_loss):
         self.validations.append((step, val_loss))
+
+    def on_checkpoint_set_aside(self, note):
+        self.set_aside = note
 
     def on_checkpoint(self, step, path):
         self.checkpoints.append((step, path))
@@ -136,12 +140,54 @@ def test_resume_from_a_checkpoint_continues_the_same_loss_curve(tmp_path):
     assert [step for step, _ in straight.validations] == [8, 16, 24]
     assert straight.validations[-1][1] < straight.validations[0][1]  # held-out loss falls as it trains
 
-    # A checkpoint of another config is refused; resume=False starts over.
-    with pytest.raises(CheckpointMismatchError, match="different model/data/train config"):
-        run_experiment(_config(lr=5e-4), Recorder(), threads=1, checkpoint_dir=tmp_path)
+    # resume=False starts over.
     fresh = Recorder()
     assert run_experiment(cfg, fresh, threads=1, checkpoint_dir=tmp_path, resume=False).resumed_from is None
     assert min(fresh.losses) == 1
+
+
+class _NotWeights:
+    """A pickled object a weights-only load refuses (its unpickling would run code)."""
+
+
+def _write_unusable_checkpoint(kind: str, folder, corpus) -> None:
+    path = folder / "trainer.pt"
+    cfg = TrainConfig(steps=4, batch_size=4, seq_len=32, log_every=1)
+    if kind == "another trial's":  # a real checkpoint, of another config
+        train(build_model(ModelConfig(**TINY_MODEL)), TrainStream(corpus.stream_regions(), 32, seed=0), cfg,
+              checkpoints=CheckpointStore(folder, "fingerprint-of-another-trial"), checkpoint_every=2)
+    elif kind == "truncated":
+        train(build_model(ModelConfig(**TINY_MODEL)), TrainStream(corpus.stream_regions(), 32, seed=0), cfg,
+              checkpoints=CheckpointStore(folder, "mine"), checkpoint_every=2)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif kind == "random bytes":
+        path.write_bytes(bytes(range(256)) * 64)
+    else:  # "not weights"
+        torch.save({"model": _NotWeights()}, path)
+
+
+@pytest.mark.parametrize("kind", ["truncated", "random bytes", "not weights", "another trial's"])
+def test_an_unusable_checkpoint_is_named_set_aside_and_training_starts_from_scratch(kind, tmp_path, corpus):
+    _write_unusable_checkpoint(kind, tmp_path, corpus)
+    store = CheckpointStore(tmp_path, "mine")
+    with pytest.raises(CheckpointUnreadable) as refused:
+        store.load(torch.device("cpu"))
+    assert str(tmp_path / "trainer.pt") in str(refused.value)
+    assert "weights_only" not in str(refused.value)  # never torch's advice to load it unsafely
+    assert isinstance(refused.value, CheckpointMismatchError) == (kind == "another trial's")
+
+    sink = Recorder()
+    result = train(build_model(ModelConfig(**TINY_MODEL)), TrainStream(corpus.stream_regions(), 32, seed=0),
+                   TrainConfig(steps=3, batch_size=4, seq_len=32, log_every=1), sink, checkpoints=store,
+                   checkpoint_every=3)
+    assert result.resumed_from is None and min(sink.losses) == 1  # from scratch, never from the bad file
+    assert sink.set_aside.startswith(f"checkpoint {tmp_path / 'trainer.pt'}") or \
+        sink.set_aside.startswith(f"{tmp_path / 'trainer.pt'}")
+    assert "the trial starts from scratch" in sink.set_aside and "weights_only" not in sink.set_aside
+    (aside,) = tmp_path.glob("trainer.pt.corrupt-*")  # kept for inspection, under the name the note gives
+    assert aside.name in sink.set_aside
+    assert store.load(torch.device("cpu"))["step"] == 3  # the new run's own checkpoint replaced it
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 def test_ms_per_step_leaves_out_the_warm_up_steps():

@@ -7,14 +7,14 @@ implements to forward metrics to Ray Tune.
 """
 
 from .callbacks import TrainerCallback
-from .checkpoint import CheckpointMismatchError, CheckpointStore
+from .checkpoint import CheckpointMismatchError, CheckpointStore, CheckpointUnreadable
 from .config import TrainConfig
 from .loop import BatchSource, NonFiniteLossError, TrainResult, lm_loss, train
 from .precision import Precision, resolve_device, resolve_precision
 from .schedule import cosine_lr, make_optimizer
 
 __all__ = [
-    "TrainerCallback", "CheckpointMismatchError", "CheckpointStore", "TrainConfig",
+    "TrainerCallback", "CheckpointMismatchError", "CheckpointStore", "CheckpointUnreadable", "TrainConfig",
     "BatchSource", "NonFiniteLossError", "TrainResult", "lm_loss", "train", "Precision", "resolve_device",
     "resolve_precision", "cosine_lr", "make_optimizer",
 ]

@@ -18,6 +18,10 @@ class TrainerCallback:
     def on_checkpoint(self, step: int, path: Path) -> None:
         """After a checkpoint was written (atomically) to `path`."""
 
+    def on_checkpoint_set_aside(self, note: str) -> None:
+        """Before training starts, when the checkpoint to resume from could not be used: `note` names the
+        file, why, and where it was moved; training starts from scratch."""
+
 
 def notify(callback, hook: str, *args) -> None:
     method = getattr(callback, hook, None) if callback is not None else None

@@ -2,21 +2,36 @@
 
 A checkpoint holds everything the next step depends on (model, optimizer, loss scaler, step, the torch RNG
 state and the batch source's, the smoothed loss), so a resumed trial continues the same loss curve. It also
-holds a fingerprint of the config that produced it: resuming under another config is an error, not a
-silent mix of two runs.
+holds a fingerprint of the config that produced it: a checkpoint of another config is never resumed from
+(that would silently mix two runs).
+
+A checkpoint that cannot be used (truncated by a full disk or a kill during a copy, random bytes, another
+trial's file copied in) must neither stop the trial for ever nor be resumed from: `resume_state` names it,
+renames it aside (`trainer.pt.corrupt-<time>`, kept for inspection) and lets the trial start from scratch.
+Its explanation is this module's own: torch's, for a file a weights-only load refuses, advises loading it
+with `weights_only=False`, which would run whatever code the file holds.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import time
+import zipfile
 from pathlib import Path
 
 import torch
 
 FORMAT = 2  # 2: the batch source's state under rng/batches, and tokens_seen
+REQUIRED_KEYS = frozenset({"format", "fingerprint", "step", "model", "optimizer", "scaler", "rng"})
 
 
-class CheckpointMismatchError(RuntimeError):
+class CheckpointUnreadable(RuntimeError):
+    """The checkpoint file cannot be used to resume: damaged, not a checkpoint of this trainer, or another
+    config's (CheckpointMismatchError)."""
+
+
+class CheckpointMismatchError(CheckpointUnreadable):
     """The checkpoint on disk was written by a different model/data/train config."""
 
 
@@ -35,9 +50,10 @@ class CheckpointStore:
         return self.path.is_file()
 
     def save(self, state: dict) -> Path:
-        """Write to a temporary file, then rename over the previous one: a crash leaves the old one whole."""
+        """Write to a temporary file of this process, then rename over the previous one: a crash leaves the
+        old one whole, and two processes never write into one temporary file."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(self.FILE + ".tmp")
+        temporary = self.path.with_name(f"{self.FILE}.{os.getpid()}.tmp")
         with temporary.open("wb") as handle:
             torch.save({"format": FORMAT, "fingerprint": self.fingerprint, **state}, handle)
             handle.flush()
@@ -46,7 +62,14 @@ class CheckpointStore:
         return self.path
 
     def load(self, device: torch.device) -> dict:
-        state = torch.load(self.path, map_location=device, weights_only=True)
+        """The checkpoint's state. Raises CheckpointUnreadable (CheckpointMismatchError for another config's)."""
+        try:
+            state = torch.load(self.path, map_location=device, weights_only=True)
+        except Exception as error:
+            raise CheckpointUnreadable(f"checkpoint {self.path} cannot be read: {unreadable_reason(error)}") from None
+        if not isinstance(state, dict) or not REQUIRED_KEYS <= state.keys():
+            raise CheckpointUnreadable(f"checkpoint {self.path} is not a checkpoint of this trainer (its keys: "
+                                       f"{sorted(state)[:8] if isinstance(state, dict) else type(state).__name__})")
         if state.get("format") != FORMAT:
             raise CheckpointMismatchError(f"{self.path}: checkpoint format {state.get('format')!r}, expected {FORMAT}")
         if state.get("fingerprint") != self.fingerprint:
@@ -55,3 +78,38 @@ class CheckpointStore:
                 f"{state.get('fingerprint')} != {self.fingerprint}); use another checkpoint directory or start fresh"
             )
         return state
+
+    def set_aside(self) -> Path:
+        """Rename the checkpoint to `trainer.pt.corrupt-<time>` beside it (kept for inspection); returns that."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        target = self.path.with_name(f"{self.FILE}.corrupt-{stamp}")
+        number = 1
+        while target.exists():
+            number += 1
+            target = self.path.with_name(f"{self.FILE}.corrupt-{stamp}-{number}")
+        os.replace(self.path, target)
+        return target
+
+    def resume_state(self, device: torch.device) -> tuple[dict | None, str | None]:
+        """What a trial resumes from: (state, None); (None, None) where there is no checkpoint; (None, note)
+        where the checkpoint could not be used and was set aside: `note` says which file, why, and where it
+        went, and the trial starts from scratch."""
+        if not self.exists():
+            return None, None
+        try:
+            return self.load(device), None
+        except CheckpointUnreadable as error:
+            moved = self.set_aside()
+            return None, f"{error}; set aside as {moved.name}, the trial starts from scratch"
+
+
+def unreadable_reason(error: Exception) -> str:
+    """Why torch could not load a checkpoint, in this project's words (never torch's advice to load it
+    with weights_only=False)."""
+    text = str(error)
+    if isinstance(error, EOFError) or "PytorchStreamReader" in text or "central directory" in text \
+            or isinstance(error, zipfile.BadZipFile):
+        return "the file is truncated or is not a torch checkpoint"
+    if isinstance(error, pickle.UnpicklingError) or "weights_only" in text or "Unsupported global" in text:
+        return "it holds objects other than tensors and plain values, which a weights-only load refuses to run"
+    return type(error).__name__

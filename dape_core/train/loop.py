@@ -119,11 +119,17 @@ def train(model: nn.Module, batches: BatchSource, cfg: TrainConfig, callback=Non
     callback: `on_step` every `cfg.log_every` steps and at the last; `on_validation` and `on_checkpoint`
     when it has them. validate: returns a held-out loss; called every `cfg.eval_every` steps and at the end.
     checkpoints: where to save every `checkpoint_every` steps and at the end; with `resume`, an existing
-    checkpoint there is loaded first and training continues from its step, on the same loss curve.
+    checkpoint there is loaded first and training continues from its step, on the same loss curve. One that
+    cannot be used is set aside (`CheckpointStore.resume_state`), the callback's `on_checkpoint_set_aside`
+    says so, and training starts from scratch.
     """
     run = _Run(model, batches, loss, cfg, precision)
-    if checkpoints is not None and resume and checkpoints.exists():
-        run.restore(checkpoints.load(run.device))
+    if checkpoints is not None and resume:
+        state, set_aside = checkpoints.resume_state(run.device)
+        if state is not None:
+            run.restore(state)
+        if set_aside:  # an unusable checkpoint was renamed aside: this run starts from scratch
+            notify(callback, "on_checkpoint_set_aside", set_aside)
     resumed_from = run.progress.step or None
     started = time.perf_counter()
     model.train()

@@ -2,6 +2,9 @@
 
 - runner.py: `run_study`: skip finished trials, run the rest, report;
 - ray_tune.py: Ray start-up, the Tuner, the search algorithm and the scheduler;
+- cluster.py: reaching Ray in bounded time, and whether a node can host a trial at all;
+- leased.py: only the trials this orchestrator leases run here; the others are waited for;
+- interrupt.py: Ctrl-C stops the Tuner cleanly (exit 130);
 - tune_callback.py: Ray Tune's trial events, on the driver, into the study's trial events (tracking/events.py);
 - trainable.py: what each trial runs on a worker (never MLflow: the driver is the only writer);
 - protocol.py: what a trial reports, shared by the worker and the driver;

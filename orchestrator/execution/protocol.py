@@ -11,6 +11,8 @@ from __future__ import annotations
 FINAL_FLAG = "final"
 # Logged step by step as they arrive (and so not again with the final result).
 PERIODIC_KEYS = ("train_loss", "lr", "val_loss")
+# A progress result's text, sent once when the trial found its checkpoint unreadable and started over: a tag.
+CHECKPOINT_SET_ASIDE_KEY = "checkpoint_set_aside"
 # Final-result values that are text: logged as tags.
 STRING_RESULT_KEYS = ("data_hash", "device", "ray_node_id", "error")
 # Bookkeeping of the protocol and of Ray Tune, never metrics.

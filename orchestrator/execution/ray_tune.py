@@ -2,38 +2,27 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from pathlib import Path
 
 import ray
 from ray import tune
-from ray.exceptions import AuthenticationError
 
-from ..errors import RayClusterUnreachable, exception_chain
+from ..errors import exception_chain
 from ..planning.trials import Trial
 from ..study import Distribution, Study
 from ..tracking.console import ConsoleProgress
 from ..tracking.events import TrialEvents
+from . import interrupt
+from .cluster import DEFAULT_CONNECT_TIMEOUT_S, connect
 from .trainable import run_trial
 from .tune_callback import TuneEventsCallback
 
 
-def start_ray(address: str | None) -> None:
-    if ray.is_initialized():
-        return
-    # Ray's own log lines would drown the progress; errors still surface through the trial results.
-    common = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
-    address = address or os.environ.get("RAY_ADDRESS")
-    if address:
-        try:
-            ray.init(address=address, **common)
-        except (ConnectionError, AuthenticationError) as error:
-            raise RayClusterUnreachable(_ray_unreachable_message(address, error)) from error
-    else:
-        # "local" starts a private Ray even when a `ray start` cluster is running on this machine.
-        ray.init(address="local", num_cpus=os.cpu_count(), **common)
+def start_ray(address: str | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
+    """A private local Ray, or the cluster at `address` (bounded by `timeout`: see cluster.py)."""
+    connect(address, timeout, _ray_unreachable_message)
 
 
 def _ray_unreachable_message(address: str, error: Exception) -> str:
@@ -47,6 +36,17 @@ def _ray_unreachable_message(address: str, error: Exception) -> str:
                 "No trial was run.")
     return (f"Cannot connect to the Ray cluster at {address}. Check the address (HOST:PORT of the head's GCS, "
             "ray://HOST:10001 for Ray Client, or auto on a cluster node) and that the head is up. No trial was run.")
+
+
+class InterruptStopper(tune.Stopper):
+    """Stops every trial once Ctrl-C asked the study to stop (interrupt.py). Stateless, so that Tune can
+    pickle it with its experiment state."""
+
+    def __call__(self, trial_id, result) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return interrupt.requested()
 
 
 def to_tune_domain(dist: Distribution):
@@ -104,6 +104,7 @@ def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storag
     # Step results carry the training loss only; the searched metric (e.g. ppl_512) arrives with the final
     # result, and validation metrics every eval_every steps. Tune's strict check would reject the others.
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours stops the trials instead (interrupt.py)
     sampling = study.search.algorithm != "grid"
     payloads = [trial.payload() for trial in trials]
     param_space: dict = {"trial": tune.grid_search(payloads) if len(payloads) > 1 or not sampling else payloads[0]}
@@ -125,11 +126,15 @@ def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storag
             name=study.name,
             storage_path=str(storage_dir.resolve() / "ray_results"),
             verbose=0,
+            stop=InterruptStopper(),
             callbacks=[TuneEventsCallback(events)],
             failure_config=tune.FailureConfig(max_failures=study.resources.max_retries),
         ),
     )
-    tuner.fit()
+    with interrupt.graceful_interrupt(lambda: progress.message(
+            "Stopping: the running trials are stopped and closed as KILLED; run the same command to resume them "
+            "from their checkpoints (Ctrl-C again quits at once).")):
+        tuner.fit()
     slots = int(cpus // study.resources.cpus) if study.resources.cpus else 1
     if study.resources.max_concurrent:
         slots = min(slots, study.resources.max_concurrent)

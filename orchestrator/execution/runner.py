@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import TrackingServerUnreachable, exception_chain
+from ..errors import StudyInterrupted, TrackingServerUnreachable, exception_chain
 from ..planning.learned import load_measured
 from ..planning.schedule import longest_first
 from ..planning.trials import Trial, expand
@@ -17,8 +17,12 @@ from ..reporting import build_report
 from ..study import Study
 from ..tracking.console import ConsoleProgress
 from ..tracking.events import Tally, TrialEvents
+from ..tracking.leases import LeaseBook
 from ..tracking.recorder import MLflowRecorder
 from ..tracking.store import StudyStore
+from . import interrupt
+from .cluster import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RESOURCE_WAIT_S
+from .leased import run_leased
 
 
 @dataclass
@@ -72,29 +76,56 @@ def select_trials(study: Study, store: StudyStore, failed_only: bool = False) ->
 
 def run_study(study: Study, tracking_uri: str, address: str | None = None, reports_dir: Path = Path("reports"),
               storage_dir: Path = Path(".orchestrator"), progress: ConsoleProgress | None = None, local: bool = False,
-              failed_only: bool = False) -> StudyOutcome:
+              failed_only: bool = False, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+              resource_wait: float = DEFAULT_RESOURCE_WAIT_S) -> StudyOutcome:
+    """Run the study's unfinished trials and write its report. Everything that can be checked before a trial
+    runs is checked before anything is written: the store (StudyStore.create), Ray and whether a node can
+    host a trial. Raises StudyInterrupted after Ctrl-C (the trials it stopped are closed as KILLED)."""
     started = time.monotonic()
-    store = StudyStore.create(tracking_uri, study.name)
+    store = StudyStore.create(tracking_uri, study.name, connect_timeout)
     todo, skipped = select_trials(study, store, failed_only)
     todo = longest_first(todo, study, load_measured(tracking_uri))  # so that no long trial ends the study alone
     progress = progress or ConsoleProgress(len(todo))
     progress.total = len(todo) if study.search.algorithm == "grid" else study.search.num_samples * len(todo)
+    if todo and not local:  # before the parent run: an unreachable cluster leaves nothing behind
+        _prepare_ray(study, address, connect_timeout, resource_wait, progress.message)
     version = code_version()
-    store.start_parent({"description": study.description[:4000], "code_version": version,
-                        "trials": str(len(todo) + len(skipped))})
-    store.mark_stale_runs({trial.trial_id for trial in todo})
-    if skipped:
-        progress.message(f"{len(skipped)} trial(s) already finished in the tracking store: not rerun")
     outcome = StudyOutcome(trials=todo + skipped, skipped=skipped)
     # The recorder first: a listener that fails (the tracking server went away) stops the study before the
     # console says a trial finished that the store does not know about.
     events = TrialEvents([MLflowRecorder(store, {"code_version": version, "study": study.name}), progress])
+    interrupt.reset()
+    with LeaseBook(store) as leases:
+        store.start_parent({"description": study.description[:4000], "code_version": version,
+                            "trials": str(len(todo) + len(skipped))})
+        if skipped:
+            progress.message(f"{len(skipped)} trial(s) already finished in the tracking store: not rerun")
+        _run_and_close(study, store, leases, todo, events, progress, outcome,
+                       lambda batch: _run_trials(study, batch, events, storage_dir, address, progress, local))
+    report = build_report(study, store, reports_dir)
+    outcome.report_dir, outcome.report_markdown, outcome.claims = report.folder, report.markdown, report.claims
+    outcome.wall_seconds = time.monotonic() - started
+    return outcome
+
+
+def _run_and_close(study: Study, store: StudyStore, leases: LeaseBook, todo: list[Trial], events: TrialEvents,
+                   progress: ConsoleProgress, outcome: StudyOutcome, run_batch) -> None:
+    """Run the leased trials and close the parent run with what happened: FINISHED, FAILED (some trial
+    failed), KILLED (Ctrl-C or an error: the open trial runs are closed as KILLED too), or left as it is
+    when the tracking server is what failed (nothing more can be written)."""
     status = "FINISHED"
     try:
         if todo:
             with progress:
-                outcome.concurrency = _run_trials(study, todo, events, storage_dir, address, progress, local)
-        _tally_outcome(outcome, events.tally, study, todo)
+                shared = run_leased(study, todo, store, leases, run_batch, progress.message)
+            outcome.concurrency = shared.concurrency
+            if shared.by_others:
+                progress.message(f"{len(shared.by_others)} trial(s) were run by another orchestrator meanwhile")
+                outcome.skipped = outcome.skipped + shared.by_others
+            if interrupt.requested():
+                raise KeyboardInterrupt
+        reused = {trial.trial_id for trial in outcome.skipped}
+        _tally_outcome(outcome, events.tally, study, [trial for trial in todo if trial.trial_id not in reused])
         if outcome.failed:
             status = "FAILED"
     except BaseException as error:
@@ -102,7 +133,15 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
         unreachable = next((e for e in exception_chain(error) if isinstance(e, TrackingServerUnreachable)), None)
         if unreachable is not None:
             status = None  # nothing more can be written; the next run reuses the parent run
+            leases.abandon()  # and takes the leases over (this process will be gone, see leases.py)
             raise unreachable from unreachable.__cause__  # without Ray Tune's wrapping of the callback's error
+        stopped = _close_open_trials(events)
+        if isinstance(error, KeyboardInterrupt):
+            raise StudyInterrupted(
+                f"by Ctrl-C. {len(events.tally.finished)} trial(s) finished in this run and are safe in "
+                f"{store.tracking_uri}; {stopped} running trial(s) were stopped and their runs closed as KILLED. "
+                "Run the same command to resume: finished trials are skipped, stopped ones continue from their "
+                "last checkpoint.") from None
         raise
     finally:
         if status:
@@ -110,10 +149,24 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
                 store.end_parent(status)
             except Exception:  # the store may be the thing that failed; the original error matters more
                 logging.getLogger(__name__).debug("could not close the parent run", exc_info=True)
-    report = build_report(study, store, reports_dir)
-    outcome.report_dir, outcome.report_markdown, outcome.claims = report.folder, report.markdown, report.claims
-    outcome.wall_seconds = time.monotonic() - started
-    return outcome
+
+
+def _close_open_trials(events: TrialEvents) -> int:
+    try:
+        return events.interrupt_open()
+    except Exception:  # the store may be what failed: the runs left RUNNING are closed by the next run
+        logging.getLogger(__name__).debug("could not close the open trial runs", exc_info=True)
+        return 0
+
+
+def _prepare_ray(study: Study, address: str | None, connect_timeout: float, resource_wait: float, say) -> None:
+    """Start or join Ray (bounded in time), then make sure some node can host a trial (cluster.py)."""
+    from .cluster import require_placeable, trial_bundles
+    from .ray_tune import start_ray
+
+    start_ray(address, connect_timeout)
+    where = f"the Ray cluster at {address}" if address else "the local Ray (this machine)"
+    require_placeable(trial_bundles(study.resources.cpus, study.resources.gpus), where, resource_wait, say)
 
 
 def _run_trials(study: Study, todo: list[Trial], events: TrialEvents, storage_dir: Path, address: str | None,
@@ -130,6 +183,7 @@ def _run_trials(study: Study, todo: list[Trial], events: TrialEvents, storage_di
 
 
 def _tally_outcome(outcome: StudyOutcome, tally: Tally, study: Study, todo: list[Trial]) -> None:
+    """`todo`: the trials this orchestrator was to run itself (not those another one ran meanwhile)."""
     outcome.failed = dict(tally.failed)
     outcome.trial_seconds = sum(tally.work_seconds.values())
     outcome.steps_run = sum(tally.steps_run.values())

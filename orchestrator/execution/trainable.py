@@ -11,7 +11,7 @@ from dape_core import ExperimentConfig, NonFiniteLossError, run_experiment
 from dape_core.train import TrainerCallback
 
 from ..planning.trials import materialize
-from .protocol import FINAL_FLAG
+from .protocol import CHECKPOINT_SET_ASIDE_KEY, FINAL_FLAG
 
 Report = Callable[[dict], None]
 
@@ -25,6 +25,10 @@ class ReportingSink(TrainerCallback):
 
     def on_step(self, step: int, loss: float, lr: float) -> None:
         self.report({"step": step, "total_steps": self.total_steps, "train_loss": loss, "lr": lr})
+
+    def on_checkpoint_set_aside(self, note: str) -> None:
+        # Becomes a tag of the trial's run and a console line (the driver's recorder and progress).
+        self.report({"step": 0, "total_steps": self.total_steps, CHECKPOINT_SET_ASIDE_KEY: note})
 
     def on_validation(self, step: int, val_loss: float) -> None:
         # ASHA and Optuna's pruning read this periodic validation loss.

@@ -10,6 +10,7 @@ from ray.tune import Callback
 from ..errors import last_error_line
 from ..planning.trials import materialize
 from ..tracking.events import TrialEvents
+from . import interrupt
 
 
 class TuneEventsCallback(Callback):
@@ -41,6 +42,9 @@ class TuneEventsCallback(Callback):
         self.events.crashed(materialize(trial.config), reason, self._key(trial))
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        if interrupt.requested():  # stopped by Ctrl-C, not by a fault of its own
+            self.events.interrupted(materialize(trial.config), self._key(trial))
+            return
         reason = last_error_line(_error_text(trial)) or "trial process failed"
         self.events.errored(materialize(trial.config), reason, self._key(trial))
 

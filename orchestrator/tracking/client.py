@@ -1,16 +1,23 @@
 """The MLflow client the store uses: every call raises TrackingServerUnreachable, a one-paragraph
-explanation with what to do, when the tracking server cannot be reached, instead of a deep HTTP error."""
+explanation with what to do, when the tracking server cannot be reached, instead of a deep HTTP error; and
+StoreUnusable when an embedded SQLite store turns out damaged, instead of SQLAlchemy's traceback.
+
+`probe_server` asks a tracking server once, with a short timeout, before anything starts: the MLflow client's
+own retries (minutes, silently) are for outages in the middle of a study, not for a wrong address."""
 
 from __future__ import annotations
 
 import functools
 import re
+import sqlite3
 
 import requests
 from mlflow.environment_variables import MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_TIMEOUT
 from mlflow.tracking import MlflowClient
 
-from ..errors import TrackingServerUnreachable, exception_chain
+from ..errors import StoreUnusable, TrackingServerUnreachable, exception_chain
+
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
 
 
 class ReachabilityCheckedClient:
@@ -31,12 +38,28 @@ class ReachabilityCheckedClient:
             try:
                 return attribute(*args, **kwargs)
             except Exception as error:
+                damaged = database_failure(error)
+                if damaged is not None:
+                    raise StoreUnusable(
+                        f"The tracking store {self._tracking_uri} cannot be read: {damaged}. If it was damaged, "
+                        "restore it from a backup; to start a new store, move it away or pass another "
+                        "--tracking-uri.") from error
                 reason = connection_failure(error)
                 if reason is None:
                     raise
                 raise TrackingServerUnreachable(unreachable_message(self._tracking_uri, reason)) from error
 
         return checked
+
+
+def database_failure(error: BaseException) -> str | None:
+    """SQLite's own words when the database file is damaged ("database disk image is malformed"), else None.
+    A locked database or a constraint is not damage: those are left to the caller."""
+    for cause in exception_chain(error):
+        if isinstance(cause, sqlite3.DatabaseError) and not isinstance(
+                cause, (sqlite3.OperationalError, sqlite3.IntegrityError)):
+            return str(cause)
+    return None
 
 
 def connection_failure(error: BaseException) -> str | None:
@@ -57,3 +80,16 @@ def unreachable_message(tracking_uri: str, reason: str) -> str:
             f"MLFLOW_HTTP_REQUEST_MAX_RETRIES={MLFLOW_HTTP_REQUEST_MAX_RETRIES.get()} retries of up to "
             f"MLFLOW_HTTP_REQUEST_TIMEOUT={MLFLOW_HTTP_REQUEST_TIMEOUT.get()}s each; raise them to ride out longer "
             "outages.)")
+
+
+def probe_server(tracking_uri: str, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
+    """One request to the server's /health, bounded by `timeout` seconds; any HTTP answer (even an error
+    status behind a proxy) means it is reachable. Raises TrackingServerUnreachable otherwise."""
+    try:
+        requests.get(f"{tracking_uri.rstrip('/')}/health", timeout=(timeout, timeout), allow_redirects=False)
+    except requests.exceptions.RequestException as error:
+        reason = connection_failure(error) or type(error).__name__
+        raise TrackingServerUnreachable(
+            f"MLflow tracking server at {tracking_uri} is unreachable ({reason}): one request to its /health, "
+            f"given {timeout:g}s (--connect-timeout), got no answer. Check the address and that the server is up, "
+            "then run the same command again. Nothing was started.") from error

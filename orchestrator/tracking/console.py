@@ -11,9 +11,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from ..execution.protocol import accuracies, final_metrics, perplexity_by_length
+from ..execution.protocol import CHECKPOINT_SET_ASIDE_KEY, accuracies, final_metrics, perplexity_by_length
 from ..planning.trials import Trial
-from .events import TrialFailed, TrialFinished, TrialListener, TrialResult, TrialRetried, TrialStarted
+from .events import (TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried,
+                     TrialStarted)
 
 
 @dataclass
@@ -62,7 +63,7 @@ class ConsoleProgress(TrialListener):
             table.add_column(column)
         for number, row in enumerate(self.rows.values(), 1):
             loss = f"{row.loss:.3f}" if row.loss is not None else ""
-            style = {"finished": "green", "FAILED": "red"}.get(row.state, "")
+            style = {"finished": "green", "FAILED": "red", "interrupted": "yellow"}.get(row.state, "")
             table.add_row(str(number), row.name, f"[{style}]{row.state}[/{style}]" if style else row.state,
                           f"{row.step}/{row.total}", loss, row.metric, row.eta())
         return table
@@ -94,6 +95,8 @@ class ConsoleProgress(TrialListener):
             if not event.result.get("error"):  # a failure is shown when the trial ends
                 metrics = final_metrics(event.result)
                 self._evaluated(event.trial, perplexity_by_length(metrics), accuracies(metrics))
+        elif event.result.get(CHECKPOINT_SET_ASIDE_KEY):
+            self.message(f"{event.trial.run_name}: {event.result[CHECKPOINT_SET_ASIDE_KEY]}")
         elif "train_loss" in event.result:  # validation results carry val_loss only
             self._step(event.trial, event.step, int(event.result.get("total_steps", 0)), event.result["train_loss"])
 
@@ -132,6 +135,11 @@ class ConsoleProgress(TrialListener):
         if self._live is not None:
             self.console.print(f"{event.trial.run_name}: [red]FAILED[/red]: {event.reason}")
         self._line(event.trial, f"[red]FAILED[/red]: {event.reason}")
+
+    def trial_interrupted(self, event: TrialInterrupted) -> None:
+        row = self._row(event.trial)
+        row.state = "interrupted"
+        self._line(event.trial, f"[yellow]interrupted[/yellow] at step {row.step}: closed as KILLED, resumes on the next run")
 
     def trial_retried(self, event: TrialRetried) -> None:
         self.message(f"{event.trial.run_name}: crashed ({event.reason}); retrying")

@@ -53,6 +53,11 @@ class TrialFailed(TrialEvent):
 
 
 @dataclass(frozen=True)
+class TrialInterrupted(TrialEvent):
+    """Ctrl-C stopped the study while the trial ran: not a failure; the next run resumes it."""
+
+
+@dataclass(frozen=True)
 class TrialRetried(TrialEvent):
     """The trial's process crashed and Ray Tune restarts it."""
 
@@ -73,6 +78,8 @@ class TrialListener:
 
     def trial_retried(self, event: TrialRetried) -> None: ...
 
+    def trial_interrupted(self, event: TrialInterrupted) -> None: ...
+
 
 @dataclass
 class Tally:
@@ -85,6 +92,7 @@ class Tally:
     work_seconds: dict[str, float] = field(default_factory=dict)  # training plus evaluation, per trial
     steps_run: dict[str, int] = field(default_factory=dict)
     retries: dict[str, int] = field(default_factory=dict)
+    interrupted: set[str] = field(default_factory=set)
 
 
 class TrialEvents:
@@ -93,6 +101,7 @@ class TrialEvents:
     def __init__(self, listeners: list[TrialListener]):
         self.listeners = listeners
         self.tally = Tally()
+        self.open: dict[str, Trial] = {}  # started, not ended yet
 
     def _emit(self, method: str, event: TrialEvent) -> None:
         for listener in self.listeners:
@@ -102,6 +111,7 @@ class TrialEvents:
         key = key or trial.trial_id
         self.tally.started.add(key)
         self.tally.failed.pop(key, None)
+        self.open[key] = trial
         self._emit("trial_started", TrialStarted(trial, key))
 
     def result(self, trial: Trial, result: dict, key: str | None = None) -> None:
@@ -119,6 +129,7 @@ class TrialEvents:
     def ended(self, trial: Trial, key: str | None = None) -> None:
         """The trial's function returned: a success, unless its final result carried an error."""
         key = key or trial.trial_id
+        self.open.pop(key, None)
         if key in self.tally.failed:
             self._emit("trial_failed", TrialFailed(trial, key, self.tally.failed[key]))
             return
@@ -134,5 +145,20 @@ class TrialEvents:
     def errored(self, trial: Trial, reason: str, key: str | None = None) -> None:
         """The trial failed for good (retries exhausted, or an exception in `--local` mode)."""
         key = key or trial.trial_id
+        self.open.pop(key, None)
         self.tally.failed[key] = reason
         self._emit("trial_failed", TrialFailed(trial, key, reason))
+
+    def interrupted(self, trial: Trial, key: str | None = None) -> None:
+        """Ctrl-C stopped the trial (or the study stopped before it ended): neither finished nor failed."""
+        key = key or trial.trial_id
+        self.open.pop(key, None)
+        self.tally.interrupted.add(key)
+        self._emit("trial_interrupted", TrialInterrupted(trial, key))
+
+    def interrupt_open(self) -> int:
+        """Every trial started and not ended is interrupted; returns how many."""
+        still_open = list(self.open.items())
+        for key, trial in still_open:
+            self.interrupted(trial, key)
+        return len(still_open)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..execution.protocol import PERIODIC_KEYS, STRING_RESULT_KEYS, final_metrics, perplexity_by_length
-from .events import TrialFailed, TrialFinished, TrialListener, TrialResult, TrialRetried, TrialStarted
-from .store import STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TRIAL_ID_TAG, StudyStore, flatten
+from ..execution.protocol import (CHECKPOINT_SET_ASIDE_KEY, PERIODIC_KEYS, STRING_RESULT_KEYS, final_metrics,
+                                  perplexity_by_length)
+from .events import (TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried,
+                     TrialStarted)
+from .store import INTERRUPTED_TAG, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TRIAL_ID_TAG, StudyStore, flatten
 
 _TAG_LIMIT = 4000  # MLflow's tag values are bounded; reasons are cut to this
 
@@ -36,6 +38,8 @@ class MLflowRecorder(TrialListener):
     def trial_result(self, event: TrialResult) -> None:
         run_id, result, now = self.run_ids[event.key], event.result, int(time.time() * 1000)
         if not event.final:
+            if result.get(CHECKPOINT_SET_ASIDE_KEY):  # the trial found an unreadable checkpoint and started over
+                self.store.set_tags(run_id, {CHECKPOINT_SET_ASIDE_KEY: str(result[CHECKPOINT_SET_ASIDE_KEY])[:_TAG_LIMIT]})
             if "pid" in result and self.worker_pids.get(event.key) != result["pid"]:
                 # Which process trains this trial, so that an operator (or a fault test) can find it.
                 self.worker_pids[event.key] = result["pid"]
@@ -66,6 +70,12 @@ class MLflowRecorder(TrialListener):
         if run_id:
             self.store.set_tags(run_id, {"error": event.reason[:_TAG_LIMIT]})
             self.store.end_trial_run(run_id, "FAILED")
+
+    def trial_interrupted(self, event: TrialInterrupted) -> None:
+        run_id = self.run_ids.get(event.key)
+        if run_id:
+            self.store.set_tags(run_id, {INTERRUPTED_TAG: "true"})
+            self.store.end_trial_run(run_id, "KILLED")
 
     def trial_retried(self, event: TrialRetried) -> None:
         run_id = self.run_ids.get(event.key)

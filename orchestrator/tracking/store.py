@@ -1,29 +1,42 @@
-"""A study's tracking store: its MLflow experiment, its parent run, one nested child run per trial.
+"""The study's tracking store: one MLflow experiment, its parent run, one nested child run per trial.
 
 `StudyStore.create` is the writer's door (`orchestrator run`: creates the experiment if needed);
 `StudyStore.open` the reader's (plan, status, report, ui, `load_results`): it never creates anything and
 says clearly when the study has no store or no experiment there. Both find the parent run once.
 Only the driver process writes (trials report to Ray Tune, a Tune callback on the driver forwards to
-MLflow): an embedded SQLite store then has exactly one writer.
+MLflow): an embedded SQLite store then has one writer per `orchestrator run`, and two runs of one study
+share its trials through leases (`leases.py`).
+
+Before MLflow opens a store, both doors check it (`sqlite_file.py`: a damaged or empty SQLite file, a
+folder that cannot be written; `client.probe_server`: a tracking server that does not answer) so that each
+of these fails at once in one paragraph. The experiments this tool creates carry the tag
+`orchestrator.study`; an experiment of the study's name without it belongs to someone else and is refused,
+never written into.
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Metric, Param, Run, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from .client import ReachabilityCheckedClient
-from .uri import sqlite_path, store_missing
+from ..errors import ForeignExperiment, StoreUnusable
+from .client import DEFAULT_CONNECT_TIMEOUT_S, ReachabilityCheckedClient, probe_server
+from .sqlite_file import check_folder_writable, check_readable, check_writable, store_lock
+from .uri import is_server, sqlite_path, store_missing
 
 ROLE_TAG = "orchestrator.role"
 TRIAL_ID_TAG = "orchestrator.trial_id"
-STUDY_TAG = "orchestrator.study"
+STUDY_TAG = "orchestrator.study"  # on runs, and on the experiments this tool created (their study's name)
 PARENT_TAG = "mlflow.parentRunId"
 STOPPED_EARLY_TAG = "stopped_early"  # a scheduler (ASHA) ended the trial before its last step
+INTERRUPTED_TAG = "interrupted"  # Ctrl-C stopped the trial; its run is KILLED and the next run resumes it
+STALE_TAG = "orchestrator.stale"  # a run left RUNNING by an orchestrator that died, closed as KILLED
 SWEPT_TAG_PREFIX = "swept."  # swept.<dotted key> = the value a trial's row sets (variant override or axis point)
 
 
@@ -62,28 +75,57 @@ class StudyStore:
         self.parent_run_id: str | None = self._find_parent()
 
     @classmethod
-    def create(cls, tracking_uri: str, study_name: str) -> "StudyStore":
-        """The study's experiment, created if it does not exist yet (with the SQLite file's folder)."""
+    def create(cls, tracking_uri: str, study_name: str,
+               connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> "StudyStore":
+        """The study's experiment, created if it does not exist yet (with the SQLite file's folder).
+        Raises StoreUnusable (a damaged, empty or unwritable store; ForeignExperiment: the name is taken by an
+        experiment this tool did not create) or TrackingServerUnreachable, before writing anything."""
         path = sqlite_path(tracking_uri)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        client = _client(tracking_uri)
-        existing = client.get_experiment_by_name(study_name)
-        if existing is not None:
-            return cls(tracking_uri, study_name, existing.experiment_id, client)
-        # Keep a SQLite store's artifacts beside its file rather than in the current directory.
-        artifact_location = (path.parent / "artifacts").as_uri() if path is not None else None
-        return cls(tracking_uri, study_name, client.create_experiment(study_name, artifact_location=artifact_location),
-                   client)
+        if path is None:
+            if is_server(tracking_uri):
+                probe_server(tracking_uri, connect_timeout)
+            return cls._create_experiment(tracking_uri, study_name, _client(tracking_uri))
+        check_folder_writable(path)
+        with store_lock(path):  # one process at a time creates the tables and the experiment
+            check_writable(path)
+            return cls._create_experiment(tracking_uri, study_name, _client(tracking_uri))
 
     @classmethod
-    def open(cls, tracking_uri: str, study_name: str) -> "StudyStore":
-        """The study's experiment in an existing store; never creates either. Raises StudyNotFound."""
-        require_store(tracking_uri)
-        client = _client(tracking_uri)
+    def _create_experiment(cls, tracking_uri: str, study_name: str,
+                           client: ReachabilityCheckedClient) -> "StudyStore":
         existing = client.get_experiment_by_name(study_name)
         if existing is None:
+            # Keep a SQLite store's artifacts beside its file rather than in the current directory.
+            path = sqlite_path(tracking_uri)
+            artifact_location = (path.parent / "artifacts").as_uri() if path is not None else None
+            try:
+                return cls(tracking_uri, study_name, client.create_experiment(
+                    study_name, artifact_location=artifact_location, tags={STUDY_TAG: study_name}), client)
+            except MlflowException as error:  # another orchestrator on a server created it first
+                existing = client.get_experiment_by_name(study_name)
+                if existing is None:
+                    raise error
+        if _ownership(client, existing, tracking_uri, study_name) == "legacy":
+            client.set_experiment_tag(existing.experiment_id, STUDY_TAG, study_name)
+        return cls(tracking_uri, study_name, existing.experiment_id, client)
+
+    @classmethod
+    def open(cls, tracking_uri: str, study_name: str,
+             connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> "StudyStore":
+        """The study's experiment in an existing store; never creates or changes either. Raises StudyNotFound,
+        StoreUnusable or TrackingServerUnreachable."""
+        require_store(tracking_uri)
+        path = sqlite_path(tracking_uri)
+        if is_server(tracking_uri):
+            probe_server(tracking_uri, connect_timeout)
+        with store_lock(path, exclusive=False) if path is not None else nullcontext():
+            if path is not None:  # inside the lock: a store being created is read once it is whole
+                check_readable(path)
+            client = _client(tracking_uri)
+            existing = client.get_experiment_by_name(study_name)
+        if existing is None:
             raise no_experiment(tracking_uri, study_name)
+        _ownership(client, existing, tracking_uri, study_name)
         return cls(tracking_uri, study_name, existing.experiment_id, client)
 
     # --- the study's parent run ---------------------------------------------------------------------------
@@ -93,7 +135,14 @@ class StudyStore:
         return runs[0].info.run_id if runs else None
 
     def start_parent(self, tags: dict[str, str]) -> str:
-        """Reuse the study's parent run across invocations so that resumed trials nest under it."""
+        """Reuse the study's parent run across invocations so that resumed trials nest under it. On a SQLite
+        store, two orchestrators starting at once find or create it one after the other (one parent)."""
+        path = sqlite_path(self.tracking_uri)
+        with store_lock(path) if path is not None else nullcontext():
+            self.parent_run_id = self._find_parent()
+            return self._start_parent(tags)
+
+    def _start_parent(self, tags: dict[str, str]) -> str:
         if self.parent_run_id:
             self.client.update_run(self.parent_run_id, status="RUNNING")
         else:
@@ -136,11 +185,13 @@ class StudyStore:
 
     # --- writing the trials' runs ---------------------------------------------------------------------------
     def mark_stale_runs(self, trial_ids: set[str]) -> int:
-        """Runs left RUNNING by a killed orchestrator are closed as KILLED; their trials run again."""
+        """Close as KILLED the runs of these trials left RUNNING by an orchestrator that died. Call it only with
+        trials whose lease this orchestrator holds (`leases.py`): a live orchestrator holds the lease of every
+        trial it is running, so a RUNNING run of a trial leased here is nobody's."""
         stale = [run for run in self.trial_runs()
                  if run.info.status == "RUNNING" and run.data.tags.get(TRIAL_ID_TAG) in trial_ids]
         for run in stale:
-            self.client.set_tag(run.info.run_id, "orchestrator.stale", "true")
+            self.client.set_tag(run.info.run_id, STALE_TAG, "true")
             self.client.set_terminated(run.info.run_id, status="KILLED")
         return len(stale)
 
@@ -167,6 +218,27 @@ class StudyStore:
 
     def log_artifact(self, run_id: str, path: Path, folder: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), folder)
+
+
+def _ownership(client: ReachabilityCheckedClient, experiment, tracking_uri: str, study_name: str) -> str:
+    """"owned" (tagged by this tool), "legacy" (made by an earlier version: it holds our study parent run, but
+    no tag yet); raises ForeignExperiment for anyone else's, StoreUnusable for a deleted one."""
+    if experiment.lifecycle_stage == "deleted":
+        raise StoreUnusable(
+            f"The tracking store {tracking_uri} has a deleted experiment named {study_name!r} (id "
+            f"{experiment.experiment_id}): restore it (mlflow experiments restore --experiment-id "
+            f"{experiment.experiment_id}), remove it for good (mlflow gc), or give the study another `name:`.")
+    if experiment.tags.get(STUDY_TAG) == study_name:
+        return "owned"
+    ours = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'study'",
+                              max_results=1)
+    if ours and not experiment.tags.get(STUDY_TAG):
+        return "legacy"
+    raise ForeignExperiment(
+        f"The tracking store {tracking_uri} already has an experiment named {study_name!r} (id "
+        f"{experiment.experiment_id}) that this tool did not create (it lacks the tag {STUDY_TAG}={study_name}); "
+        "its runs are left alone. Give the study another `name:` in its file, or use another store with "
+        "--tracking-uri. Nothing was run.")
 
 
 def _client(tracking_uri: str) -> ReachabilityCheckedClient:

@@ -1,0 +1,116 @@
+"""Checks on an embedded SQLite store's file before MLflow opens it, and the lock that serialises its creation.
+
+MLflow, handed a damaged file, retries for minutes with a screen of SQLAlchemy warnings per attempt, and
+handed an empty one, silently creates its tables. So the file is looked at first, with the standard library
+only: a zero-byte file, a file that is not SQLite, a file shorter than its own header says (truncated), or
+an SQLite file without MLflow's tables is refused in one paragraph, before anything is written.
+
+Two `orchestrator run` started at once on a new store would both create MLflow's tables and one would die
+("duplicate column name"): `store_lock` takes an exclusive lock on the store's folder (flock on the folder
+itself, so that no lock file is left behind) while a writer initialises the store; readers take it shared.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import StoreUnusable
+
+_MAGIC = b"SQLite format 3\x00"
+_MLFLOW_TABLES = ("experiments", "runs", "alembic_version")
+
+
+def unusable(path: Path, reason: str) -> StoreUnusable:
+    return StoreUnusable(
+        f"The tracking store {path} cannot be used: {reason}. If it was damaged, restore it from a backup; to "
+        "start a new store, move the file away or pass another --tracking-uri. Nothing was changed.")
+
+
+def _header_problem(path: Path, size: int) -> str | None:
+    """Why the file cannot be an intact SQLite database, judged from its 100-byte header; None if it can."""
+    if size == 0:
+        return "the file is empty (0 bytes), it holds no MLflow tables"
+    with path.open("rb") as handle:
+        header = handle.read(100)
+    if len(header) < 100 or not header.startswith(_MAGIC):
+        return "the file is not an SQLite database"
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    size_is_valid = header[24:28] == header[92:96]  # SQLite's rule for trusting the in-header size
+    wal = path.with_name(path.name + "-wal")
+    if size_is_valid and pages and size < pages * page_size and not wal.exists():
+        return f"the file is truncated ({size} bytes where its header says {pages * page_size})"
+    return None
+
+
+def _table_problem(path: Path) -> str | None:
+    """Why the SQLite file is not an MLflow store (read-only access: nothing is created); None if it is."""
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            names = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            connection.close()
+    except sqlite3.DatabaseError as error:
+        return f"SQLite cannot read it ({error})"
+    missing = [name for name in _MLFLOW_TABLES if name not in names]
+    if missing:
+        return f"it is an SQLite file without MLflow's tables ({', '.join(missing)} missing)"
+    return None
+
+
+def check_readable(path: Path) -> None:
+    """Raises StoreUnusable where the existing file is not an intact MLflow store. Reads only."""
+    problem = _header_problem(path, path.stat().st_size) or _table_problem(path)
+    if problem:
+        raise unusable(path, problem)
+
+
+def check_folder_writable(path: Path) -> None:
+    """Raises StoreUnusable where the store's folder cannot be created or written (SQLite writes its journal
+    beside the file, so a read-only folder fails every write, after minutes of MLflow's retries)."""
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise StoreUnusable(
+            f"The tracking store's folder {folder} is not writable ({error.strerror or error}). Give a writable "
+            "place with --tracking-uri sqlite:////path/to/mlflow.db (or MLFLOW_TRACKING_URI), or fix the "
+            "folder's permissions. Nothing was run.") from error
+
+
+def check_writable(path: Path) -> None:
+    """Raises StoreUnusable where the file exists and is read-only or not an intact MLflow store (an SQLite
+    file without tables yet is fine: MLflow creates them). Call it holding `store_lock`, so that a store
+    another process is creating is not mistaken for an empty one."""
+    if not path.exists():
+        return
+    if not os.access(path, os.W_OK):
+        raise StoreUnusable(f"The tracking store {path} is read-only. Make it writable or pass another "
+                            "--tracking-uri. Nothing was run.")
+    problem = _header_problem(path, path.stat().st_size)
+    if problem is None:
+        table_problem = _table_problem(path)
+        problem = table_problem if table_problem and "without MLflow's tables" not in table_problem else None
+    if problem:
+        raise unusable(path, problem)
+
+
+@contextmanager
+def store_lock(path: Path, exclusive: bool = True) -> Iterator[None]:
+    """Hold a lock on the store's folder (exclusive to create or initialise the store, shared to read it)."""
+    descriptor = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
