@@ -1,4 +1,4 @@
-"""Causal self-attention with a position encoding and an optional score processor (SPEC §1).
+"""Causal self-attention with a position encoding and an optional score processor (docs/method.md §1).
 
 Per layer: S = QKᵀ/√d (Q, K rotated for the rotary family) -> bias B -> processor (S, B) -> A -> causal
 mask -> softmax -> ·V. Four ways to compute it, all giving the same result:
@@ -33,7 +33,7 @@ rows measured 10x to 25x slower than the direct path), and blocks of changing sh
 recompile and cuDNN re-plan; on CPU, blocks of `attention_block_size` rows that skip the upper triangle are
 fastest (tests/benchmarks/bench_attention.py).
 
-With `ModelConfig.causal=False` (a bidirectional encoder, SPEC §7) there is no causal mask: every path
+With `ModelConfig.causal=False` (a bidirectional encoder, docs/method.md §7) there is no causal mask: every path
 attends over all keys (a block then reads every key, not just those up to its last row).
 """
 

@@ -16,11 +16,11 @@ from pydantic.dataclasses import dataclass
 
 from .types import PositiveInt, StrictBool
 
-# name -> (layers, width, heads). Paper sizes from SPEC §5 (head dims 64, 64, 80, 128 follow from width / heads);
+# name -> (layers, width, heads). Paper sizes from docs/method.md §5 (head dims 64, 64, 80, 128 follow from width / heads);
 # the CPU presets are this project's.
 PRESETS: dict[str, tuple[int, int, int]] = {
     "tiny": (2, 64, 2),  # unit tests: trains in seconds
-    "small": (4, 128, 4),  # CPU studies (SPEC §6 "a CPU scale that shows the effect")
+    "small": (4, 128, 4),  # CPU studies (docs/method.md §9, a CPU scale that shows the effect)
     "medium": (6, 192, 6),  # CPU model-size ladder
     "125M": (12, 768, 12),
     "350M": (24, 1024, 16),
@@ -51,7 +51,7 @@ KernelSize = Annotated[
     Discriminator(lambda value: "(kq, kk)" if isinstance(value, (list, tuple)) else "k"),
 ]
 
-# SPEC §2 constants that are not study parameters.
+# docs/method.md §2 constants that are not study parameters.
 FIRE_DEFAULT_WIDTH = 32
 T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
 DEFAULT_TRAIN_LENGTH = 512  # the paper's main training length: a model built on its own
@@ -62,13 +62,13 @@ class ModelConfig:
     """Shape and attention recipe of a causal LM.
 
     preset: a key of PRESETS; `n_layer`, `d_model`, `n_head` override it when given.
-    pos_encoding: position encoding of SPEC §2 (one of POS_ENCODINGS).
+    pos_encoding: position encoding of docs/method.md §2 (one of POS_ENCODINGS).
     processor: `none`, `dape` (MLP across heads = 1x1 conv) or `dapev2` (1xk conv along keys).
     kernel_size: DAPE V2 kernel: an odd k (a 1xk kernel along the key axis) or a pair (kq, kk) with kk odd:
         kq query rows, padded on the past side only so that the kernel stays causal (no published method
         has kq > 1). `dape` always uses 1x1.
     d_dape: hidden channels D of the processor.
-    form: output form of SPEC §3 (main method `concat_residual`: A = S + B + f([S, B])).
+    form: output form of docs/method.md §3 (main method `concat_residual`: A = S + B + f([S, B])).
     leak: drop the `tril` before the processor (the paper's information-leakage experiment); off by default.
         It is a config field, so a run records it with its params.
     train_length: the training length L_train. YaRN scales by s = L_eval / L_train, FIRE's L₀ and randomized
@@ -76,10 +76,10 @@ class ModelConfig:
         the model trains at (`train.seq_len`, or a CHE task's longest training sequence), whatever is given;
         512 (the paper's main training length) when a model is built on its own.
     rope_random_max: L_max of randomized RoPE (training positions are a sorted sample from [0, L_max)).
-        SPEC Decision: a parameter, default the largest evaluation length, which an experiment fills in; a
+        Decision D6: a parameter, default the largest evaluation length, which an experiment fills in; a
         model alone does not know its evaluation lengths, so there None means 8 x train_length.
-    fire_width: FIRE's MLP width W. SPEC Decision: FIRE's own width (default 32), independent of d_dape.
-    fire_l0: FIRE's L₀. SPEC Decision: None means train_length (an experiment fills it in).
+    fire_width: FIRE's MLP width W. Decision D8: FIRE's own width (default 32), independent of d_dape.
+    fire_l0: FIRE's L₀. Decision D9: None means train_length (an experiment fills it in).
     attention_block_size: with a processor, training computes attention in blocks of this many query rows,
         each recomputed in backward (torch.utils.checkpoint), so only q, k, v are kept per layer instead of
         the [B, 2H, T, T] and [B, D, T, T] maps, and the upper triangle is skipped (on this project's CPU a
@@ -88,7 +88,7 @@ class ModelConfig:
         formulation over the full map). Both give the same logits and gradients. Without a processor,
         training always uses PyTorch's fused kernel. On CUDA the fused Triton path takes precedence where it
         applies (dape_core/attention.py), and blocks take their rows from a memory budget instead.
-    causal: True (default) for the causal LM. False builds a bidirectional encoder (the CHE protocol, SPEC §7):
+    causal: True (default) for the causal LM. False builds a bidirectional encoder (the CHE protocol, docs/method.md §7):
         no causal mask, every query attends to all keys, position biases are taken at the symmetric distance
         Δ = |i − j| (instead of i − j clamped at 0), and the processor runs without its `tril` (a bidirectional
         model may read both sides, so there is nothing to leak). A kernel taller than one query row is still
@@ -146,7 +146,7 @@ class ModelConfig:
 
     @property
     def kernel_shape(self) -> tuple[int, int]:
-        """(query rows, key columns) of the processor kernel; DAPE v1 is the 1x1 case (SPEC §4)."""
+        """(query rows, key columns) of the processor kernel; DAPE v1 is the 1x1 case (docs/method.md §4)."""
         if self.processor == "dape":
             return (1, 1)
         return (1, self.kernel_size) if isinstance(self.kernel_size, int) else tuple(self.kernel_size)
@@ -199,7 +199,7 @@ class ModelConfig:
 def effective_model_fields(fields: dict, train_length: int, longest: int) -> dict:
     """The `model:` fields an experiment fixes, so that its config says what the model is built with:
     train_length is the length it trains at; randomized RoPE's L_max, when not given, is the longest length
-    the model will read (SPEC Decision: the largest evaluation length); FIRE's L₀, when not given, is the
+    the model will read (Decision D6: the largest evaluation length); FIRE's L₀, when not given, is the
     training length. Fields an encoding does not use stay as given."""
     fields = {**fields, "train_length": train_length}
     if fields.get("pos_encoding") == "rope_random" and fields.get("rope_random_max") is None:

@@ -80,7 +80,7 @@ class ExperimentConfig:
         if shorter:
             raise ValueError(
                 f"eval.lengths {shorter} are below the training length train.seq_len={self.train.seq_len}: "
-                "the protocol evaluates at the training length and beyond (SPEC §6)"
+                "the protocol evaluates at the training length and beyond (docs/method.md §6)"
             )
         if self.eval.tail_tokens > self.train.seq_len:
             raise ValueError(

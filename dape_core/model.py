@@ -1,8 +1,8 @@
 """A causal decoder-only LM with pluggable position encodings and score processors.
 
-Per layer the attention follows SPEC §1 (see `attention.py`): S = QKᵀ/√d (Q, K rotated for the rotary
+Per layer the attention follows docs/method.md §1 (see `attention.py`): S = QKᵀ/√d (Q, K rotated for the rotary
 family) -> bias B -> processor (S, B) -> A -> causal mask -> softmax -> ·V. Pre-LayerNorm blocks, GELU MLP of
-`mlp_ratio` x width, untied embeddings, no dropout (SPEC §5).
+`mlp_ratio` x width, untied embeddings, no dropout (docs/method.md §5).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class CausalLM(nn.Module):
     def _init_weights(cls, module: nn.Module) -> None:
         """GPT-2 style init (N(0, 0.02), zero biases) for the transformer's linear layers and embeddings.
         Position encodings (FIRE's MLP, T5's table) keep their own init and the processor's convolutions
-        PyTorch's default (SPEC §3), so the walk stops at encodings."""
+        PyTorch's default (docs/method.md §3), so the walk stops at encodings."""
         if isinstance(module, PositionEncoding):
             return
         if isinstance(module, nn.Linear):

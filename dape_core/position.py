@@ -1,4 +1,4 @@
-"""Position encodings (SPEC §2), each a small module behind one interface.
+"""Position encodings (docs/method.md §2), each a small module behind one interface.
 
 Two kinds exist, and every encoding implements both hooks (the unused one is the identity):
 - `rotate(q, k, q_pos, k_pos)`: the rotary family (RoPE, YaRN, randomized RoPE) transforms queries and keys
@@ -96,7 +96,7 @@ class RoPE(PositionEncoding):
 class YaRN(RoPE):
     """RoPE trained as usual, scaled at evaluation time (Peng et al., "YaRN", 2023).
 
-    SPEC Decision: s = L_eval / L_train with L_eval the number of keys of the forward pass; no fine-tuning.
+    Decision D5: s = L_eval / L_train with L_eval the number of keys of the forward pass; no fine-tuning.
     For s ≤ 1 this is plain RoPE. For s > 1, dimension pair d with frequency θ_d completes
     r_d = L_train·θ_d / 2π turns over the training length; with the ramp γ(r) = clamp((r − β_slow) /
     (β_fast − β_slow), 0, 1), β_fast = 32, β_slow = 1, the frequency becomes (1 − γ)·θ_d / s + γ·θ_d
@@ -126,7 +126,7 @@ class RandomizedRoPE(RoPE):
     """RoPE over randomized positions (Ruoss et al. 2023): in training mode the positions of a forward pass
     are a sorted sample without replacement from [0, L_max), one sample per step shared by the batch and
     every layer (as in the authors' implementation); in evaluation mode 0..T−1.
-    L_max: see `ModelConfig.rope_random_max` (SPEC Decision)."""
+    L_max: see `ModelConfig.rope_random_max` (Decision D6)."""
 
     def __init__(self, head_dim: int, max_position: int, base: float = 10000.0):
         super().__init__(head_dim, base)
@@ -218,7 +218,7 @@ class FIRE(PositionEncoding):
     """B = MLP(ψ(Δ) / (ψ(max(i, L)) + 1e-6)), ψ(x) = log(|c·x| + 1), L = |λ·L₀| (Li et al. 2023).
 
     Learnable c (init 0.1) and λ (init 1); MLP Linear(1, W) → ReLU → Linear(W, H) with PyTorch's default
-    init. SPEC Decisions: W is FIRE's own width (`fire_width`, default 32), independent of D_dape; L₀
+    init. Decisions D8, D9: W is FIRE's own width (`fire_width`, default 32), independent of D_dape; L₀
     defaults to the training length. One module per layer, like Kerple.
     """
 
@@ -253,7 +253,7 @@ def t5_causal_bucket(distance: torch.Tensor, buckets: int = T5_BUCKETS, max_dist
 
 class T5Bias(PositionEncoding):
     """B = table[bucket(Δ)] · √d: 32 causal buckets, max distance 128, one learned `[buckets, H]` table shared
-    by all layers (SPEC §2; the scale √d follows the authors' code). The table starts at N(0, 0.02²), the
+    by all layers (docs/method.md §2; the scale √d follows the authors' code). The table starts at N(0, 0.02²), the
     init of the model's other embeddings (the spec is silent)."""
 
     has_bias = True
@@ -272,7 +272,7 @@ class T5Bias(PositionEncoding):
 
 def build_position_encodings(cfg: ModelConfig) -> list[PositionEncoding]:
     """One encoding per layer. Learnable encodings (Kerple, FIRE) have per-layer parameters, as in the
-    authors' code; T5's table is one module shared by all layers (SPEC §2)."""
+    authors' code; T5's table is one module shared by all layers (docs/method.md §2)."""
     builders = {
         "nope": lambda: NoPE(),
         "rope": lambda: RoPE(cfg.head_dim),

@@ -1,4 +1,4 @@
-"""Score processors (SPEC §3–§4): map the pre-softmax scores S and the position bias B to logits A.
+"""Score processors (docs/method.md §3–§4): map the pre-softmax scores S and the position bias B to logits A.
 
 DAPE v1 (an MLP across heads, point-wise over (i, j)) is the 1x1 case of DAPE V2's 1xk convolution along
 the key axis, so both are one module: `ConvScoreProcessor` with a 1x1 kernel is DAPE v1, with the same
@@ -38,8 +38,8 @@ class ScoreProcessor(nn.Module):
 class ConvScoreProcessor(ScoreProcessor):
     """`tril(z) -> Conv(C_in -> D, kq x kk) -> LeakyReLU(0.01) -> Conv(D -> H, kq x kk)`, combined by `form`.
 
-    Forms (SPEC §3): concat_residual `S + B + f([S, B])` (the main method), concat `S + f([S, B])`,
-    add_residual `S + B + f(S + B)` (SPEC Decision: our reading, H input channels), bias_only `S + B + f(B)`.
+    Forms (docs/method.md §3): concat_residual `S + B + f([S, B])` (the main method), concat `S + f([S, B])`,
+    add_residual `S + B + f(S + B)` (Decision D11: our reading, H input channels), bias_only `S + B + f(B)`.
     Without a bias PE (NoPE and the rotary family): `S + f(S)` with H input channels.
 
     Along the keys each convolution is centred (padding kk//2 both sides, zeros past the sequence end). Along
@@ -47,7 +47,7 @@ class ConvScoreProcessor(ScoreProcessor):
     past side only, so row i reads rows i−kq+1..i, all of which hold only tokens ≤ i after the `tril`.
     `leak=True` skips the `tril`, letting row i read future scores (the paper's leakage experiment).
     `causal=False` (a bidirectional encoder) skips it too: such a model reads both sides by design.
-    Default PyTorch init for both convolutions (SPEC §3).
+    Default PyTorch init for both convolutions (docs/method.md §3).
     """
 
     def __init__(self, n_head: int, has_bias: bool, d_dape: int, kernel: tuple[int, int] | int, form: str, leak: bool,

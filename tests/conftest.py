@@ -4,6 +4,10 @@ import pytest
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Triton reads TRITON_INTERPRET when it is first imported, and other tests (torch.compile) may import it before
+# tests/test_fused_attention.py runs: set it for the whole session, so that the fused kernels always run in
+# Triton's interpreter here (no test runs them on a GPU; tests/benchmarks/gpu_check.sh does).
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The bidirectional (encoder-only) setting of SPEC §7: `ModelConfig(causal=False)`."""
+"""The bidirectional (encoder-only) setting of docs/method.md §7: `ModelConfig(causal=False)`."""
 
 import pytest
 import torch

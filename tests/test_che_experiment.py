@@ -85,7 +85,7 @@ def test_small_encoder_learns_cycle_navigation_on_training_lengths(one_thread):
 
 @pytest.mark.slow
 def test_dape_conv_lets_nope_do_associative_recall(one_thread):
-    # SPEC §8 (this project's extension): a causal NoPE LM with a 1x3 DAPE V2 kernel recalls the queried
+    # docs/method.md §8 (this project's extension): a causal NoPE LM with a 1x3 DAPE V2 kernel recalls the queried
     # values; chance is 1/32. 150 steps already gave 1.0 on lengths 4..16 and 0.997 at 32 and 64.
     cfg = CheConfig(task="associative_recall", form="causal", train_max_length=16, test_lengths=[32], steps=200,
                     batch_size=64, lr=3e-3, eval_batches=1, eval_batch_size=64)

@@ -1,4 +1,4 @@
-"""CHE task generators (SPEC §7) and the associative-recall extension (SPEC §8).
+"""CHE task generators (docs/method.md §7) and the associative-recall extension (docs/method.md §8).
 
 Every generator's labels are compared with a slow, independent pure-Python reference (written from the
 task definitions, not from the library's code): first on hand-made strings with known answers, then on
@@ -210,7 +210,7 @@ REFERENCES = {
 }
 
 # name: (level, input vocab, output classes, output length(n), permutation invariant, in DAPE's table)
-SPEC_TABLE = {
+TASK_TABLE = {
     "even_pairs": ("R", 2, 2, lambda n: 1, False, True),
     "modular_arithmetic": ("R", 9, 5, lambda n: 1, False, True),
     "parity_check": ("R", 2, 2, lambda n: 1, True, True),
@@ -223,7 +223,7 @@ SPEC_TABLE = {
     "missing_duplicate_string": ("CS", 4, 2, lambda n: 1, False, True),
     "odds_first": ("CS", 2, 2, lambda n: n, False, True),
     "binary_addition": ("CS", 3, 3, lambda n: n + 1, False, True),
-    # N, not SPEC's 2N: both public code bases use N (the product has <= N-1 digits + the end class).
+    # N, not the papers' table's 2N: both public code bases use N (the product has <= N-1 digits + the end class).
     "binary_multiplication": ("CS", 3, 3, lambda n: n, False, False),
     "compute_sqrt": ("CS", 2, 2, lambda n: math.ceil(n / 2), False, True),
     "bucket_sort": ("CS", 5, 5, lambda n: n, True, True),
@@ -249,8 +249,8 @@ def _check_against_reference(name, inputs, targets, mask):
 
 
 def test_registry_matches_spec_table():
-    assert set(TASKS) == set(SPEC_TABLE) and len(TASKS) == 15
-    for name, (level, vocab, classes, out_len, perm, in_table) in SPEC_TABLE.items():
+    assert set(TASKS) == set(TASK_TABLE) and len(TASKS) == 15
+    for name, (level, vocab, classes, out_len, perm, in_table) in TASK_TABLE.items():
         task = TASKS[name]
         assert task.name == name
         assert task.level == level

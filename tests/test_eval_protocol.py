@@ -1,4 +1,4 @@
-"""The evaluation protocol (SPEC §6): tail-only scoring, ΔP, FLOPs, time cost, the attention heat maps and
+"""The evaluation protocol (docs/method.md §6): tail-only scoring, ΔP, FLOPs, time cost, the attention heat maps and
 the one structured result per trial."""
 
 import dataclasses
@@ -83,7 +83,7 @@ def test_analytic_flops_match_pytorchs_count(overrides):
 
 
 def test_processor_flops_follow_spec_formula():
-    """SPEC §4: a DAPE V2 processor adds 3·H·D·k·T² multiply-adds per layer and sequence over a bias PE."""
+    """docs/method.md §4: a DAPE V2 processor adds 3·H·D·k·T² multiply-adds per layer and sequence over a bias PE."""
     T, k = 64, 3
     base = forward_flops_per_token(_model(pos_encoding="kerple"), T)
     dape = forward_flops_per_token(_model(pos_encoding="kerple", processor="dapev2", kernel_size=k), T)

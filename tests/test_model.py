@@ -116,7 +116,7 @@ def test_processor_changes_the_function():
 
 @pytest.mark.parametrize("encoding,bias_channels", [("nope", False), ("rope", False), ("kerple", True), ("fire", True)])
 def test_processor_input_channels(encoding, bias_channels):
-    """2H input channels with a bias (concat forms), H without one (SPEC §3-§4)."""
+    """2H input channels with a bias (concat forms), H without one (docs/method.md §3-§4)."""
     model = build_model(ModelConfig(preset="tiny", n_head=4, d_model=64, pos_encoding=encoding, processor="dapev2"))
     assert model.blocks[0].attn.processor.conv_in.in_channels == (8 if bias_channels else 4)
 
@@ -163,7 +163,7 @@ def test_preset_parameter_counts(preset, encoding, processor):
     assert model.num_parameters() == cfg.num_parameters()
     layers, width, heads = PRESETS[preset]
     assert (cfg.n_layer, cfg.d_model, cfg.n_head) == (layers, width, heads)
-    if preset == "125M":  # GPT-3's 125M has tied embeddings; SPEC §5's model unties them (+38.6M)
+    if preset == "125M":  # GPT-3's 125M has tied embeddings; docs/method.md §5.1's model unties them (+38.6M)
         transformer = cfg.num_parameters() - 2 * 50257 * 768
         assert 84e6 < transformer < 87e6
 

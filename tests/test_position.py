@@ -1,4 +1,4 @@
-"""Position encodings: the formulas of SPEC §2 and the Decisions it records."""
+"""Position encodings: the formulas of docs/method.md §2 and its Decisions (§10)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""The protocol sees what the papers see (SPEC §6), at a CPU scale: a RoPE model trained at length 32 is
+"""The protocol sees what the papers see (docs/method.md §6), at a CPU scale: a RoPE model trained at length 32 is
 clearly worse at 8x its training length and its ΔP is negative there, while Kerple degrades far less.
 
 Scale: 2 layers, width 64, 2 heads, byte-level stdlib source, training length 32, batch 32, 600 steps

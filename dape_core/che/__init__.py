@@ -1,4 +1,4 @@
-"""CHE (Chomsky hierarchy) length-generalisation tasks (SPEC §7) and the associative-recall extension (§8).
+"""CHE (Chomsky hierarchy) length-generalisation tasks (docs/method.md §7) and the associative-recall extension (§8).
 
     from dape_core.che import TASKS, make_encoder_batch
     batch = make_encoder_batch(TASKS["binary_addition"], np.random.default_rng(0), length=40, batch_size=128)

@@ -1,4 +1,4 @@
-"""Multi-query associative recall: THIS PROJECT'S EXTENSION (SPEC §8), not one of the CHE tasks.
+"""Multi-query associative recall: THIS PROJECT'S EXTENSION (docs/method.md §8), not one of the CHE tasks.
 
 DAPE V2's Proposition 1 argues that a convolution over attention scores lets a transformer do associative
 recall without a position encoding (a 1x2 kernel [-1, 1] makes a query attend to the token right after

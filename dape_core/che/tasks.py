@@ -1,4 +1,4 @@
-"""The 15 Chomsky-hierarchy (CHE) length-generalisation tasks of SPEC §7, as seeded numpy generators.
+"""The 15 Chomsky-hierarchy (CHE) length-generalisation tasks of docs/method.md §7, as seeded numpy generators.
 
 The tasks are those of Delétang et al. 2023, "Neural networks and the Chomsky hierarchy" (public repository
 google-deepmind/neural_networks_chomsky_hierarchy), in the configuration of Ruoss et al. 2023 (randomized
@@ -18,7 +18,7 @@ Interface (every task in `TASKS`):
 - `label(inputs) -> (targets, target_mask)` computes the labels of any given input strings (used by the
   tests on hand-made strings; `sample` uses it wherever the labels are a function of the inputs).
 
-`make_encoder_batch` builds the encoder-only input of SPEC §7: the n input tokens followed by out_len
+`make_encoder_batch` builds the encoder-only input of docs/method.md §7: the n input tokens followed by out_len
 placeholder tokens, placeholder id = `input_vocab_size` (so the model's input vocabulary is
 `input_vocab_size + 1`); the model is read out at `output_positions`. This mirrors Ruoss et al.'s
 `make_model_with_empty_targets` without computation steps (the empty-output token is `input_size`).
@@ -56,7 +56,7 @@ Decisions (where the sources are silent, disagree, or the original has a quirk):
   zeros. For n <= 2 the original's degenerate cases are kept (the input is a number in [0, 2^n - 1) and the
   sum is that number; the product is the empty string).
 - binary_multiplication output length is n, as in both public code bases (the product has at most n - 1
-  digits, plus the end class). SPEC §7's table says 2N; the extra positions would all be masked (after the
+  digits, plus the end class). The papers' CHE table says 2N; the extra positions would all be masked (after the
   end class), so accuracy is identical, but we do not pad them. The task is not in DAPE's table.
 - compute_sqrt: big-endian number uniform in [1, 2^n - 1] (leading zeros allowed), output floor(sqrt)
   big-endian zero-padded to ceil(n/2) digits.
@@ -658,7 +658,7 @@ class BinaryMultiplication(_BinaryOperation):
     in_dape_table = False
 
     def output_length(self, n):
-        return n  # the original's; SPEC §7 says 2N (see the module docstring)
+        return n  # the original's; the papers' table says 2N (see the module docstring)
 
     def _result(self, row):
         ops = self._operands(row)

@@ -5,7 +5,7 @@ Everything lives in one 1-D token array (in memory for text, a memory map for to
   windows never cross one;
 - `regions[split]`: ranges the training stream may draw windows from. Text documents of a split are laid
   out back to back, each followed by the document separator, so the train split is one region and windows
-  run across document boundaries, as over a concatenated token stream (SPEC §5).
+  run across document boundaries, as over a concatenated token stream (docs/method.md §5).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ class TokenBatch(NamedTuple):
 
 class TrainStream:
     """Random windows of seq_len + 1 tokens drawn uniformly from contiguous regions of the training split
-    (SPEC §5): the LM experiment's batch source for `dape_core.train.train`.
+    (docs/method.md §5): the LM experiment's batch source for `dape_core.train.train`.
 
     Only the drawn windows are read and widened to int64, so a memory-mapped token file stays on disk.
     The draw order is fixed by `seed`; `state_dict()` is what a checkpoint saves to resume it. Draws are
@@ -68,7 +68,7 @@ def evaluation_windows(docs: list[np.ndarray], lengths: list[int], n_windows: in
     """Windows of L + 1 tokens for each length L, all ending at the same positions of the same held-out documents.
 
     Every length scores the same tail tokens and differs only in how much context precedes them, which
-    makes ratios across lengths steadier (SPEC §6); so the window of the training length is the tail of
+    makes ratios across lengths steadier (docs/method.md §6); so the window of the training length is the tail of
     every longer one, which is what ΔP compares. Windows are non-overlapping slots of max(lengths) + 1
     tokens inside one document, `n_windows` of them picked by `seed`. With `strict`, fewer available slots
     than `n_windows` is an error (the evaluation budget is fixed); otherwise all of them are used.

@@ -1,4 +1,4 @@
-"""The papers' evaluation protocol (SPEC §6): perplexity by length on the last K tokens, ΔP, time and
+"""The papers' evaluation protocol (docs/method.md §6): perplexity by length on the last K tokens, ΔP, time and
 memory cost, analytic FLOPs, and heat maps of learned position patterns."""
 
 from .config import DEFAULT_TOKENS_PER_LENGTH, EvalConfig

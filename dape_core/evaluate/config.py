@@ -1,4 +1,4 @@
-"""The `eval:` section of an experiment (SPEC §6)."""
+"""The `eval:` section of an experiment (docs/method.md §6)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""Analytic forward FLOPs per token (SPEC §6), read off the built model so every block is counted.
+"""Analytic forward FLOPs per token (docs/method.md §6), read off the built model so every block is counted.
 
 Per token at context length T (1 multiply-add = 2 FLOPs):
 - every `nn.Linear` (QKV, output projection, MLP, LM head): in × out;
 - the attention core, QKᵀ and A·V over the full T×T grid as the papers count it: 2 · T · d_model per layer;
 - the score processor's 1×k convolutions over the T×T score map: C_in · C_out · k per (i, j), so
-  T · Σ C_in · C_out · k per token (SPEC §4: 3·H·D·k·T² per sequence with a bias PE, 2·H·D·k·T² without).
+  T · Σ C_in · C_out · k per token (docs/method.md §4: 3·H·D·k·T² per sequence with a bias PE, 2·H·D·k·T² without).
 Not counted: embeddings (a lookup), norms, activations, softmax, position-encoding internals. A fused
 causal kernel skips about half of the attention grid; this counts what the formulas count.
 """

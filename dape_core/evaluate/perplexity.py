@@ -68,7 +68,7 @@ def perplexity_by_length(model: torch.nn.Module, windows: dict[int, torch.Tensor
 
 
 def delta_p(perplexity: dict[int, float], train_length: int) -> dict[int, float]:
-    """ΔP(L) = P(last T_train tokens only) − P(all L tokens), both on the same last K tokens (SPEC §6).
+    """ΔP(L) = P(last T_train tokens only) − P(all L tokens), both on the same last K tokens (docs/method.md §6).
 
     The window of the training length is the tail of every longer window, so `perplexity[train_length]` is
     the model reading only the last T_train tokens. ΔP > 0: context beyond the training length helps;

@@ -1,4 +1,4 @@
-"""Time and memory cost (SPEC §6): ms per forward at each evaluation length (warm-up, then the median),
+"""Time and memory cost (docs/method.md §6): ms per forward at each evaluation length (warm-up, then the median),
 and the peak memory of the trial."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The trainer (SPEC §5): AdamW with the papers' defaults, cosine schedule with warmup to lr/10, gradient
+"""The trainer (docs/method.md §5): AdamW with the papers' defaults, cosine schedule with warmup to lr/10, gradient
 clipping and accumulation, mixed precision on GPU, checkpoint/resume, periodic validation: one loop for
 every experiment, given a batch source and a loss (see `loop.py`).
 

@@ -1,4 +1,4 @@
-"""The `train:` section of an experiment, with the papers' optimizer defaults (SPEC §5)."""
+"""The `train:` section of an experiment, with the papers' optimizer defaults (docs/method.md §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""AdamW with the papers' parameter groups, and the learning-rate schedule (SPEC §5)."""
+"""AdamW with the papers' parameter groups, and the learning-rate schedule (docs/method.md §5)."""
 
 from __future__ import annotations
 

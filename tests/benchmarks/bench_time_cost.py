@@ -1,4 +1,4 @@
-"""Time cost of the kernel-size ablation's variants (SPEC §6): ms per training step, ms per forward at each
+"""Time cost of the kernel-size ablation's variants (docs/method.md §6): ms per training step, ms per forward at each
 evaluation length, analytic FLOPs per token, and ratios against Kerple measured in the same run.
 
     python tests/benchmarks/bench_time_cost.py [--preset small] [--steps 40] [--threads 1]
