@@ -1,0 +1,162 @@
+"""Data preparation throughput, and what a prepared token file saves at every trial start.
+
+    python tests/benchmarks/bench_data_prepare.py              # about 5 minutes on 2 cores
+    python tests/benchmarks/bench_data_prepare.py --gb 0.25    # a smaller token file for the load figures
+
+Corpus: the Python standard library's own source on this machine (as the `stdlib` data source reads it;
+nothing is downloaded). Prints:
+1. preparation throughput in MB of text per second, byte-level and a byte-level BPE trained on the corpus
+   (vocabulary --vocab), with one process and with every core, and the ratio between them;
+2. the time a trial spends before its first training step on a token file of about --gb GB (the stdlib
+   tiled, byte-level), before (no metadata: the out-of-vocabulary scan and the chunk split, as every trial
+   did) and after (the metadata lookup), with the page cache warm and dropped (posix_fadvise DONTNEED);
+3. what 1 GB of text costs here, extrapolated from 1: time and disk space for each tokenizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+from dape_core import ExperimentConfig, ModelConfig, run_experiment
+from dape_core.data import DataConfig, PrepareConfig, load_corpus, prepare_corpus, stdlib_files
+from dape_core.data.prepare import available_cpus
+from dape_core.data.token_meta import metadata_path
+from dape_core.evaluate import EvalConfig
+from dape_core.train import TrainConfig
+
+MB = 1e6
+
+
+def _link_corpus(folder: Path, copies: int) -> float:
+    """`copies` copies of the stdlib's .py files as symlinks under `folder`; returns the text's MB."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    size = 0
+    for copy in range(copies):
+        for path in stdlib_files():
+            link = folder / f"copy{copy}" / path.relative_to(root)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(path)
+            size += path.stat().st_size
+    return size / MB
+
+
+def _prepare(inputs: Path, out: Path, workers: int, **options) -> tuple[float, dict]:
+    started = time.perf_counter()
+    meta = prepare_corpus(PrepareConfig(inputs=[str(inputs)], output=str(out), pattern=["**/*.py"], workers=workers,
+                                        **options))
+    return time.perf_counter() - started, meta
+
+
+def throughput(work: Path, vocab: int) -> dict:
+    corpus = work / "stdlib"
+    text_mb = _link_corpus(corpus, 1)
+    print(f"corpus: Python standard library source, {len(stdlib_files())} files, {text_mb:.1f} MB of text; "
+          f"{available_cpus()} cores")
+    rates = {}
+    for workers in (1, available_cpus()):
+        seconds, meta = _prepare(corpus, work / f"byte{workers}", workers)
+        rates[("byte", workers)] = (text_mb / seconds, meta)
+    started = time.perf_counter()
+    _, trained = _prepare(corpus, work / "bpe_trained", available_cpus(), train_tokenizer=vocab)
+    train_seconds = time.perf_counter() - started
+    tokenizer = work / "bpe_trained" / "tokenizer.json"
+    for workers in (1, available_cpus()):
+        seconds, meta = _prepare(corpus, work / f"bpe{workers}", workers, tokenizer=str(tokenizer))
+        rates[("bpe", workers)] = (text_mb / seconds, meta)
+    print(f"BPE {vocab}: trained on {trained['tokenizer']['trained_on_bytes'] / MB:.1f} MB of training documents, "
+          f"training + tokenizing took {train_seconds:.1f} s")
+    for kind, label in (("byte", "byte-level (vocab 256)"), ("bpe", f"byte-level BPE (vocab {vocab})")):
+        one, many = rates[(kind, 1)][0], rates[(kind, available_cpus())][0]
+        meta = rates[(kind, 1)][1]
+        print(f"prepare {label:<28} 1 process: {one:6.1f} MB/s   {available_cpus()} processes: {many:6.1f} MB/s   "
+              f"(x{many / one:.2f}; {meta['tokens'] / meta['text_bytes']:.3f} tokens/byte, {meta['dtype']})")
+    return rates
+
+
+class _FirstStep:
+    def __init__(self):
+        self.at = None
+
+    def on_step(self, step, loss, lr):
+        self.at = self.at or time.perf_counter()
+
+
+def _drop_cache(path: Path) -> None:
+    with path.open("rb") as handle:
+        os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def _time_to_first_step(data: DataConfig, cold: bool) -> tuple[float, float]:
+    """(seconds in load_corpus, seconds from run_experiment's call to its first training step)."""
+    if cold:
+        _drop_cache(Path(data.path))
+    started = time.perf_counter()
+    load_corpus(data)
+    loaded = time.perf_counter() - started
+    if cold:
+        _drop_cache(Path(data.path))
+    cfg = ExperimentConfig(model=ModelConfig(preset="tiny", vocab_size=256), data=data,
+                           train=TrainConfig(steps=1, batch_size=4, seq_len=64, log_every=1),
+                           eval=EvalConfig(lengths=[64], tail_tokens=32, n_windows=4, timing=False))
+    callback = _FirstStep()
+    started = time.perf_counter()
+    run_experiment(cfg, callback)
+    return loaded, callback.at - started
+
+
+def loading(work: Path, gb: float, repeats: int) -> None:
+    copies = max(1, round(gb * 1e9 / 2 / (sum(p.stat().st_size for p in stdlib_files()))))
+    text_mb = _link_corpus(work / "tiled", copies)
+    seconds, meta = _prepare(work / "tiled", work / "big", available_cpus())
+    token_file = work / "big" / "tokens.bin"
+    print(f"token file: {meta['content']['bytes'] / 1e9:.2f} GB ({copies} copies of the stdlib, byte-level, uint16), "
+          f"prepared from {text_mb:.0f} MB of text in {seconds:.1f} s ({text_mb / seconds:.1f} MB/s, "
+          f"{available_cpus()} processes)")
+    data = DataConfig(source="tokens", path=str(token_file))
+    figures = {}
+    for state in ("after", "before"):
+        if state == "before":
+            metadata_path(token_file).rename(work / "meta.json")  # what every token file was until now
+        for cold in (False, True):
+            runs = [_time_to_first_step(data, cold) for _ in range(repeats)]
+            figures[(state, cold)] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
+    for cold in (False, True):
+        before, after = figures[("before", cold)], figures[("after", cold)]
+        print(f"trial start on a {meta['content']['bytes'] / 1e9:.2f} GB token file, page cache "
+              f"{'dropped' if cold else 'warm   '}: load_corpus {before[0]:7.3f} s before (scan) -> {after[0]:6.3f} s "
+              f"after (metadata), x{before[0] / after[0]:.0f};  to the first step {before[1]:7.3f} s -> "
+              f"{after[1]:6.3f} s")
+
+
+def per_gigabyte(rates: dict, vocab: int) -> None:
+    for kind, label in (("byte", "byte-level"), ("bpe", f"BPE {vocab}")):
+        meta = rates[(kind, 1)][1]
+        disk = meta["tokens"] / meta["text_bytes"] * 1e9 * (2 if meta["dtype"] == "uint16" else 4) / 1e9
+        one, many = (1e9 / MB / rates[(kind, workers)][0] for workers in (1, available_cpus()))
+        print(f"1 GB of text, {label:<10} (extrapolated): {many / 60:5.1f} min with {available_cpus()} processes "
+              f"({one / 60:.1f} min with 1), {disk:.2f} GB token file (+ the text, read, not copied)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vocab", type=int, default=8192, help="BPE vocabulary trained on the corpus")
+    parser.add_argument("--gb", type=float, default=1.0, help="size of the token file whose loading is timed")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-throughput", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench_prepare_") as folder:
+        work = Path(folder)
+        rates = None if args.skip_throughput else throughput(work, args.vocab)
+        loading(work, args.gb, args.repeats)
+        if rates:
+            per_gigabyte(rates, args.vocab)
+
+
+if __name__ == "__main__":
+    main()
