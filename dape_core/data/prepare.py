@@ -62,7 +62,8 @@ class PrepareConfig:
     separator: cut each file / row into documents on this string (None: one document per file / row).
     val_fraction / test_fraction / split_seed: the document-level split, as `DataConfig` names it; a
         study reading the file must state the same values.
-    workers: tokenizing processes (None: every core this process may use).
+    workers: tokenizing processes (None: every core this process may use for a BPE / tokenizer.json; one for
+        `byte`, whose tokenizing is a copy that other processes would only add pickling to).
     """
 
     inputs: list[str] = Field(min_length=1)
@@ -99,6 +100,12 @@ class PrepareConfig:
 
 def available_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _workers(cfg: PrepareConfig, spec: str) -> int:
+    if cfg.workers is not None:
+        return cfg.workers
+    return 1 if spec == "byte" else available_cpus()
 
 
 # Worker side: one tokenizer per process, loaded once --------------------------------------------------------
@@ -180,7 +187,7 @@ def _tokenizer(cfg: PrepareConfig, sources: list[Source], folder: Path, progress
 def _tokenize(cfg: PrepareConfig, sources: list[Source], writer: SplitWriter, spec: str, dtype: np.dtype,
               progress: Progress) -> int:
     """Stream every document through the workers into the writer; returns the bytes of text read."""
-    workers = cfg.workers or available_cpus()
+    workers = _workers(cfg, spec)
     progress.stage(f"tokenizing ({workers} process{'es' if workers > 1 else ''})",
                    sum(s.disk_bytes for s in sources))
     text_bytes = 0
@@ -228,7 +235,7 @@ def _metadata(cfg: PrepareConfig, sources: list[Source], tokenizer, record: dict
         "options": {"input_format": cfg.input_format, "separator": cfg.separator, "text_field": cfg.text_field,
                     "hf_split": cfg.hf_split},
         "prepared": {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "seconds": round(seconds, 3),
-                     "workers": cfg.workers or available_cpus()},
+                     "workers": _workers(cfg, "byte" if record["file"] is None else record["file"])},
     }
 
 

@@ -1,12 +1,13 @@
 """Data preparation throughput, and what a prepared token file saves at every trial start.
 
-    python tests/benchmarks/bench_data_prepare.py              # about 5 minutes on 2 cores
+    python tests/benchmarks/bench_data_prepare.py              # about 6 minutes on 2 cores
     python tests/benchmarks/bench_data_prepare.py --gb 0.25    # a smaller token file for the load figures
 
 Corpus: the Python standard library's own source on this machine (as the `stdlib` data source reads it;
 nothing is downloaded). Prints:
-1. preparation throughput in MB of text per second, byte-level and a byte-level BPE trained on the corpus
-   (vocabulary --vocab), with one process and with every core, and the ratio between them;
+1. preparation throughput in MB of text per second, byte-level (the whole corpus) and a byte-level BPE
+   trained on the corpus (vocabulary --vocab; the first --bpe-mb MB), with one process and with every core,
+   and the ratio between them;
 2. the time a trial spends before its first training step on a token file of about --gb GB (the stdlib
    tiled, byte-level), before (no metadata: the out-of-vocabulary scan and the chunk split, as every trial
    did) and after (the metadata lookup), with the page cache warm and dropped (posix_fadvise DONTNEED);
@@ -33,12 +34,15 @@ from dape_core.train import TrainConfig
 MB = 1e6
 
 
-def _link_corpus(folder: Path, copies: int) -> float:
-    """`copies` copies of the stdlib's .py files as symlinks under `folder`; returns the text's MB."""
+def _link_corpus(folder: Path, copies: int, limit_mb: float | None = None) -> float:
+    """`copies` copies of the stdlib's .py files (the first `limit_mb` MB of them) as symlinks under `folder`;
+    returns the text's MB."""
     root = Path(sysconfig.get_paths()["stdlib"])
     size = 0
     for copy in range(copies):
         for path in stdlib_files():
+            if limit_mb is not None and size >= limit_mb * MB:
+                break
             link = folder / f"copy{copy}" / path.relative_to(root)
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(path)
@@ -46,31 +50,32 @@ def _link_corpus(folder: Path, copies: int) -> float:
     return size / MB
 
 
-def _prepare(inputs: Path, out: Path, workers: int, **options) -> tuple[float, dict]:
+def _prepare(inputs: Path, out: Path, workers: int | None, **options) -> tuple[float, dict]:
     started = time.perf_counter()
     meta = prepare_corpus(PrepareConfig(inputs=[str(inputs)], output=str(out), pattern=["**/*.py"], workers=workers,
                                         **options))
     return time.perf_counter() - started, meta
 
 
-def throughput(work: Path, vocab: int) -> dict:
-    corpus = work / "stdlib"
-    text_mb = _link_corpus(corpus, 1)
-    print(f"corpus: Python standard library source, {len(stdlib_files())} files, {text_mb:.1f} MB of text; "
-          f"{available_cpus()} cores")
+def throughput(work: Path, vocab: int, bpe_mb: float) -> dict:
+    corpus, subset = work / "stdlib", work / "subset"
+    text_mb, subset_mb = _link_corpus(corpus, 1), _link_corpus(subset, 1, bpe_mb)
+    print(f"corpus: Python standard library source, {len(stdlib_files())} files, {text_mb:.1f} MB of text "
+          f"(BPE: its first {subset_mb:.1f} MB); {available_cpus()} cores, load average "
+          f"{os.getloadavg()[0]:.1f} at the start")
     rates = {}
     for workers in (1, available_cpus()):
         seconds, meta = _prepare(corpus, work / f"byte{workers}", workers)
         rates[("byte", workers)] = (text_mb / seconds, meta)
     started = time.perf_counter()
-    _, trained = _prepare(corpus, work / "bpe_trained", available_cpus(), train_tokenizer=vocab)
+    _, trained = _prepare(subset, work / "bpe_trained", available_cpus(), train_tokenizer=vocab)
     train_seconds = time.perf_counter() - started
     tokenizer = work / "bpe_trained" / "tokenizer.json"
     for workers in (1, available_cpus()):
-        seconds, meta = _prepare(corpus, work / f"bpe{workers}", workers, tokenizer=str(tokenizer))
-        rates[("bpe", workers)] = (text_mb / seconds, meta)
-    print(f"BPE {vocab}: trained on {trained['tokenizer']['trained_on_bytes'] / MB:.1f} MB of training documents, "
-          f"training + tokenizing took {train_seconds:.1f} s")
+        seconds, meta = _prepare(subset, work / f"bpe{workers}", workers, tokenizer=str(tokenizer))
+        rates[("bpe", workers)] = (subset_mb / seconds, meta)
+    print(f"BPE {vocab}: trained on {trained['tokenizer']['trained_on_bytes'] / MB:.1f} MB of training documents; "
+          f"training + tokenizing {subset_mb:.1f} MB took {train_seconds:.1f} s")
     for kind, label in (("byte", "byte-level (vocab 256)"), ("bpe", f"byte-level BPE (vocab {vocab})")):
         one, many = rates[(kind, 1)][0], rates[(kind, available_cpus())][0]
         meta = rates[(kind, 1)][1]
@@ -113,12 +118,13 @@ def _time_to_first_step(data: DataConfig, cold: bool) -> tuple[float, float]:
 def loading(work: Path, gb: float, repeats: int) -> None:
     copies = max(1, round(gb * 1e9 / 2 / (sum(p.stat().st_size for p in stdlib_files()))))
     text_mb = _link_corpus(work / "tiled", copies)
-    seconds, meta = _prepare(work / "tiled", work / "big", available_cpus())
+    seconds, meta = _prepare(work / "tiled", work / "big", None)  # the default: one process for byte-level
     token_file = work / "big" / "tokens.bin"
     print(f"token file: {meta['content']['bytes'] / 1e9:.2f} GB ({copies} copies of the stdlib, byte-level, uint16), "
           f"prepared from {text_mb:.0f} MB of text in {seconds:.1f} s ({text_mb / seconds:.1f} MB/s, "
-          f"{available_cpus()} processes)")
+          f"{meta['prepared']['workers']} process)")
     data = DataConfig(source="tokens", path=str(token_file))
+    _time_to_first_step(data, cold=False)  # warm-up: the first experiment in a process pays torch's start-up
     figures = {}
     for state in ("after", "before"):
         if state == "before":
@@ -146,13 +152,14 @@ def per_gigabyte(rates: dict, vocab: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vocab", type=int, default=8192, help="BPE vocabulary trained on the corpus")
+    parser.add_argument("--bpe-mb", type=float, default=8.0, help="MB of the corpus used for the BPE figures")
     parser.add_argument("--gb", type=float, default=1.0, help="size of the token file whose loading is timed")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-throughput", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench_prepare_") as folder:
         work = Path(folder)
-        rates = None if args.skip_throughput else throughput(work, args.vocab)
+        rates = None if args.skip_throughput else throughput(work, args.vocab, args.bpe_mb)
         loading(work, args.gb, args.repeats)
         if rates:
             per_gigabyte(rates, args.vocab)
