@@ -9,12 +9,12 @@ model, and the tests check that the two agree.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Literal
+from typing import Annotated, Literal, Union, get_args
 
-from pydantic import ConfigDict, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Discriminator, Tag, model_validator
 from pydantic.dataclasses import dataclass
 
-from .checks import one_of, positive_int
+from .types import PositiveInt, StrictBool
 
 # name -> (layers, width, heads). Paper sizes from SPEC §5 (head dims 64, 64, 80, 128 follow from width / heads);
 # the CPU presets are this project's.
@@ -28,15 +28,33 @@ PRESETS: dict[str, tuple[int, int, int]] = {
     "6.7B": (32, 4096, 32),
 }
 
-POS_ENCODINGS = ("nope", "rope", "alibi", "kerple", "kerple_power", "fire", "t5", "yarn", "rope_random")
+Preset = Literal["tiny", "small", "medium", "125M", "350M", "2.7B", "6.7B"]
+PosEncoding = Literal["nope", "rope", "alibi", "kerple", "kerple_power", "fire", "t5", "yarn", "rope_random"]
+Processor = Literal["none", "dape", "dapev2"]
+Form = Literal["concat_residual", "concat", "add_residual", "bias_only"]
+
+POS_ENCODINGS = get_args(PosEncoding)
 BIAS_ENCODINGS = ("alibi", "kerple", "kerple_power", "fire", "t5")  # additive bias B: [H, T_q, T_k]
-ROTARY_OR_NONE = ("nope", "rope", "yarn", "rope_random")  # no bias: the processor sees S alone (H channels)
-PROCESSORS = ("none", "dape", "dapev2")
-FORMS = ("concat_residual", "concat", "add_residual", "bias_only")
+
+
+def _odd(value: int) -> int:
+    if value % 2 == 0:
+        raise ValueError(f"kernel size must be odd along the keys (got {value}): a centred 1xk kernel needs odd k")
+    return value
+
+
+OddInt = Annotated[PositiveInt, AfterValidator(_odd)]
+# An odd k (a 1xk kernel), or a pair (kq, kk). The discriminator picks the form from the input, so that an
+# error reports that form's problem only (at `kernel_size.k` or `kernel_size.(kq, kk).<index>`).
+KernelSize = Annotated[
+    Union[Annotated[OddInt, Tag("k")], Annotated[tuple[PositiveInt, OddInt], Tag("(kq, kk)")]],
+    Discriminator(lambda value: "(kq, kk)" if isinstance(value, (list, tuple)) else "k"),
+]
 
 # SPEC §2 constants that are not study parameters.
 FIRE_DEFAULT_WIDTH = 32
 T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
+DEFAULT_TRAIN_LENGTH = 512  # the paper's main training length: a model built on its own
 
 
 @dataclass(config=ConfigDict(extra="forbid"))
@@ -54,13 +72,14 @@ class ModelConfig:
     leak: drop the `tril` before the processor (the paper's information-leakage experiment); off by default.
         It is a config field, so a run records it with its params.
     train_length: the training length L_train. YaRN scales by s = L_eval / L_train, FIRE's L₀ and randomized
-        RoPE's L_max default to it (see below). The experiment sets it from its training length; 512 (the
-        paper's main training length) only when a model is built on its own.
+        RoPE's L_max default to it (see below). In an experiment (`ExperimentConfig`) it is always the length
+        the model trains at (`train.seq_len`, or a CHE task's longest training sequence), whatever is given;
+        512 (the paper's main training length) when a model is built on its own.
     rope_random_max: L_max of randomized RoPE (training positions are a sorted sample from [0, L_max)).
-        SPEC Decision: a parameter, default the largest evaluation length; a model alone does not know its
-        evaluation lengths, so None means 8 x train_length (the project's protocol evaluates up to 8x).
+        SPEC Decision: a parameter, default the largest evaluation length, which an experiment fills in; a
+        model alone does not know its evaluation lengths, so there None means 8 x train_length.
     fire_width: FIRE's MLP width W. SPEC Decision: FIRE's own width (default 32), independent of d_dape.
-    fire_l0: FIRE's L₀. SPEC Decision: None means train_length.
+    fire_l0: FIRE's L₀. SPEC Decision: None means train_length (an experiment fills it in).
     attention_block_size: with a processor, training computes attention in blocks of this many query rows,
         each recomputed in backward (torch.utils.checkpoint), so only q, k, v are kept per layer instead of
         the [B, 2H, T, T] and [B, D, T, T] maps, and the upper triangle is skipped (on this project's CPU a
@@ -78,63 +97,25 @@ class ModelConfig:
         batch (a few hundred MB), so long evaluation fits in memory. None always evaluates on the direct path.
     """
 
-    preset: str = "small"
-    vocab_size: int = 256
-    pos_encoding: str = "kerple"
-    processor: str = "none"
-    kernel_size: int | tuple[int, int] = 3
-    d_dape: int = 32
-    form: Literal["concat_residual", "concat", "add_residual", "bias_only"] = "concat_residual"
-    leak: bool = False
-    causal: bool = True
-    n_layer: int | None = None
-    d_model: int | None = None
-    n_head: int | None = None
-    mlp_ratio: int = 4
-    train_length: int = 512
-    rope_random_max: int | None = None
-    fire_width: int = FIRE_DEFAULT_WIDTH
-    fire_l0: int | None = None
-    attention_block_size: int | None = None
-    eval_block_size: int | None = 128
-
-    @field_validator("preset")
-    @classmethod
-    def _known_preset(cls, value: str) -> str:
-        return one_of(value, PRESETS, "preset")
-
-    @field_validator("pos_encoding")
-    @classmethod
-    def _known_encoding(cls, value: str) -> str:
-        return one_of(value, POS_ENCODINGS, "position encoding")
-
-    @field_validator("processor")
-    @classmethod
-    def _known_processor(cls, value: str) -> str:
-        return one_of(value, PROCESSORS, "processor")
-
-    @field_validator("kernel_size")
-    @classmethod
-    def _valid_kernel(cls, value: int | tuple[int, int]) -> int | tuple[int, int]:
-        rows, cols = (1, value) if isinstance(value, int) else value
-        if cols < 1 or cols % 2 == 0:
-            raise ValueError(f"kernel size must be an odd integer >= 1 along the keys (got {cols}): "
-                             "a centred 1xk kernel needs odd k")
-        if rows < 1:
-            raise ValueError(f"kernel size must have >= 1 query rows (got {rows})")
-        return value
-
-    @field_validator("d_dape", "vocab_size", "mlp_ratio", "train_length", "fire_width")
-    @classmethod
-    def _positive(cls, value: int) -> int:
-        return positive_int(value)
-
-    @field_validator("rope_random_max", "fire_l0", "attention_block_size", "eval_block_size", "n_layer", "d_model", "n_head")
-    @classmethod
-    def _positive_or_none(cls, value: int | None) -> int | None:
-        if value is not None and value < 1:
-            raise ValueError(f"must be a positive integer or null (got {value})")
-        return value
+    preset: Preset = "small"
+    vocab_size: PositiveInt = 256
+    pos_encoding: PosEncoding = "kerple"
+    processor: Processor = "none"
+    kernel_size: KernelSize = 3
+    d_dape: PositiveInt = 32
+    form: Form = "concat_residual"
+    leak: StrictBool = False
+    causal: StrictBool = True
+    n_layer: PositiveInt | None = None
+    d_model: PositiveInt | None = None
+    n_head: PositiveInt | None = None
+    mlp_ratio: PositiveInt = 4
+    train_length: PositiveInt = DEFAULT_TRAIN_LENGTH
+    rope_random_max: PositiveInt | None = None
+    fire_width: PositiveInt = FIRE_DEFAULT_WIDTH
+    fire_l0: PositiveInt | None = None
+    attention_block_size: PositiveInt | None = None
+    eval_block_size: PositiveInt | None = 128
 
     @model_validator(mode="after")
     def _fill_from_preset(self) -> "ModelConfig":
@@ -149,8 +130,9 @@ class ModelConfig:
         if self.pos_encoding in ("rope", "yarn", "rope_random") and self.head_dim % 2:
             raise ValueError(f"rotary encodings need an even head dim (d_model / n_head = {self.head_dim})")
         if self.rope_random_max is not None and self.rope_random_max < self.train_length:
-            raise ValueError(f"rope_random_max={self.rope_random_max} is below train_length={self.train_length}: "
-                             "randomized RoPE samples train_length positions from [0, rope_random_max)")
+            raise ValueError(f"rope_random_max={self.rope_random_max} is below the training length "
+                             f"{self.train_length} (train_length; in an experiment, train.seq_len): randomized "
+                             "RoPE samples that many positions from [0, rope_random_max)")
         return self
 
     @property
@@ -211,3 +193,16 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def effective_model_fields(fields: dict, train_length: int, longest: int) -> dict:
+    """The `model:` fields an experiment fixes, so that its config says what the model is built with:
+    train_length is the length it trains at; randomized RoPE's L_max, when not given, is the longest length
+    the model will read (SPEC Decision: the largest evaluation length); FIRE's L₀, when not given, is the
+    training length. Fields an encoding does not use stay as given."""
+    fields = {**fields, "train_length": train_length}
+    if fields.get("pos_encoding") == "rope_random" and fields.get("rope_random_max") is None:
+        fields["rope_random_max"] = longest
+    if fields.get("pos_encoding") == "fire" and fields.get("fire_l0") is None:
+        fields["fire_l0"] = train_length
+    return fields

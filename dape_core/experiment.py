@@ -6,7 +6,6 @@ This is the unit a study trial runs. It is independent of any orchestrator: prog
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
@@ -17,11 +16,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from .che.experiment import CheConfig, run_che
-from .config import ModelConfig
+from .config import ModelConfig, effective_model_fields
 from .data import DataConfig, TrainStream, evaluation_windows, load_corpus
 from .evaluate import (EvalConfig, attention_rows, delta_p, forward_flops_per_token, forward_ms_from_evaluation,
                        peak_memory_bytes, perplexity_by_length, reset_peak_memory, save_heat_maps, tail_loss)
@@ -34,17 +33,46 @@ _NOT_IN_FINGERPRINT = ("log_every", "eval_every", "val_tokens")
 
 @pydantic_dataclass(config=ConfigDict(extra="forbid"))
 class ExperimentConfig:
-    model: ModelConfig = Field(default_factory=ModelConfig)
+    """One trial: the model, its data, its training and its evaluation, validated together.
+
+    The config is the effective one: what `to_dict()` says is what the model and the trainer use. The model
+    fields that follow from the rest are filled in here, not at run time (`effective_model_fields`):
+    `model.train_length` is `train.seq_len`, randomized RoPE's `rope_random_max` defaults to the largest
+    evaluation length and FIRE's `fire_l0` to the training length.
+
+    che: a CHE / associative-recall experiment instead of the LM one: `data` and `eval` are then ignored,
+    `train.steps`, `train.batch_size`, `train.lr` and `train.seq_len` are set from it (so that the
+    orchestrator's progress, checkpoints and estimates see the run that happens), and the model is shaped
+    for the task (`CheConfig.model_fields`).
+    """
+
+    # `model` comes last: its effective fields are derived from the sections validated before it (pydantic
+    # validates fields in order). `to_dict` puts it first again.
     data: DataConfig = Field(default_factory=DataConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=lambda: EvalConfig(lengths=[64, 128, 256, 512]))
-    # A CHE / associative-recall experiment instead of the LM one: `data` and `eval` are then ignored, and
-    # `train.steps`, `train.batch_size`, `train.lr` and `train.seq_len` are set from it (so that the
-    # orchestrator's progress, checkpoints and estimates see the run that happens).
     che: CheConfig | None = None
+    model: ModelConfig = Field(default_factory=ModelConfig)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _effective_model(cls, model, info: ValidationInfo):
+        """Fill in the fields that follow from the other sections before the model section is validated, so
+        that its own checks (rope_random_max against the training length) see the values that will be used.
+        Where a section it depends on is itself invalid, that section's error is reported instead."""
+        fields = asdict(model) if isinstance(model, ModelConfig) else model
+        if not isinstance(fields, dict) or "che" not in info.data:
+            return model
+        che = info.data["che"]
+        if che is not None:
+            return che.model_fields(fields)
+        if "train" not in info.data or "eval" not in info.data:
+            return model
+        seq_len = info.data["train"].seq_len
+        return effective_model_fields(fields, seq_len, max(seq_len, *info.data["eval"].lengths))
 
     @model_validator(mode="after")
-    def _eval_beyond_training(self) -> "ExperimentConfig":
+    def _consistent(self) -> "ExperimentConfig":
         if self.che is not None:
             self.train = self.che.training_config(self.train)
             return self  # the LM's data/eval checks do not apply
@@ -65,10 +93,15 @@ class ExperimentConfig:
         if self.data.source == "tokens" and self.data.chunk_tokens <= max(self.eval.lengths):
             raise ValueError(f"data.chunk_tokens={self.data.chunk_tokens} must exceed the longest evaluation length "
                              f"{max(self.eval.lengths)}: evaluation windows lie inside held-out chunks")
+        vocabulary = self.data.known_vocabulary
+        if vocabulary is not None and self.model.vocab_size < vocabulary:
+            raise ValueError(f"model.vocab_size={self.model.vocab_size} is below the data's vocabulary of {vocabulary} "
+                             f"({_vocabulary_source(self.data)}): set model.vocab_size to at least {vocabulary}")
         return self
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        sections = asdict(self)
+        return {name: sections[name] for name in ("model", "data", "train", "eval", "che")}
 
     def fingerprint(self) -> str:
         """Identity of a training trajectory: model, data and train sections, less logging-only fields."""
@@ -99,7 +132,6 @@ class ExperimentResult:
     val_history: list[tuple[int, float]] = field(default_factory=list)
     data_record: dict = field(default_factory=dict)  # source, split seed, fractions, tokens per split
     resumed_from: int | None = None
-    extra: dict = field(default_factory=dict)
     che_acc_train: float | None = None  # CHE experiments: accuracy averaged over the training lengths
     che_acc_test: float | None = None  # ... and over the test lengths
     che_accuracy: dict[int, float] = field(default_factory=dict)  # ... per test length
@@ -121,12 +153,8 @@ class ExperimentResult:
         return out
 
 
-def _with_train_length(model: ModelConfig, seq_len: int) -> ModelConfig:
-    """Encodings that depend on the training length (randomized RoPE's range, FIRE's L0) learn it from the
-    experiment, when this dape_core's ModelConfig has that field."""
-    if "train_length" in {f.name for f in dataclasses.fields(model)} and model.train_length != seq_len:
-        return dataclasses.replace(model, train_length=seq_len)
-    return model
+def _vocabulary_source(data: DataConfig) -> str:
+    return "data.vocab_size" if data.source == "tokens" and data.vocab_size is not None else "the byte tokenizer"
 
 
 def check_vocabulary(cfg: ExperimentConfig, corpus_vocab: int, tokenizer: str) -> None:
@@ -146,8 +174,14 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     """
     if threads:
         torch.set_num_threads(threads)
+    checkpoints = CheckpointStore(checkpoint_dir, cfg.fingerprint()) if checkpoint_dir is not None else None
     if cfg.che is not None:
-        return _run_che_experiment(cfg, callback)
+        return _run_che_experiment(cfg, callback, checkpoints, checkpoint_every, resume)
+    return _run_lm_experiment(cfg, callback, checkpoints, checkpoint_every, resume, artifacts_dir)
+
+
+def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointStore | None,
+                       checkpoint_every: int | None, resume: bool, artifacts_dir) -> ExperimentResult:
     device = resolve_device(cfg.train.device)
     precision = resolve_precision(cfg.train.precision, device)
     torch.manual_seed(cfg.train.seed)
@@ -157,8 +191,8 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     seq_len = cfg.train.seq_len
     lengths = sorted(set(cfg.eval.lengths) | {seq_len})  # ΔP needs the training length
     windows = evaluation_windows(corpus.split(cfg.eval.split), lengths, cfg.eval.windows_per_length, cfg.eval.seed)
-    stream = TrainStream(corpus.stream_regions(), seed=cfg.train.seed)
-    model = build_model(_with_train_length(cfg.model, seq_len)).to(device)
+    stream = TrainStream(corpus.stream_regions(), seq_len, seed=cfg.train.seed)
+    model = build_model(cfg.model).to(device)
 
     validate = None
     if cfg.train.eval_every:
@@ -166,16 +200,35 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
                                          seed=cfg.eval.seed + 1, strict=False)[seq_len]
         validate = functools.partial(tail_loss, model, val_windows, seq_len, cfg.eval.batch_size, precision)
 
-    checkpoints = CheckpointStore(checkpoint_dir, cfg.fingerprint()) if checkpoint_dir is not None else None
     reset_peak_memory(device)
     trained = train(model, stream, cfg.train, callback, precision=precision, validate=validate,
                     checkpoints=checkpoints, checkpoint_every=checkpoint_every, resume=resume)
+    return ExperimentResult(
+        **_evaluate(model, windows, cfg, precision, artifacts_dir),
+        final_train_loss=trained.final_loss,
+        train_seconds=trained.train_seconds,
+        tokens_seen=trained.tokens_seen,
+        num_parameters=model.num_parameters(),
+        data_hash=corpus.content_hash,
+        ms_per_step=trained.ms_per_step,
+        flops_per_token=forward_flops_per_token(model, seq_len),
+        peak_memory_bytes=peak_memory_bytes(device),
+        device=str(device),
+        precision=precision.name,
+        val_history=trained.val_history,
+        data_record=corpus.record,
+        resumed_from=trained.resumed_from,
+    )
 
+
+def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_dir) -> dict:
+    """The evaluation protocol on the trained model: perplexity and ΔP by length, then (optionally) the
+    forward time per length and the heat maps. Returns those ExperimentResult fields."""
     started = time.perf_counter()
     batch_ms: dict[int, list[float]] | None = {} if cfg.eval.timing else None
     all_lengths = perplexity_by_length(model, windows, cfg.eval, precision, batch_ms)
     perplexity = {length: all_lengths[length] for length in cfg.eval.lengths}
-    gains = {length: value for length, value in delta_p(all_lengths, seq_len).items() if length in perplexity}
+    gains = {length: value for length, value in delta_p(all_lengths, cfg.train.seq_len).items() if length in perplexity}
     eval_seconds = time.perf_counter() - started
     ms_forward = {}
     if cfg.eval.timing:  # the evaluation's own batches, warm-up dropped: no extra passes in the usual case
@@ -185,35 +238,19 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     if cfg.eval.visualise:
         longest = max(cfg.eval.lengths)
         folder = Path(artifacts_dir) if artifacts_dir is not None else Path(tempfile.mkdtemp(prefix="dape_attention_"))
+        device = next(model.parameters()).device
         rows = attention_rows(model, windows[longest][:1, :-1].to(device))
         title = f"{cfg.model.pos_encoding} / {cfg.model.processor}, L={longest}"
         artifacts = [str(path) for path in save_heat_maps(rows, folder, title)]
-    return ExperimentResult(
-        perplexity=perplexity,
-        final_train_loss=trained.final_loss,
-        train_seconds=trained.train_seconds,
-        eval_seconds=eval_seconds,
-        tokens_seen=trained.tokens_seen,
-        num_parameters=model.num_parameters(),
-        data_hash=corpus.content_hash,
-        delta_p=gains,
-        ms_per_step=trained.ms_per_step,
-        ms_forward=ms_forward,
-        flops_per_token=forward_flops_per_token(model, seq_len),
-        peak_memory_bytes=peak_memory_bytes(device),
-        device=str(device),
-        precision=precision.name,
-        artifacts=artifacts,
-        val_history=trained.val_history,
-        data_record=corpus.record,
-        resumed_from=trained.resumed_from,
-    )
+    return {"perplexity": perplexity, "delta_p": gains, "eval_seconds": eval_seconds, "ms_forward": ms_forward,
+            "artifacts": artifacts}
 
 
-def _run_che_experiment(cfg: ExperimentConfig, callback) -> ExperimentResult:
-    """The CHE path: no corpus, no perplexity; accuracies instead. Checkpoints are not kept (runs are short
-    on CPU; a resumed CHE trial starts again)."""
-    result = run_che(cfg.che, cfg.model, cfg.train, callback)
+def _run_che_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointStore | None,
+                        checkpoint_every: int | None, resume: bool) -> ExperimentResult:
+    """The CHE path: no corpus, no perplexity; accuracies instead. Checkpoints and resume as for the LM."""
+    result = run_che(cfg.che, cfg.model, cfg.train, callback, checkpoints=checkpoints,
+                     checkpoint_every=checkpoint_every, resume=resume)
     task_record = {"source": "che", "task": cfg.che.task, "form": cfg.che.form,
                    "train_max_length": cfg.che.train_max_length, "test_lengths": cfg.che.test_lengths}
     return ExperimentResult(
@@ -231,5 +268,6 @@ def _run_che_experiment(cfg: ExperimentConfig, callback) -> ExperimentResult:
         che_acc_train=result.acc_train,
         che_acc_test=result.acc_test,
         che_accuracy=result.accuracy,
-        extra={"che_train_accuracy": result.train_accuracy},
+        val_history=result.val_history,
+        resumed_from=result.resumed_from,
     )

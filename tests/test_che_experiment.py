@@ -6,6 +6,7 @@ from pydantic import ValidationError
 
 from dape_core import CheConfig, ExperimentConfig, ModelConfig, TrainConfig, run_che, run_experiment
 from dape_core.che import TASKS
+from dape_core.train import TrainerCallback
 
 
 @pytest.fixture
@@ -123,3 +124,55 @@ def test_every_task_trains_and_scores_on_the_encoder(task, one_thread):
     result = run_che(cfg, ModelConfig(preset="tiny", pos_encoding="kerple", processor="dapev2", d_dape=4))
     assert set(result.accuracy) == {7, 9}
     assert all(0.0 <= value <= 1.0 for value in [*result.accuracy.values(), *result.train_accuracy.values()])
+
+
+class _Recorder(TrainerCallback):
+    """Losses by step, validations, checkpoints; raises KeyboardInterrupt after step `kill_at` (a killed trial)."""
+
+    def __init__(self, kill_at: int | None = None):
+        self.losses, self.validations, self.checkpoints, self.kill_at = {}, [], [], kill_at
+
+    def on_step(self, step, loss, lr):
+        self.losses[step] = loss
+        if step == self.kill_at:
+            raise KeyboardInterrupt(f"simulated kill after step {step}")
+
+    def on_validation(self, step, val_loss):
+        self.validations.append((step, val_loss))
+
+    def on_checkpoint(self, step, path):
+        self.checkpoints.append(step)
+
+
+def _recall_experiment(**train) -> ExperimentConfig:
+    return ExperimentConfig(model={"preset": "tiny", "pos_encoding": "nope", "processor": "dapev2", "d_dape": 8},
+                            che={"task": "associative_recall", "form": "causal", "train_max_length": 12,
+                                 "test_lengths": [16], "steps": 14, "batch_size": 8, "lr": 3e-3, "eval_batches": 1,
+                                 "eval_batch_size": 16},
+                            train={"log_every": 1, **train})
+
+
+def test_a_killed_che_trial_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_one(tmp_path, one_thread):
+    cfg = _recall_experiment(eval_every=7)
+    straight = _Recorder()
+    reference = run_experiment(cfg, straight, threads=1)
+
+    killed = _Recorder(kill_at=10)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, killed, threads=1, checkpoint_dir=tmp_path, checkpoint_every=4)
+    assert killed.checkpoints == [4, 8]
+
+    resumed = _Recorder()
+    result = run_experiment(cfg, resumed, threads=1, checkpoint_dir=tmp_path, checkpoint_every=4)
+    assert result.resumed_from == 8
+    assert sorted(resumed.losses) == list(range(9, 15))  # steps 9 and 10 are redone, from the same state
+    for step, loss in resumed.losses.items():
+        assert loss == pytest.approx(straight.losses[step], rel=1e-6, abs=1e-7), step
+    assert result.final_train_loss == pytest.approx(reference.final_train_loss, rel=1e-6)
+    assert result.che_accuracy == pytest.approx(reference.che_accuracy, abs=1e-9)
+    assert result.che_acc_train == pytest.approx(reference.che_acc_train, abs=1e-9)
+    assert result.tokens_seen == reference.tokens_seen
+    # Validation: every 7 steps and at the end; the resumed run carries the history of the first.
+    assert [step for step, _ in straight.validations] == [7, 14]
+    assert [step for step, _ in result.val_history] == [7, 14]
+    assert result.val_history[-1][1] == pytest.approx(reference.val_history[-1][1], rel=1e-6)

@@ -76,9 +76,9 @@ def test_corpus_is_real_python_source(corpus):
 def test_train_stream_is_seeded_and_runs_across_documents(corpus):
     regions = corpus.stream_regions()
     assert len(regions) == 1 and (regions[0] == DOC_SEPARATOR).sum() == len(corpus.train)
-    a = TrainStream(regions, seed=3).batch(4, 16)
-    b = TrainStream(regions, seed=3).batch(4, 16)
-    c = TrainStream(regions, seed=4).batch(4, 16)
+    a = TrainStream(regions, 16, seed=3).batch(4)
+    b = TrainStream(regions, 16, seed=3).batch(4)
+    c = TrainStream(regions, 16, seed=4).batch(4)
     assert all((x == y).all() for x, y in zip(a, b))
     assert not (a[0] == c[0]).all()
     assert (a[0][:, 1:] == a[1][:, :-1]).all()  # targets are the inputs shifted by one
@@ -140,7 +140,7 @@ def test_empty_folder_and_missing_path_are_clear_errors(tmp_path):
         load_corpus(DataConfig(source="text", path=str(tmp_path / "nope")))
     with pytest.raises(ValidationError, match="data.path is required"):
         DataConfig(source="text")
-    with pytest.raises(ValidationError, match="unknown data source 'the_pile'"):
+    with pytest.raises(ValidationError, match=r"source\n  Input should be 'stdlib', 'text', 'tokens' or 'hf_disk' .*input_value='the_pile'"):
         DataConfig(source="the_pile")
 
 
@@ -194,7 +194,7 @@ def test_token_file_is_memory_mapped_and_split_by_chunks(tmp_path, name):
     train = corpus.regions["train"]
     held_out = corpus.documents["validation"]
     assert sum(e - s for s, e in train) + sum(e - s for s, e in held_out) == 20_000
-    inputs, targets = TrainStream(corpus.stream_regions(), seed=0).batch(64, 50)
+    inputs, targets = TrainStream(corpus.stream_regions(), 50, seed=0).batch(64)
     for row in inputs.numpy():
         assert any(s <= row[0] and row[0] + 51 <= e for s, e in train)  # never reaches into held-out chunks
     windows = evaluation_windows(corpus.validation, [100, 400], n_windows=8, seed=0)
@@ -232,7 +232,7 @@ def test_a_huge_token_file_costs_no_ram(tmp_path):
         from dape_core.data import DataConfig, TrainStream, load_corpus
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         corpus = load_corpus(DataConfig(source="tokens", path={str(path)!r}, chunk_tokens=1 << 22))
-        inputs, _ = TrainStream(corpus.stream_regions(), seed=0).batch(8, 1024)
+        inputs, _ = TrainStream(corpus.stream_regions(), 1024, seed=0).batch(8)
         grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
         print(len(corpus.tokens), corpus.record["chunks"]["validation"], inputs.shape[1], grown * 1024)
     """)

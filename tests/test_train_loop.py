@@ -14,6 +14,7 @@ from dape_core.evaluate import EvalConfig, perplexity_by_length
 from dape_core.data import evaluation_windows
 from dape_core.train import (CheckpointMismatchError, Precision, TrainConfig, TrainerCallback, cosine_lr,
                              resolve_device, resolve_precision, train)
+from dape_core.train.loop import TIMING_WARMUP_STEPS, median_step_ms
 
 TINY_MODEL = {"preset": "tiny", "pos_encoding": "kerple", "processor": "dapev2", "d_dape": 8}
 
@@ -68,10 +69,17 @@ def test_cosine_schedule_warms_up_then_decays_to_a_tenth():
 def test_config_errors_name_the_problem():
     with pytest.raises(ValidationError, match="batch_size 10 is not divisible by grad_accum 4"):
         TrainConfig(batch_size=10, grad_accum=4)
-    with pytest.raises(ValidationError, match="unknown precision 'fp8'"):
+    # The field, the valid choices, and the value given (pydantic keeps it as the error's input).
+    with pytest.raises(ValidationError) as error:
         TrainConfig(precision="fp8")
-    with pytest.raises(ValidationError, match="unknown device 'tpu'"):
+    [problem] = error.value.errors()
+    assert (problem["loc"], problem["input"]) == (("precision",), "fp8")
+    assert problem["msg"] == "Input should be 'auto', 'fp32', 'bf16' or 'fp16'"
+    with pytest.raises(ValidationError) as error:
         TrainConfig(device="tpu")
+    [problem] = error.value.errors()
+    assert (problem["loc"], problem["input"]) == (("device",), "tpu")
+    assert "auto|cpu|cuda" in problem["msg"]
 
 
 def test_device_and_precision_are_chosen_automatically():
@@ -91,7 +99,7 @@ def test_gradient_accumulation_matches_one_big_batch(corpus):
         torch.manual_seed(0)
         model = build_model(ModelConfig(**TINY_MODEL))
         sink = Recorder()
-        train(model, TrainStream(corpus.stream_regions(), seed=0),
+        train(model, TrainStream(corpus.stream_regions(), 32, seed=0),
               TrainConfig(steps=3, batch_size=8, seq_len=32, grad_accum=accum, log_every=1), sink)
         params.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
         curves.append(sink.losses)
@@ -136,6 +144,15 @@ def test_resume_from_a_checkpoint_continues_the_same_loss_curve(tmp_path):
     assert min(fresh.losses) == 1
 
 
+def test_ms_per_step_leaves_out_the_warm_up_steps():
+    """One rule for every experiment (LM and CHE share the loop): the first TIMING_WARMUP_STEPS steps are
+    dropped when there are more than twice as many, else the first half."""
+    slow_start = [1000.0] * TIMING_WARMUP_STEPS + [10.0, 11.0, 12.0, 13.0, 14.0, 15.0]
+    assert median_step_ms(slow_start) == 12.5
+    assert median_step_ms([1000.0, 1000.0, 5.0, 7.0]) == 6.0  # short runs: the second half
+    assert median_step_ms([], fallback=3.0) == 3.0  # a run resumed at its last step keeps the stored value
+
+
 class _PoisonWeights(TrainerCallback):
     """Fault injection: turns one weight into NaN after a given step."""
 
@@ -152,7 +169,7 @@ def test_non_finite_loss_stops_the_trial_with_a_clear_reason(corpus):
     model = build_model(ModelConfig(**TINY_MODEL))
     cfg = TrainConfig(steps=10, batch_size=4, seq_len=32, log_every=1)
     with pytest.raises(NonFiniteLossError, match=r"training loss became nan at step 4 .*stopped before the update"):
-        train(model, TrainStream(corpus.stream_regions(), seed=0), cfg, _PoisonWeights(model, 3))
+        train(model, TrainStream(corpus.stream_regions(), 32, seed=0), cfg, _PoisonWeights(model, 3))
 
 
 def test_mixed_precision_trains_and_evaluates_within_tolerance(corpus):
@@ -164,7 +181,7 @@ def test_mixed_precision_trains_and_evaluates_within_tolerance(corpus):
         torch.manual_seed(0)
         model = build_model(ModelConfig(**TINY_MODEL))
         sink = Recorder()
-        train(model, TrainStream(corpus.stream_regions(), seed=0), stream_cfg, sink,
+        train(model, TrainStream(corpus.stream_regions(), 32, seed=0), stream_cfg, sink,
               precision=Precision(name, "cpu"))
         curves[name], models[name] = sink.losses, model
     assert all(math.isfinite(v) for v in curves["fp16"].values())

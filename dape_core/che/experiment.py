@@ -14,39 +14,58 @@ Protocol (Delétang et al. 2023, Ruoss et al. 2023, as DAPE uses it):
   `k1 v1 ... kP vP q1 a1 ... qQ aQ`, trained and scored only at the query positions, where the next token is
   the queried value (the multi-query recall of Arora et al. 2023). DAPE V2's Proposition 1 is about a causal
   model, and it keeps NoPE meaningful: a bidirectional NoPE model has no way to tell token order at all.
-- Each training step draws one length from U{min, ..., train_max_length} for the whole batch (min = 1 for the
-  CHE tasks, the task's minimum for recall).
+- Each training batch is of one length drawn from U{min, ..., train_max_length} (min = 1 for the CHE tasks,
+  the task's minimum for recall); with `train.grad_accum` > 1, each micro-batch draws its own.
 - Accuracy is per-token argmax accuracy over the positions that count (target_mask, or the recall queries),
   pooled over `eval_batches` batches of each length. `acc_train` averages it over every training length,
   `acc_test` over `test_lengths` (the paper: 41..500; the CPU default is a small subset).
 
-Optimizer, schedule, clipping, precision, device and seed come from a `TrainConfig` (the experiment's
-`train:` section); `steps`, `batch_size` and `lr` from CheConfig replace its own.
+Training is the LM's loop (`dape_core.train.train`, with this module's batch source and loss), so a CHE run
+checkpoints, resumes and validates like an LM run. Optimizer, schedule, clipping, precision, device and seed
+come from a `TrainConfig` (the experiment's `train:` section); `steps`, `batch_size` and `lr` from CheConfig
+replace its own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import asdict, dataclass, field
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
-from pydantic import ConfigDict, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from torch.nn import functional as F
 
-from ..checks import one_of, positive_int
-from ..config import ModelConfig
+from ..config import ModelConfig, effective_model_fields
 from ..model import build_model
-from ..train import NonFiniteLossError, TrainConfig, resolve_device, resolve_precision
-from ..train.schedule import cosine_lr, make_optimizer
+from ..train import CheckpointStore, TrainConfig, resolve_device, resolve_precision, train
+from ..types import PositiveFloat, PositiveInt
 from .recall import RECALL_TASKS
 from .tasks import TASKS, make_encoder_batch
 
 TASK_NAMES = (*TASKS, *RECALL_TASKS)
+
+
+# A Literal built from the task tables, so that the schema lists every task.
+TaskName = Literal[TASK_NAMES]  # type: ignore[valid-type]
+
+
+def _length_range(value):
+    """"A..B" is the inclusive range A, A+1, ..., B (the paper's test lengths are "41..500")."""
+    if isinstance(value, str):
+        first, sep, last = value.partition("..")
+        if not sep or not first.strip().isdigit() or not last.strip().isdigit() or int(first) > int(last):
+            raise ValueError(f"expected a list of lengths or an inclusive range 'A..B' with A <= B (got {value!r})")
+        return list(range(int(first), int(last) + 1))
+    return value
+
+
+TestLengths = Annotated[list[PositiveInt], Field(min_length=1),
+                        BeforeValidator(_length_range, json_schema_input_type=list[PositiveInt] | str),
+                        AfterValidator(lambda lengths: sorted(set(lengths)))]
 
 
 @pydantic_dataclass(config=ConfigDict(extra="forbid"))
@@ -54,55 +73,19 @@ class CheConfig:
     """task: one of the 15 CHE tasks or `associative_recall`. form: `encoder` (CHE protocol) or `causal`
     (associative recall only). train_max_length: training lengths are U{1..train_max_length}.
     test_lengths: lengths scored for `acc_test`, a list or an inclusive range "A..B" (the paper: "41..500").
-    steps, batch_size, lr: the training run (replacing those of the `train:` section; `train.grad_accum` is
-    not used: one batch per step). eval_batches x eval_batch_size strings are scored per length."""
+    steps, batch_size, lr: the training run (replacing those of the `train:` section). eval_batches x
+    eval_batch_size strings are scored per length; with `train.eval_every`, the validation loss is the loss
+    on eval_batches fixed batches of training lengths."""
 
-    task: str = "parity_check"
+    task: TaskName = "parity_check"
     form: Literal["encoder", "causal"] = "encoder"
-    train_max_length: int = 40
-    test_lengths: list[int] | str = field(default_factory=lambda: [41, 60, 100])  # or "41..500" (inclusive)
-    steps: int = 1000
-    batch_size: int = 128
-    lr: float = 1e-3
-    eval_batches: int = 2
-    eval_batch_size: int = 128
-
-    @field_validator("task")
-    @classmethod
-    def _known_task(cls, value: str) -> str:
-        return one_of(value, TASK_NAMES, "CHE task")
-
-    @field_validator("train_max_length", "steps", "batch_size", "eval_batches", "eval_batch_size")
-    @classmethod
-    def _positive(cls, value: int) -> int:
-        return positive_int(value)
-
-    @field_validator("lr")
-    @classmethod
-    def _positive_lr(cls, value: float) -> float:
-        if not value > 0:
-            raise ValueError(f"learning rate must be > 0 (got {value})")
-        return value
-
-    @field_validator("test_lengths", mode="before")
-    @classmethod
-    def _length_range(cls, value):
-        """"A..B" is the inclusive range A, A+1, ..., B (the paper's test lengths are "41..500")."""
-        if isinstance(value, str):
-            first, sep, last = value.partition("..")
-            if not sep or not first.strip().isdigit() or not last.strip().isdigit() or int(first) > int(last):
-                raise ValueError(f"expected a list of lengths or an inclusive range 'A..B' with A <= B (got {value!r})")
-            return list(range(int(first), int(last) + 1))
-        return value
-
-    @field_validator("test_lengths")
-    @classmethod
-    def _test_lengths(cls, value: list[int]) -> list[int]:
-        if not value:
-            raise ValueError("give at least one test length")
-        if min(value) < 1:
-            raise ValueError(f"test lengths must be positive integers (got {min(value)})")
-        return sorted(set(value))
+    train_max_length: PositiveInt = 40
+    test_lengths: TestLengths = field(default_factory=lambda: [41, 60, 100])  # or "41..500" (inclusive)
+    steps: PositiveInt = 1000
+    batch_size: PositiveInt = 128
+    lr: PositiveFloat = 1e-3
+    eval_batches: PositiveInt = 2
+    eval_batch_size: PositiveInt = 128
 
     @model_validator(mode="after")
     def _consistent(self) -> "CheConfig":
@@ -144,16 +127,26 @@ class CheConfig:
         m = task.input_length(n)
         return m + task.output_length(m)
 
-    def model_config(self, model: ModelConfig) -> ModelConfig:
-        """The experiment's model, shaped for this task: vocabulary, causality, training length."""
+    def model_fields(self, fields: dict) -> dict:
+        """`model:` fields shaped for this task: vocabulary, causality, training length, and the lengths that
+        depend on it (see `effective_model_fields`)."""
         task = self.task_object
-        vocab = max(task.model_vocab_size, task.output_classes)
-        return dataclasses.replace(model, vocab_size=vocab, causal=self.form == "causal",
-                                   train_length=self.longest_training_sequence)
+        shaped = {**fields, "vocab_size": max(task.model_vocab_size, task.output_classes),
+                  "causal": self.form == "causal"}
+        return effective_model_fields(shaped, self.longest_training_sequence, self.longest_sequence)
+
+    def model_config(self, model: ModelConfig) -> ModelConfig:
+        """The experiment's model, shaped for this task (`model_fields`)."""
+        return ModelConfig(**self.model_fields(asdict(model)))
 
     @property
     def longest_training_sequence(self) -> int:
         return max(self.sequence_length(n) for n in self.train_lengths)
+
+    @property
+    def longest_sequence(self) -> int:
+        """The longest sequence the model reads, in training or in testing."""
+        return max(self.sequence_length(n) for n in [*self.train_lengths, *self.test_lengths])
 
     def training_config(self, train: TrainConfig) -> TrainConfig:
         """The `train:` section with this run's steps, batch size, lr, and its longest sequence as seq_len."""
@@ -177,6 +170,8 @@ class CheResult:
     tokens_seen: int
     device: str = "cpu"
     precision: str = "fp32"
+    resumed_from: int | None = None  # the checkpoint step this run continued from
+    val_history: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -188,22 +183,49 @@ class _Scored:
     mask: torch.Tensor
     positions: torch.Tensor | None  # encoder: the placeholder columns; causal: None (mask covers [B, T])
 
+    @property
+    def num_tokens(self) -> int:
+        return self.tokens.numel()
 
-def _tensor(array: np.ndarray, device) -> torch.Tensor:
+    def to(self, device) -> "_Scored":
+        moved = [None if t is None else t.to(device, non_blocking=True)
+                 for t in (self.tokens, self.targets, self.mask, self.positions)]
+        return _Scored(*moved)
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
     # A copy: some labels are reversed views, whose negative strides torch rejects (numpy calls a reversed
     # [B, 1] view contiguous, so np.ascontiguousarray would keep it).
-    return torch.from_numpy(array.copy(order="C")).to(device)
+    return torch.from_numpy(array.copy(order="C"))
 
 
-def _sample(cfg: CheConfig, rng: np.random.Generator, length: int, batch_size: int, device) -> _Scored:
+def _sample(cfg: CheConfig, rng: np.random.Generator, length: int, batch_size: int) -> _Scored:
     task = cfg.task_object
     if cfg.form == "causal":
         batch = task.sample_causal(rng, length, batch_size)
-        return _Scored(_tensor(batch.tokens, device), _tensor(batch.targets, device),
-                       _tensor(batch.loss_mask, device), None)
+        return _Scored(_tensor(batch.tokens), _tensor(batch.targets), _tensor(batch.loss_mask), None)
     batch = make_encoder_batch(task, rng, length, batch_size)
-    return _Scored(_tensor(batch.tokens, device), _tensor(batch.targets, device),
-                   _tensor(batch.target_mask, device), _tensor(batch.output_positions, device))
+    return _Scored(_tensor(batch.tokens), _tensor(batch.targets), _tensor(batch.target_mask),
+                   _tensor(batch.output_positions))
+
+
+class TaskBatches:
+    """The trainer's batch source for a CHE task: each batch is one length drawn from
+    U{min_length..train_max_length}, then strings of that length. Seeded; its state is the numpy generator's."""
+
+    def __init__(self, cfg: CheConfig, seed: int):
+        self.cfg = cfg
+        self.rng = np.random.default_rng(seed)
+
+    def batch(self, batch_size: int) -> _Scored:
+        length = int(self.rng.integers(self.cfg.min_length, self.cfg.train_max_length + 1))
+        return _sample(self.cfg, self.rng, length, batch_size)
+
+    def state_dict(self) -> dict:
+        return {"numpy": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["numpy"]
 
 
 def _scored_logits(model, cfg: CheConfig, batch: _Scored) -> torch.Tensor:
@@ -214,10 +236,16 @@ def _scored_logits(model, cfg: CheConfig, batch: _Scored) -> torch.Tensor:
     return logits[:, batch.positions, : cfg.task_object.output_classes]
 
 
-def _masked_loss(logits: torch.Tensor, batch: _Scored) -> torch.Tensor:
-    losses = F.cross_entropy(logits.float().flatten(0, 1), batch.targets.flatten(), reduction="none")
-    mask = batch.mask.flatten().to(losses.dtype)
-    return (losses * mask).sum() / mask.sum().clamp(min=1)
+def task_loss(cfg: CheConfig):
+    """The trainer's loss for this task: cross-entropy over the scored positions only."""
+
+    def loss(model, batch: _Scored) -> torch.Tensor:
+        losses = F.cross_entropy(_scored_logits(model, cfg, batch).float().flatten(0, 1), batch.targets.flatten(),
+                                 reduction="none")
+        mask = batch.mask.flatten().to(losses.dtype)
+        return (losses * mask).sum() / mask.sum().clamp(min=1)
+
+    return loss
 
 
 @torch.no_grad()
@@ -226,7 +254,7 @@ def accuracy_at(model, cfg: CheConfig, length: int, rng: np.random.Generator, de
     model.eval()
     correct = total = 0
     for _ in range(cfg.eval_batches):
-        batch = _sample(cfg, rng, length, cfg.eval_batch_size, device)
+        batch = _sample(cfg, rng, length, cfg.eval_batch_size).to(device)
         with precision.autocast():
             logits = _scored_logits(model, cfg, batch)
         hits = (logits.argmax(-1) == batch.targets) & batch.mask
@@ -235,62 +263,47 @@ def accuracy_at(model, cfg: CheConfig, length: int, rng: np.random.Generator, de
     return correct / total if total else float("nan")
 
 
-def run_che(cfg: CheConfig, model_cfg: ModelConfig | None = None, train_cfg: TrainConfig | None = None,
-            callback=None) -> CheResult:
-    """Train on lengths U{min..train_max_length}, then score every training length and every test length."""
-    train = cfg.training_config(train_cfg or TrainConfig())
-    device = resolve_device(train.device)
-    precision = resolve_precision(train.precision, device)
-    torch.manual_seed(train.seed)
-    rng = np.random.default_rng(train.seed)
-    model = build_model(cfg.model_config(model_cfg or ModelConfig())).to(device)
-    optimizer = make_optimizer(model, train)
-    scaler = precision.grad_scaler()
+def _validation(model, cfg: CheConfig, seed: int, device, precision):
+    """`train.eval_every`'s held-out loss: the task loss on `eval_batches` fixed batches of training lengths,
+    drawn once from their own seed (so the same strings at every validation)."""
+    source = TaskBatches(cfg, seed)
+    batches = [source.batch(cfg.eval_batch_size).to(device) for _ in range(cfg.eval_batches)]
+    loss = task_loss(cfg)
 
-    step_ms: list[float] = []
-    running, tokens_seen = None, 0
-    started = time.perf_counter()
-    model.train()
-    for step in range(train.steps):
-        step_started = time.perf_counter()
-        lr = cosine_lr(step, train)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        length = int(rng.integers(cfg.min_length, cfg.train_max_length + 1))  # one length per step
-        batch = _sample(cfg, rng, length, train.batch_size, device)
-        tokens_seen += batch.tokens.numel()
-        optimizer.zero_grad(set_to_none=True)
+    @torch.no_grad()
+    def validate() -> float:
+        model.eval()
         with precision.autocast():
-            loss = _masked_loss(_scored_logits(model, cfg, batch), batch)
-        value = loss.item()
-        if not math.isfinite(value):
-            raise NonFiniteLossError(f"CHE training loss became {value} at step {step + 1} ({cfg.task}, lr {lr:.3g})")
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        step_ms.append(1000 * (time.perf_counter() - step_started))
-        running = value if running is None else 0.9 * running + 0.1 * value
-        done = step + 1
-        if callback is not None and (done % train.log_every == 0 or done == train.steps):
-            callback.on_step(done, running, lr)
-    train_seconds = time.perf_counter() - started
+            return float(np.mean([loss(model, batch).item() for batch in batches]))
+
+    return validate
+
+
+def run_che(cfg: CheConfig, model_cfg: ModelConfig | None = None, train_cfg: TrainConfig | None = None,
+            callback=None, *, checkpoints: CheckpointStore | None = None, checkpoint_every: int | None = None,
+            resume: bool = True) -> CheResult:
+    """Train on lengths U{min..train_max_length} with `dape_core.train.train` (checkpoints, resume and
+    validation as for the LM), then score every training length and every test length."""
+    train_cfg = cfg.training_config(train_cfg or TrainConfig())
+    device = resolve_device(train_cfg.device)
+    precision = resolve_precision(train_cfg.precision, device)
+    torch.manual_seed(train_cfg.seed)
+    model = build_model(cfg.model_config(model_cfg or ModelConfig())).to(device)
+    validate = _validation(model, cfg, train_cfg.seed + 2_000_003, device, precision) if train_cfg.eval_every else None
+    trained = train(model, TaskBatches(cfg, train_cfg.seed), train_cfg, callback, loss=task_loss(cfg),
+                    precision=precision, validate=validate, checkpoints=checkpoints,
+                    checkpoint_every=checkpoint_every, resume=resume)
 
     started = time.perf_counter()
-    eval_rng = np.random.default_rng(train.seed + 1_000_003)  # evaluation strings independent of training
+    eval_rng = np.random.default_rng(train_cfg.seed + 1_000_003)  # evaluation strings independent of training
     train_accuracy = {n: accuracy_at(model, cfg, n, eval_rng, device, precision) for n in cfg.train_lengths}
     accuracy = {n: accuracy_at(model, cfg, n, eval_rng, device, precision) for n in cfg.test_lengths}
-    eval_seconds = time.perf_counter() - started
-    warm = step_ms[5:] if len(step_ms) > 10 else step_ms
     return CheResult(
         task=cfg.task, form=cfg.form,
         acc_train=float(np.mean(list(train_accuracy.values()))), acc_test=float(np.mean(list(accuracy.values()))),
-        accuracy=accuracy, train_accuracy=train_accuracy, final_train_loss=float(running),
-        train_seconds=train_seconds, eval_seconds=eval_seconds, num_parameters=model.num_parameters(),
-        ms_per_step=float(np.median(warm)) if warm else None,
-        tokens_seen=tokens_seen,
-        device=str(device), precision=precision.name,
+        accuracy=accuracy, train_accuracy=train_accuracy, final_train_loss=float(trained.final_loss),
+        train_seconds=trained.train_seconds, eval_seconds=time.perf_counter() - started,
+        num_parameters=model.num_parameters(), ms_per_step=trained.ms_per_step, tokens_seen=trained.tokens_seen,
+        device=str(device), precision=precision.name, resumed_from=trained.resumed_from,
+        val_history=trained.val_history,
     )

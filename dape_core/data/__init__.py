@@ -7,19 +7,20 @@ sources; see `DataConfig`. `prepare_corpus` tokenizes a corpus once into a token
 the `tokens` source then opens without scanning it.
 """
 
-from .config import SOURCES, DataConfig
+from .config import DataConfig
 from .corpus import Corpus, check_token_ids, load_corpus
 from .prepare import PrepareConfig, prepare_corpus
 from .sources import stdlib_files
 from .splits import SPLITS, TEST, TRAIN, VALIDATION
 from .token_meta import TokenFileChanged, read_metadata, verify_token_file
 from .tokenization import ByteTokenizer, HFTokenizer, load_tokenizer
-from .windows import TrainStream, evaluation_windows
+from .windows import TokenBatch, TrainStream, evaluation_windows
 
 DOC_SEPARATOR = 0  # byte 0 never occurs in source text: marks document boundaries in the byte-level stream
 
 __all__ = [
-    "SOURCES", "DataConfig", "Corpus", "load_corpus", "check_token_ids", "stdlib_files", "SPLITS", "TRAIN",
-    "VALIDATION", "TEST", "ByteTokenizer", "HFTokenizer", "load_tokenizer", "TrainStream", "evaluation_windows",
-    "DOC_SEPARATOR", "PrepareConfig", "prepare_corpus", "TokenFileChanged", "read_metadata", "verify_token_file",
+    "DataConfig", "Corpus", "load_corpus", "check_token_ids", "stdlib_files", "SPLITS", "TRAIN",
+    "VALIDATION", "TEST", "ByteTokenizer", "HFTokenizer", "load_tokenizer", "TokenBatch", "TrainStream",
+    "evaluation_windows", "DOC_SEPARATOR", "PrepareConfig", "prepare_corpus", "TokenFileChanged", "read_metadata",
+    "verify_token_file",
 ]

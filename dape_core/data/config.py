@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Literal
 
 from pydantic import ConfigDict, field_validator, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from ..checks import one_of, positive_int_or_none
+from ..types import Fraction, NonEmptyStr, OpenFraction, PositiveInt, Seed
 
-SOURCES = ("stdlib", "text", "tokens", "hf_disk")
-TOKEN_DTYPES = ("uint16", "uint32", "int32", "int64")
+Source = Literal["stdlib", "text", "tokens", "hf_disk"]
+TokenDtype = Literal["uint16", "uint32", "int32", "int64"]
+BYTE_VOCABULARY = 256  # the `byte` tokenizer's ids 0..255
 
 
 @pydantic_dataclass(config=ConfigDict(extra="forbid"))
@@ -19,7 +21,9 @@ class DataConfig:
 
     source: `stdlib` (default: the Python standard library's own source, embedded, nothing downloaded),
         `text` (plain text files: a file, a folder searched with `pattern`, or a glob), `tokens` (a
-        pre-tokenized `.bin` of `dtype` or a 1-D `.npy`, memory-mapped: nanoGPT / GPT-NeoX token files),
+        pre-tokenized `.bin` of `dtype` or a 1-D `.npy`, memory-mapped: a corpus prepared by
+        `prepare_corpus`, whose metadata then replaces the scan and gives the split, or nanoGPT / GPT-NeoX
+        token files),
         `hf_disk` (a Hugging Face `datasets` dataset written with `save_to_disk`; needs `datasets`).
     path: the file, folder or glob for every source but `stdlib`.
     pattern: files taken from a `text` folder (recursive glob).
@@ -31,65 +35,31 @@ class DataConfig:
     eos_token: the token put between documents (default: the tokenizer's `<|endoftext|>`, `</s>` or
         `<eos>` when it has one; byte 0 for `byte`).
     text_field / hf_split: the column and the split of a `hf_disk` dataset.
-    val_fraction / test_fraction: share of documents (or of `chunk_tokens` chunks of a token file)
-        held out; split_seed seeds that assignment. max_files: cap on files (rows for hf_disk), in order.
+    val_fraction / test_fraction: share of documents (or of `chunk_tokens` chunks of a token file without
+        metadata) held out; split_seed seeds that assignment. A prepared file was split when it was
+        prepared: these must then equal its metadata's. max_files: cap on files (rows for hf_disk), in order.
     """
 
-    source: str = "stdlib"
-    path: str | None = None
-    pattern: str = "**/*.txt"
-    separator: str | None = None
+    source: Source = "stdlib"
+    path: NonEmptyStr | None = None
+    pattern: NonEmptyStr = "**/*.txt"
+    separator: NonEmptyStr | None = None
     tokenizer: str = "byte"
-    vocab_size: int | None = None
-    eos_token: str | None = None
-    dtype: str = "uint16"
-    text_field: str = "text"
-    hf_split: str = "train"
-    val_fraction: float = 0.1
-    test_fraction: float = 0.0
-    split_seed: int = 0
-    chunk_tokens: int = 1 << 20
-    max_files: int | None = None
-
-    @field_validator("source")
-    @classmethod
-    def _known_source(cls, value: str) -> str:
-        return one_of(value, SOURCES, "data source")
-
-    @field_validator("dtype")
-    @classmethod
-    def _known_dtype(cls, value: str) -> str:
-        return one_of(value, TOKEN_DTYPES, "token dtype")
-
-    @field_validator("val_fraction")
-    @classmethod
-    def _fraction(cls, value: float) -> float:
-        if not 0.0 < value < 1.0:
-            raise ValueError(f"must be strictly between 0 and 1 (got {value})")
-        return value
-
-    @field_validator("test_fraction")
-    @classmethod
-    def _test_fraction(cls, value: float) -> float:
-        if not 0.0 <= value < 1.0:
-            raise ValueError(f"must be in [0, 1) (got {value})")
-        return value
-
-    @field_validator("separator", "eos_token")
-    @classmethod
-    def _not_empty(cls, value: str | None) -> str | None:
-        if value == "":
-            raise ValueError("must not be empty (leave it out instead)")
-        return value
-
-    @field_validator("chunk_tokens", "vocab_size", "max_files")
-    @classmethod
-    def _positive(cls, value: int | None) -> int | None:
-        return positive_int_or_none(value)
+    vocab_size: PositiveInt | None = None
+    eos_token: NonEmptyStr | None = None
+    dtype: TokenDtype = "uint16"
+    text_field: NonEmptyStr = "text"
+    hf_split: NonEmptyStr = "train"
+    val_fraction: OpenFraction = 0.1
+    test_fraction: Fraction = 0.0
+    split_seed: Seed = 0
+    chunk_tokens: PositiveInt = 1 << 20
+    max_files: PositiveInt | None = None
 
     @field_validator("tokenizer")
     @classmethod
     def _tokenizer(cls, value: str) -> str:
+        """A name or a path: a pattern's message would show a regular expression instead of these words."""
         if value != "byte" and not value.endswith(".json"):
             raise ValueError(f"tokenizer must be 'byte' or the path of a tokenizer.json file (got {value!r})")
         return value
@@ -107,6 +77,14 @@ class DataConfig:
         if self.source == "tokens" and self.separator is not None:
             raise ValueError("data.separator splits text; a 'tokens' file is already one token stream")
         return self
+
+    @property
+    def known_vocabulary(self) -> int | None:
+        """The data's vocabulary when it is known without reading any file (the `byte` tokenizer, or a token
+        file's `vocab_size`), else None: a tokenizer.json is read at data time."""
+        if self.source == "tokens" and self.vocab_size is not None:
+            return self.vocab_size
+        return BYTE_VOCABULARY if self.tokenizer == "byte" else None
 
     def to_dict(self) -> dict:
         return asdict(self)

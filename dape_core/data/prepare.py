@@ -28,12 +28,13 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Annotated, Iterator, Literal
 
 import numpy as np
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, Strict, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from ..types import Fraction, NonEmptyStr, OpenFraction, PositiveInt, Seed
 from .bpe import BYTE_ALPHABET, train_bpe
 from .inputs import Source, expand_inputs, read_pieces
 from .parallel import ordered_map
@@ -66,23 +67,23 @@ class PrepareConfig:
         `byte`, whose tokenizing is a copy that other processes would only add pickling to).
     """
 
-    inputs: list[str] = Field(min_length=1)
-    output: str = DEFAULT_OUTPUT
+    inputs: list[NonEmptyStr] = Field(min_length=1)
+    output: NonEmptyStr = DEFAULT_OUTPUT
     tokenizer: str = "byte"
-    train_tokenizer: int | None = Field(default=None, gt=BYTE_ALPHABET)
-    tokenizer_train_bytes: int = Field(default=1 << 30, ge=1)
-    eos_token: str | None = Field(default=None, min_length=1)
+    train_tokenizer: Annotated[int, Strict(), Field(gt=BYTE_ALPHABET)] | None = None
+    tokenizer_train_bytes: PositiveInt = 1 << 30
+    eos_token: NonEmptyStr | None = None
     input_format: Literal["auto", "text", "jsonl", "parquet", "hf_disk"] = "auto"
-    pattern: list[str] | None = None
-    text_field: str = Field(default="text", min_length=1)
-    hf_split: str = Field(default="train", min_length=1)
-    separator: str | None = Field(default=None, min_length=1)
-    val_fraction: float = Field(default=0.1, gt=0, lt=1)
-    test_fraction: float = Field(default=0.0, ge=0, lt=1)
-    split_seed: int = Field(default=0, ge=0)
-    workers: int | None = Field(default=None, ge=1)
-    batch_bytes: int = Field(default=1 << 20, ge=1)
-    max_piece_bytes: int = Field(default=8 << 20, ge=1024)
+    pattern: list[NonEmptyStr] | None = None
+    text_field: NonEmptyStr = "text"
+    hf_split: NonEmptyStr = "train"
+    separator: NonEmptyStr | None = None
+    val_fraction: OpenFraction = 0.1
+    test_fraction: Fraction = 0.0
+    split_seed: Seed = 0
+    workers: PositiveInt | None = None
+    batch_bytes: PositiveInt = 1 << 20
+    max_piece_bytes: Annotated[int, Strict(), Field(ge=1024)] = 8 << 20
 
     @model_validator(mode="after")
     def _consistent(self) -> "PrepareConfig":

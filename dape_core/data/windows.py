@@ -2,45 +2,65 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 
 
+class TokenBatch(NamedTuple):
+    """A language-model batch: inputs [B, T] and their next tokens, targets [B, T]."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+
+    @property
+    def num_tokens(self) -> int:
+        return self.inputs.numel()
+
+    def to(self, device: torch.device) -> "TokenBatch":
+        return TokenBatch(self.inputs.to(device, non_blocking=True), self.targets.to(device, non_blocking=True))
+
+
 class TrainStream:
-    """Random windows of T+1 tokens drawn uniformly from contiguous regions of the training split (SPEC §5).
+    """Random windows of seq_len + 1 tokens drawn uniformly from contiguous regions of the training split
+    (SPEC §5): the LM experiment's batch source for `dape_core.train.train`.
 
     Only the drawn windows are read and widened to int64, so a memory-mapped token file stays on disk.
-    The draw order is fixed by `seed`; `generator`'s state is what a checkpoint saves to resume it.
+    The draw order is fixed by `seed`; `state_dict()` is what a checkpoint saves to resume it. Draws are
+    sequential, so two batches of 4 are the same windows as one batch of 8 (gradient accumulation does not
+    change the data).
     """
 
-    def __init__(self, regions: list[np.ndarray], seed: int):
+    def __init__(self, regions: list[np.ndarray], seq_len: int, seed: int):
         self.regions = [region for region in regions if len(region)]
         if not self.regions:
             raise ValueError("the training split is empty: no training tokens")
+        self.seq_len = seq_len
+        # Starts per region and their running total. Windows never cross regions: a region's last valid
+        # start is len - seq_len - 2.
+        self._counts = np.array([max(0, len(region) - seq_len - 1) for region in self.regions])
+        if self._counts.sum() < 1:
+            raise ValueError(f"the training split has no stretch of {seq_len + 2} tokens for train.seq_len={seq_len}")
+        self._ends = np.cumsum(self._counts)
         self.generator = torch.Generator().manual_seed(seed)
-        self._starts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
-    def _valid_starts(self, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
-        """(starts per region, their running total). Windows never cross regions: a region's last valid
-        start is len - seq_len - 2."""
-        if seq_len not in self._starts:
-            counts = np.array([max(0, len(region) - seq_len - 1) for region in self.regions])
-            if counts.sum() < 1:
-                raise ValueError(f"the training split has no stretch of {seq_len + 2} tokens for "
-                                 f"train.seq_len={seq_len}")
-            self._starts[seq_len] = counts, np.cumsum(counts)
-        return self._starts[seq_len]
-
-    def batch(self, batch_size: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-        counts, ends = self._valid_starts(seq_len)
+    def batch(self, batch_size: int) -> TokenBatch:
+        counts, ends = self._counts, self._ends
         draws = torch.randint(0, int(ends[-1]), (batch_size,), generator=self.generator).numpy()
         region_index = np.searchsorted(ends, draws, side="right")
         rows = []
         for draw, index in zip(draws.tolist(), region_index.tolist()):
             start = draw - (ends[index] - counts[index])
-            rows.append(np.asarray(self.regions[index][start : start + seq_len + 1], dtype=np.int64))
+            rows.append(np.asarray(self.regions[index][start : start + self.seq_len + 1], dtype=np.int64))
         windows = torch.from_numpy(np.stack(rows))
-        return windows[:, :-1], windows[:, 1:]
+        return TokenBatch(windows[:, :-1], windows[:, 1:])
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"].cpu())
 
 
 def evaluation_windows(docs: list[np.ndarray], lengths: list[int], n_windows: int, seed: int,

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import math
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from ..checks import one_of, positive_int, positive_int_or_none
+from ..types import NonNegativeInt, PositiveInt, Seed, StrictBool
 
 DEFAULT_TOKENS_PER_LENGTH = 2048  # 64 windows scored on their last 32 tokens
-EVAL_SPLITS = ("validation", "test")
+EvalSplit = Literal["validation", "test"]
+
+
+def _distinct_sorted(lengths: list[int]) -> list[int]:
+    if len(set(lengths)) != len(lengths):
+        raise ValueError(f"evaluation lengths repeat (got {lengths})")
+    return sorted(lengths)
+
+
+Lengths = Annotated[list[PositiveInt], Field(min_length=1), AfterValidator(_distinct_sorted)]
 
 
 @pydantic_dataclass(config=ConfigDict(extra="forbid"))
@@ -24,50 +34,17 @@ class EvalConfig:
     only when fewer than timing_reps batches remain). visualise: heat maps of the bias and processed
     logits of one query row at the longest length, per layer and head."""
 
-    lengths: list[int]
-    tail_tokens: int = 32
-    n_windows: int | None = None
-    tokens_per_length: int | None = None
-    batch_size: int = 8
-    seed: int = 0
-    split: str = "validation"
-    timing: bool = True
-    timing_warmup: int = 1
-    timing_reps: int = 3
-    visualise: bool = False
-
-    @field_validator("lengths")
-    @classmethod
-    def _sorted_positive(cls, value: list[int]) -> list[int]:
-        if not value:
-            raise ValueError("needs at least one evaluation length")
-        if any(length < 1 for length in value):
-            raise ValueError(f"evaluation lengths must be positive (got {value})")
-        if len(set(value)) != len(value):
-            raise ValueError(f"evaluation lengths repeat (got {value})")
-        return sorted(value)
-
-    @field_validator("tail_tokens", "batch_size", "timing_reps")
-    @classmethod
-    def _positive(cls, value: int) -> int:
-        return positive_int(value)
-
-    @field_validator("n_windows", "tokens_per_length")
-    @classmethod
-    def _positive_or_none(cls, value: int | None) -> int | None:
-        return positive_int_or_none(value)
-
-    @field_validator("timing_warmup")
-    @classmethod
-    def _not_negative(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError(f"must be >= 0 (got {value})")
-        return value
-
-    @field_validator("split")
-    @classmethod
-    def _known_split(cls, value: str) -> str:
-        return one_of(value, EVAL_SPLITS, "split")
+    lengths: Lengths
+    tail_tokens: PositiveInt = 32
+    n_windows: PositiveInt | None = None
+    tokens_per_length: PositiveInt | None = None
+    batch_size: PositiveInt = 8
+    seed: Seed = 0
+    split: EvalSplit = "validation"
+    timing: StrictBool = True
+    timing_warmup: NonNegativeInt = 1
+    timing_reps: PositiveInt = 3
+    visualise: StrictBool = False
 
     @model_validator(mode="after")
     def _one_budget(self) -> "EvalConfig":

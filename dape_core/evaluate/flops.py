@@ -39,11 +39,6 @@ def forward_flops_per_token(model: nn.Module, seq_len: int) -> float:
     return 2.0 * macs
 
 
-def train_flops_per_token(model: nn.Module, seq_len: int) -> float:
-    """Forward + backward ≈ 3 × forward (the backward pass costs about two forwards)."""
-    return 3.0 * forward_flops_per_token(model, seq_len)
-
-
 def measured_forward_flops(model: nn.Module, tokens: torch.Tensor) -> float:
     """FLOPs of one forward counted by PyTorch's dispatcher (matmuls and convolutions), per token."""
     from torch.utils.flop_counter import FlopCounterMode

@@ -1,5 +1,6 @@
 """The trainer (SPEC §5): AdamW with the papers' defaults, cosine schedule with warmup to lr/10, gradient
-clipping and accumulation, mixed precision on GPU, checkpoint/resume, periodic validation.
+clipping and accumulation, mixed precision on GPU, checkpoint/resume, periodic validation: one loop for
+every experiment, given a batch source and a loss (see `loop.py`).
 
 It knows nothing of Ray or MLflow: progress goes to a `TrainerCallback` (a sink), which the orchestrator
 implements to forward metrics to Ray Tune.
@@ -7,13 +8,13 @@ implements to forward metrics to Ray Tune.
 
 from .callbacks import TrainerCallback
 from .checkpoint import CheckpointMismatchError, CheckpointStore
-from .config import PRECISIONS, TrainConfig
-from .loop import NonFiniteLossError, TrainResult, train
+from .config import TrainConfig
+from .loop import BatchSource, NonFiniteLossError, TrainResult, lm_loss, train
 from .precision import Precision, resolve_device, resolve_precision
 from .schedule import cosine_lr, make_optimizer
 
 __all__ = [
-    "TrainerCallback", "CheckpointMismatchError", "CheckpointStore", "PRECISIONS", "TrainConfig",
-    "NonFiniteLossError", "TrainResult", "train", "Precision", "resolve_device", "resolve_precision", "cosine_lr",
-    "make_optimizer",
+    "TrainerCallback", "CheckpointMismatchError", "CheckpointStore", "TrainConfig",
+    "BatchSource", "NonFiniteLossError", "TrainResult", "lm_loss", "train", "Precision", "resolve_device",
+    "resolve_precision", "cosine_lr", "make_optimizer",
 ]

@@ -1,7 +1,7 @@
 """Mid-trial checkpoints: one file, replaced atomically, read back with `torch.load(weights_only=True)`.
 
-A checkpoint holds everything the next step depends on (model, optimizer, loss scaler, step, the torch
-and data-stream RNG states, the smoothed loss), so a resumed trial continues the same loss curve. It also
+A checkpoint holds everything the next step depends on (model, optimizer, loss scaler, step, the torch RNG
+state and the batch source's, the smoothed loss), so a resumed trial continues the same loss curve. It also
 holds a fingerprint of the config that produced it: resuming under another config is an error, not a
 silent mix of two runs.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-FORMAT = 1
+FORMAT = 2  # 2: the batch source's state under rng/batches, and tokens_seen
 
 
 class CheckpointMismatchError(RuntimeError):

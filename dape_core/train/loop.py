@@ -1,5 +1,20 @@
-"""The training loop: AdamW, cosine schedule, clipping, gradient accumulation, mixed precision,
-periodic validation, checkpoint and resume, and a stop with a clear reason on a non-finite loss."""
+"""The training loop, one for every experiment: AdamW, cosine schedule, clipping, gradient accumulation,
+mixed precision, periodic validation, checkpoint and resume, and a stop with a clear reason on a non-finite
+loss.
+
+    result = train(model, batches, cfg, callback, loss=lm_loss, validate=..., checkpoints=store)
+
+What differs between experiments comes in as two objects:
+- `batches`, a `BatchSource`: `batch(size)` returns one micro-batch (anything with `.to(device)` and
+  `num_tokens`), and `state_dict()` / `load_state_dict()` carry its random state through a checkpoint. The LM
+  experiment passes a `dape_core.data.TrainStream`, CHE its task sampler (`dape_core.che.experiment`).
+- `loss(model, batch)`, the scalar to minimise: `lm_loss` for the LM, a masked cross-entropy for CHE.
+
+Distributed training is meant to be a small addition: the model passed in may be a wrapper (DDP/FSDP) and
+each rank a batch source over its own part of the data; gradient clipping (`clip_gradients`) and the
+checkpoint state (`_Run.checkpoint_state` / `_Run.restore`, written through `CheckpointStore`) are one call
+each, to be replaced by their sharded forms; rank 0 alone would validate and report.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +22,11 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Protocol
 
 import torch
+from torch import nn
 
-from ..data import TrainStream
 from .callbacks import notify
 from .checkpoint import CheckpointStore
 from .config import TrainConfig
@@ -25,114 +40,181 @@ class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss; the trial cannot continue."""
 
 
+class BatchSource(Protocol):
+    def batch(self, batch_size: int) -> Any: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+LossFunction = Callable[[nn.Module, Any], torch.Tensor]
+
+
+def lm_loss(model: nn.Module, batch) -> torch.Tensor:
+    """Next-token cross-entropy of a `TokenBatch`, averaged over every position."""
+    return model(batch.inputs, batch.targets)[1]
+
+
+def clip_gradients(model: nn.Module, max_norm: float) -> None:
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+
 @dataclass
 class TrainResult:
     final_loss: float
     train_seconds: float
     tokens_seen: int
-    ms_per_step: float | None = None  # median wall time of one optimizer step (forward + backward + update)
+    ms_per_step: float | None = None  # median wall time of one optimizer step (data, forward, backward, update)
     resumed_from: int | None = None  # the checkpoint step this run continued from
     val_history: list[tuple[int, float]] = field(default_factory=list)
     precision: str = "fp32"
 
 
-def _rng_state(stream: TrainStream) -> dict:
-    state = {"torch": torch.get_rng_state(), "stream": stream.generator.get_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
+@dataclass
+class Progress:
+    """Where training stands, besides the weights and optimizer: what a checkpoint carries over."""
+
+    step: int = 0
+    running_loss: float | None = None  # smoothed for reporting; the raw per-step loss is noisy at small batches
+    tokens_seen: int = 0
+    seconds_before: float = 0.0  # training time of the runs before a resume
+    ms_before: float | None = None  # their ms_per_step, until this run has timed steps of its own
+    val_history: list[tuple[int, float]] = field(default_factory=list)
+    step_ms: list[float] = field(default_factory=list)  # this run's step times
+
+    @classmethod
+    def from_state(cls, state: dict) -> "Progress":
+        return cls(step=int(state["step"]), running_loss=state["running_loss"], tokens_seen=int(state["tokens_seen"]),
+                   seconds_before=float(state["train_seconds"]), ms_before=state["ms_per_step"],
+                   val_history=[(int(step), float(loss)) for step, loss in state["val_history"]])
+
+    def record(self, loss: float, tokens: int, ms: float) -> None:
+        self.step += 1
+        self.tokens_seen += tokens
+        self.step_ms.append(ms)
+        self.running_loss = loss if self.running_loss is None else 0.9 * self.running_loss + 0.1 * loss
+
+    @property
+    def ms_per_step(self) -> float | None:
+        return median_step_ms(self.step_ms, self.ms_before)
 
 
-def _restore_rng(state: dict, stream: TrainStream) -> None:
-    torch.set_rng_state(state["torch"].cpu())
-    stream.generator.set_state(state["stream"].cpu())
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
-
-
-def train(model: torch.nn.Module, stream: TrainStream, cfg: TrainConfig, callback=None, *,
-          precision: Precision | None = None, validate: Callable[[], float] | None = None,
-          checkpoints: CheckpointStore | None = None, checkpoint_every: int | None = None,
-          resume: bool = True) -> TrainResult:
-    """Train `model` (already on its device) for `cfg.steps` steps of batches from `stream`.
-
-    validate: returns a held-out loss; called every `cfg.eval_every` steps and at the end.
-    checkpoints: where to save every `checkpoint_every` steps and at the end; with `resume`, an existing
-    checkpoint there is loaded first and training continues from its step.
-    """
-    device = next(model.parameters()).device
-    precision = precision or resolve_precision(cfg.precision, device)
-    optimizer = make_optimizer(model, cfg)
-    scaler = precision.grad_scaler()
-    start, running, seconds_before, ms_before = 0, None, 0.0, None
-    val_history: list[tuple[int, float]] = []
-    if checkpoints is not None and resume and checkpoints.exists():
-        state = checkpoints.load(device)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scaler.load_state_dict(state["scaler"])
-        _restore_rng(state["rng"], stream)
-        start, running = int(state["step"]), state["running_loss"]
-        seconds_before, ms_before = float(state["train_seconds"]), state["ms_per_step"]
-        val_history = [(int(step), float(loss)) for step, loss in state["val_history"]]
-    resumed_from = start if start else None
-
-    micro_batch = cfg.batch_size // cfg.grad_accum
-    step_ms: list[float] = []
-    started = time.perf_counter()
-    model.train()
-    for step in range(start, cfg.steps):
-        step_started = time.perf_counter()
-        lr = cosine_lr(step, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        inputs, targets = stream.batch(cfg.batch_size, cfg.seq_len)
-        inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
-        optimizer.zero_grad(set_to_none=True)
-        loss_sum = torch.zeros((), device=device)
-        for micro_inputs, micro_targets in zip(inputs.split(micro_batch), targets.split(micro_batch)):
-            with precision.autocast():
-                _, loss = model(micro_inputs, micro_targets)
-            loss_sum += loss.detach().float()
-            scaler.scale(loss / cfg.grad_accum).backward()
-        loss_value = loss_sum.item() / cfg.grad_accum  # one device sync per step
-        if not math.isfinite(loss_value):
-            raise NonFiniteLossError(f"training loss became {loss_value} at step {step + 1} (lr {lr:.3g}, precision "
-                                     f"{precision.name}); the trial was stopped before the update")
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        step_ms.append(1000 * (time.perf_counter() - step_started))
-        # Smoothed loss for reporting; the raw per-step loss is noisy at small batch sizes.
-        running = loss_value if running is None else 0.9 * running + 0.1 * loss_value
-        done = step + 1
-        if callback is not None and (done % cfg.log_every == 0 or done == cfg.steps):
-            callback.on_step(done, running, lr)
-        if validate is not None and cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
-            val_loss = validate()
-            model.train()
-            val_history.append((done, val_loss))
-            notify(callback, "on_validation", done, val_loss)
-        if checkpoints is not None and ((checkpoint_every and done % checkpoint_every == 0) or done == cfg.steps):
-            state = {
-                "step": done, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scaler": scaler.state_dict(), "rng": _rng_state(stream), "running_loss": running,
-                "train_seconds": seconds_before + time.perf_counter() - started,
-                "ms_per_step": _median_step_ms(step_ms, ms_before), "val_history": [list(v) for v in val_history],
-            }
-            notify(callback, "on_checkpoint", done, checkpoints.save(state))
-    return TrainResult(
-        final_loss=running, train_seconds=seconds_before + time.perf_counter() - started,
-        tokens_seen=cfg.steps * cfg.batch_size * cfg.seq_len, ms_per_step=_median_step_ms(step_ms, ms_before),
-        resumed_from=resumed_from, val_history=val_history, precision=precision.name,
-    )
-
-
-def _median_step_ms(step_ms: list[float], fallback: float | None) -> float | None:
+def median_step_ms(step_ms: list[float], fallback: float | None = None) -> float | None:
+    """The median step time without the warm-up: the first TIMING_WARMUP_STEPS steps when there are more
+    than twice as many, else the first half. `fallback` when no step was timed."""
     if not step_ms:
         return fallback
     warm = step_ms[TIMING_WARMUP_STEPS:] if len(step_ms) > 2 * TIMING_WARMUP_STEPS else step_ms[len(step_ms) // 2 :]
     return statistics.median(warm)
+
+
+def train(model: nn.Module, batches: BatchSource, cfg: TrainConfig, callback=None, *, loss: LossFunction = lm_loss,
+          precision: Precision | None = None, validate: Callable[[], float] | None = None,
+          checkpoints: CheckpointStore | None = None, checkpoint_every: int | None = None,
+          resume: bool = True) -> TrainResult:
+    """Train `model` (already on its device) for `cfg.steps` steps of `cfg.batch_size` sequences from
+    `batches`, each step in `cfg.grad_accum` micro-batches.
+
+    callback: `on_step` every `cfg.log_every` steps and at the last; `on_validation` and `on_checkpoint`
+    when it has them. validate: returns a held-out loss; called every `cfg.eval_every` steps and at the end.
+    checkpoints: where to save every `checkpoint_every` steps and at the end; with `resume`, an existing
+    checkpoint there is loaded first and training continues from its step, on the same loss curve.
+    """
+    run = _Run(model, batches, loss, cfg, precision)
+    if checkpoints is not None and resume and checkpoints.exists():
+        run.restore(checkpoints.load(run.device))
+    resumed_from = run.progress.step or None
+    started = time.perf_counter()
+    model.train()
+    while run.progress.step < cfg.steps:
+        step_started = time.perf_counter()
+        loss_value, lr, tokens = run.optimisation_step()
+        run.progress.record(loss_value, tokens, 1000 * (time.perf_counter() - step_started))
+        done = run.progress.step
+        if callback is not None and (done % cfg.log_every == 0 or done == cfg.steps):
+            callback.on_step(done, run.progress.running_loss, lr)
+        if validate is not None and cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
+            run.validate(validate, callback)
+        if checkpoints is not None and ((checkpoint_every and done % checkpoint_every == 0) or done == cfg.steps):
+            state = run.checkpoint_state(time.perf_counter() - started)
+            notify(callback, "on_checkpoint", done, checkpoints.save(state))
+    progress = run.progress
+    return TrainResult(
+        final_loss=progress.running_loss, train_seconds=progress.seconds_before + time.perf_counter() - started,
+        tokens_seen=progress.tokens_seen, ms_per_step=progress.ms_per_step, resumed_from=resumed_from,
+        val_history=progress.val_history, precision=run.precision.name,
+    )
+
+
+class _Run:
+    """The state of one `train` call: model, optimizer, loss scaler, batch source and progress."""
+
+    def __init__(self, model: nn.Module, batches: BatchSource, loss: LossFunction, cfg: TrainConfig,
+                 precision: Precision | None):
+        self.model, self.batches, self.loss, self.cfg = model, batches, loss, cfg
+        self.device = next(model.parameters()).device
+        self.precision = precision or resolve_precision(cfg.precision, self.device)
+        self.optimizer = make_optimizer(model, cfg)
+        self.scaler = self.precision.grad_scaler()
+        self.progress = Progress()
+
+    def optimisation_step(self) -> tuple[float, float, int]:
+        """One optimizer step over `grad_accum` micro-batches: (mean loss, learning rate, tokens read)."""
+        cfg, step = self.cfg, self.progress.step
+        lr = cosine_lr(step, cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum, tokens = torch.zeros((), device=self.device), 0
+        for _ in range(cfg.grad_accum):
+            batch = self.batches.batch(cfg.batch_size // cfg.grad_accum).to(self.device)
+            tokens += batch.num_tokens
+            with self.precision.autocast():
+                loss = self.loss(self.model, batch)
+            loss_sum += loss.detach().float()
+            self.scaler.scale(loss / cfg.grad_accum).backward()
+        loss_value = loss_sum.item() / cfg.grad_accum  # one device sync per step
+        if not math.isfinite(loss_value):
+            raise NonFiniteLossError(f"training loss became {loss_value} at step {step + 1} (lr {lr:.3g}, precision "
+                                     f"{self.precision.name}); the trial was stopped before the update")
+        self.scaler.unscale_(self.optimizer)
+        clip_gradients(self.model, cfg.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # so that the step's wall time is its own
+        return loss_value, lr, tokens
+
+    def validate(self, validate: Callable[[], float], callback) -> None:
+        val_loss = validate()
+        self.model.train()
+        self.progress.val_history.append((self.progress.step, val_loss))
+        notify(callback, "on_validation", self.progress.step, val_loss)
+
+    def checkpoint_state(self, seconds: float) -> dict:
+        """Everything the next step depends on; `seconds`: this run's training time so far."""
+        progress = self.progress
+        return {
+            "step": progress.step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(), "rng": self._rng_state(), "running_loss": progress.running_loss,
+            "tokens_seen": progress.tokens_seen, "train_seconds": progress.seconds_before + seconds,
+            "ms_per_step": progress.ms_per_step, "val_history": [list(v) for v in progress.val_history],
+        }
+
+    def restore(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"].cpu())
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
+        self.batches.load_state_dict(rng["batches"])
+        self.progress = Progress.from_state(state)
+
+    def _rng_state(self) -> dict:
+        state = {"torch": torch.get_rng_state(), "batches": self.batches.state_dict()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
