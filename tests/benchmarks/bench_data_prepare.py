@@ -12,12 +12,15 @@ nothing is downloaded). Prints:
    tiled, byte-level), before (no metadata: the out-of-vocabulary scan and the chunk split, as every trial
    did) and after (the metadata lookup), with the page cache warm and dropped (posix_fadvise DONTNEED);
 3. what 1 GB of text costs here, extrapolated from 1: time and disk space for each tokenizer.
+The load average is printed: on a shared machine the all-cores figure is only as good as the idle cores;
+"MB per CPU-second" (one process, its CPU time) is what one dedicated core would do.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sysconfig
 import tempfile
@@ -50,10 +53,17 @@ def _link_corpus(folder: Path, copies: int, limit_mb: float | None = None) -> fl
     return size / MB
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the tokenizing workers, once joined)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def _prepare(inputs: Path, out: Path, workers: int | None, **options) -> tuple[float, dict]:
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _cpu_seconds()
     meta = prepare_corpus(PrepareConfig(inputs=[str(inputs)], output=str(out), pattern=["**/*.py"], workers=workers,
                                         **options))
+    meta["cpu_seconds"] = _cpu_seconds() - cpu
     return time.perf_counter() - started, meta
 
 
@@ -79,8 +89,10 @@ def throughput(work: Path, vocab: int, bpe_mb: float) -> dict:
     for kind, label in (("byte", "byte-level (vocab 256)"), ("bpe", f"byte-level BPE (vocab {vocab})")):
         one, many = rates[(kind, 1)][0], rates[(kind, available_cpus())][0]
         meta = rates[(kind, 1)][1]
-        print(f"prepare {label:<28} 1 process: {one:6.1f} MB/s   {available_cpus()} processes: {many:6.1f} MB/s   "
-              f"(x{many / one:.2f}; {meta['tokens'] / meta['text_bytes']:.3f} tokens/byte, {meta['dtype']})")
+        per_cpu = meta["text_bytes"] / MB / meta["cpu_seconds"]
+        print(f"prepare {label:<28} 1 process: {one:6.2f} MB/s   {available_cpus()} processes: {many:6.2f} MB/s   "
+              f"(x{many / one:.2f}; {per_cpu:.2f} MB per CPU-second; {meta['tokens'] / meta['text_bytes']:.3f} "
+              f"tokens/byte, {meta['dtype']})")
     return rates
 
 
