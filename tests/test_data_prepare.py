@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from dape_core.data import (DataConfig, PrepareConfig, TokenFileChanged, load_corpus, load_tokenizer, prepare_corpus,
-                            stdlib_files, verify_token_file)
+from dape_core.data import (DataConfig, PrepareConfig, TokenFileChanged, anchored, data_problems, load_corpus,
+                            load_tokenizer, prepare_corpus, stdlib_files, verify_token_file)
 from dape_core.data.splits import document_split
 from dape_core.data.token_meta import SAMPLE_BLOCKS, SAMPLE_BYTES, metadata_path
 
@@ -325,3 +325,22 @@ def test_an_empty_held_out_split_and_bad_options_are_clear(tmp_path):
     with pytest.raises(ValueError, match=r"a.jsonl:2: no text field 'text' \(the row has: body\)"):
         (tmp_path / "a.jsonl").write_text('{"text": "ok"}\n{"body": "x"}\n')
         _prepare([tmp_path / "a.jsonl"], tmp_path / "out3")
+
+
+# Before launching trials ------------------------------------------------------------------------------------
+
+def test_data_problems_are_found_without_reading_the_corpus(tmp_path, texts):
+    _prepare([_folder(tmp_path / "corpus", texts)], tmp_path / "data" / "paper", train_tokenizer=300,
+             val_fraction=0.3)
+    relative = DataConfig(source="tokens", path="data/paper/tokens.bin", tokenizer="data/paper/tokenizer.json",
+                          val_fraction=0.3)
+    data = anchored(relative, tmp_path)
+    assert data.path == str(tmp_path / "data/paper/tokens.bin") and anchored(data, "/elsewhere") == data
+    assert data_problems(data) == []
+    assert data_problems(anchored(relative, tmp_path / "nowhere")) == [
+        f"data.path: no token file at {tmp_path / 'nowhere/data/paper/tokens.bin'}"]
+    wrong = data_problems(anchored(DataConfig(source="tokens", path="data/paper/tokens.bin"), tmp_path))
+    assert len(wrong) == 2 and "set data.val_fraction: 0.3" in wrong[0] and "set data.tokenizer:" in wrong[1]
+    assert data_problems(DataConfig(source="text", path=str(tmp_path / "corpus" / "**" / "*.txt"))) == []
+    assert data_problems(DataConfig(source="text", path=str(tmp_path / "missing"))) == [
+        f"data.path: {tmp_path / 'missing'} does not exist"]

@@ -9,6 +9,7 @@ the `tokens` source then opens without scanning it.
 
 from .config import DataConfig
 from .corpus import Corpus, check_token_ids, load_corpus
+from .preflight import anchored, data_problems
 from .prepare import PrepareConfig, prepare_corpus
 from .sources import stdlib_files
 from .splits import SPLITS, TEST, TRAIN, VALIDATION
@@ -22,5 +23,5 @@ __all__ = [
     "DataConfig", "Corpus", "load_corpus", "check_token_ids", "stdlib_files", "SPLITS", "TRAIN",
     "VALIDATION", "TEST", "ByteTokenizer", "HFTokenizer", "load_tokenizer", "TokenBatch", "TrainStream",
     "evaluation_windows", "DOC_SEPARATOR", "PrepareConfig", "prepare_corpus", "TokenFileChanged", "read_metadata",
-    "verify_token_file",
+    "verify_token_file", "anchored", "data_problems",
 ]
