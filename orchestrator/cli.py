@@ -276,6 +276,11 @@ def ui(
         raise typer.Exit(code if code > 0 else 1)
 
 
+from .data_cli import data_app  # noqa: E402  (the `data` sub-commands: prepare, verify)
+
+app.add_typer(data_app, name="data")
+
+
 def main() -> None:
     import logging
 
