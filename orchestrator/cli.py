@@ -95,6 +95,8 @@ def run(
 
     uri = resolve_tracking_uri(tracking_uri)
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
+    from .planning.data_check import DataNotReady
+
     try:
         from .execution.runner import run_study
 
@@ -102,6 +104,9 @@ def run(
                             local=local, failed_only=failed_only)
     except ServiceUnreachable:
         raise  # reported by main() as one paragraph with its exit code
+    except DataNotReady as error:
+        err.print(f"[red]Data not ready[/red] {escape(str(error))}")
+        raise typer.Exit(EXIT_INVALID)
     except KeyboardInterrupt:
         err.print("Interrupted. Finished trials are safe in the tracking store; run the same command to resume.")
         raise typer.Exit(EXIT_CTRL_C)

@@ -5,8 +5,8 @@ the steps and the lengths but keep the profile's code path: a prepared token fil
 length, the profile's precision (bf16 runs on the CPU too), GPU resources mapped to CPU (`resources.gpus=0`),
 on the local Ray, logged to MLflow, reported.
 
-What each override keeps and drops is in SHRINK; one seed and one value of the wide axes keep the whole
-file to about a minute or two of 2 cores.
+What each override keeps and drops is in SHRINK; one seed, one value of the wide axes and two rows of each
+study (its baseline and its last variant) keep the whole file small: 26 trials.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
@@ -48,9 +49,22 @@ SHRINK = {
     "search": LM + BUDGET + ["search.num_samples=2", "scheduler.grace_period=1"],
     # The sizes are this profile's point (125M..6.7B): shrunk to one tiny row, only its path runs here.
     "model_size": LM + BUDGET + ["zip={model.preset: [tiny], train.lr: [6.0e-4]}"],
+    # two of its three training lengths (its K is 128, to fit the shortest)
+    "training_length": LM + BUDGET + ["zip={train.seq_len: [128, 256], train.batch_size: [4, 2], "
+                                      "eval.lengths: [[128, 256], [256, 512]]}"],
     "che": CHE + ["axes={che.task: [parity_check]}"],  # one task of fourteen
     "associative_recall": CHE,
 }
+
+
+def _two_rows(study: str) -> list[str]:
+    """The study's baseline and its last variant: the profile's code path is the same for every row, and the
+    rows' own code paths (processors, forms, encodings) are what the default-profile tests run."""
+    variants = yaml.safe_load((STUDIES / f"{study}.yaml").read_text()).get("variants", [])
+    if len(variants) <= 2:
+        return []
+    kept = [next(v for v in variants if v.get("baseline")), variants[-1]]
+    return ["variants=" + yaml.safe_dump(kept, default_flow_style=True, width=10_000).strip()]
 
 
 def test_every_study_has_a_tiny_paper_run():
@@ -58,30 +72,55 @@ def test_every_study_has_a_tiny_paper_run():
 
 
 @pytest.fixture(scope="module")
-def launch_dir(tmp_path_factory):
-    """A fresh folder with the corpus prepared where the paper profiles look: data/paper/ (the default)."""
+def prepared_dir(tmp_path_factory):
+    """A fresh folder with the corpus prepared where the paper profiles look, data/paper/ (the default), by
+    the command a user runs: a BPE of VOCAB entries trained on the corpus, the default split."""
     folder = tmp_path_factory.mktemp("paper")
-    result = CliRunner().invoke(app, ["data", "prepare", str(CORPUS), "--pattern", "**/*.py",
-                                      "--train-tokenizer", str(VOCAB)], catch_exceptions=False,
-                                env={"COLUMNS": "160"}) if False else None
-    return folder, result
+    result = CliRunner().invoke(app, ["data", "prepare", str(CORPUS), "--pattern", "**/*.py", "--train-tokenizer",
+                                      str(VOCAB), "--output", str(folder / "data" / "paper"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    return folder
 
 
 @pytest.mark.parametrize("study", sorted(SHRINK))
 def test_paper_profile_runs_at_tiny_cost(study, prepared_dir, local_ray, monkeypatch):
-    monkeypatch.chdir(prepared_dir)
+    monkeypatch.chdir(prepared_dir)  # the profiles' data paths are relative to where `orchestrator run` starts
     uri = f"sqlite:///{prepared_dir / 'mlflow.db'}"
     result = CliRunner().invoke(app, ["run", str(STUDIES / f"{study}.yaml"), "--profile", "paper",
-                                      "--tracking-uri", uri, *SHRINK[study]])
+                                      "--tracking-uri", uri, *SHRINK[study], *_two_rows(study)])
     assert result.exit_code == 0, result.output
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(study)
     runs = client.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'trial'")
     assert runs and all(run.info.status == "FINISHED" for run in runs)
     for run in runs:
-        if "che.task" in run.data.params:
-            assert "che_acc_test" in run.data.metrics
+        params, metrics = run.data.params, run.data.metrics
+        if params.get("che.task", "None") != "None":
+            assert "che_acc_test" in metrics
             continue
-        assert run.data.params["data.path"] == "data/paper/tokens.bin"
-        assert run.data.params["eval.tail_tokens"] == "256" and run.data.tags["data_hash"]
-        assert {"ppl_256", "ppl_512"} <= set(run.data.metrics)
+        assert params["data.path"] == "data/paper/tokens.bin" and params["data.tokenizer"] == "data/paper/tokenizer.json"
+        assert params["eval.tail_tokens"] == ("128" if study == "training_length" else "256")  # the paper's K
+        assert "ppl_256" in metrics and 1 < metrics["ppl_256"] < 10 * VOCAB
+
+
+def test_a_paper_profile_without_its_data_stops_before_launching(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["run", str(STUDIES / "kernel_size.yaml"), "--profile", "paper",
+                                      "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", *SHRINK["kernel_size"]])
+    assert result.exit_code == 2, result.output
+    assert "Data not ready" in result.output and "no trial was launched" in result.output
+    assert f"no token file at {tmp_path / 'data/paper/tokens.bin'}" in result.output
+    assert "orchestrator data prepare CORPUS --output data/paper" in result.output
+    assert not (tmp_path / "mlflow.db").exists()  # nothing created
+
+
+def test_a_corpus_prepared_with_another_split_is_named_before_launching(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.txt").write_text("one document\n" * 50)
+    (tmp_path / "c.txt").write_text("another document\n" * 50)  # its key's hash puts it in validation
+    prepared = CliRunner().invoke(app, ["data", "prepare", "a.txt", "c.txt", "--val-fraction", "0.5", "--quiet"])
+    assert prepared.exit_code == 0, prepared.output
+    result = CliRunner().invoke(app, ["run", str(STUDIES / "kernel_size.yaml"), "--profile", "paper",
+                                      *SHRINK["kernel_size"]])
+    assert result.exit_code == 2, result.output
+    assert "set data.val_fraction: 0.5" in result.output and "set data.tokenizer: byte" in result.output
