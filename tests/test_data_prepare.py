@@ -60,11 +60,15 @@ def _write_input(kind: str, root: Path, texts: dict[str, str]) -> tuple[list[Pat
     if kind == "glob":
         _folder(root / "corpus", texts)
         return [str(root / "corpus" / "**" / "*.txt")], {}
-    if kind == "jsonl":  # half plain, half gzip-compressed, a non-default field name
-        for name, part, opener in (("a.jsonl", rows[:12], open), ("b.jsonl.gz", rows[12:], gzip.open)):
-            with opener(root / name, "wt", encoding="utf-8") as handle:
-                handle.writelines(json.dumps({"id": i, "body": text}) + "\n" for i, text in enumerate(part))
-        return [root / "a.jsonl", root / "b.jsonl.gz"], {"text_field": "body"}
+    if kind == "jsonl":  # plain, gzip- and zstandard-compressed (The Pile's .jsonl.zst), a non-default field
+        import zstandard
+
+        lines = [json.dumps({"id": i, "body": text}) + "\n" for i, text in enumerate(rows)]
+        (root / "a.jsonl").write_text("".join(lines[:8]), encoding="utf-8")
+        with gzip.open(root / "b.jsonl.gz", "wt", encoding="utf-8") as handle:
+            handle.writelines(lines[8:16])
+        (root / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress("".join(lines[16:]).encode()))
+        return [root / "a.jsonl", root / "b.jsonl.gz", root / "c.jsonl.zst"], {"text_field": "body"}
     if kind == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq

@@ -84,8 +84,11 @@ def throughput(work: Path, vocab: int, bpe_mb: float) -> dict:
     for workers in (1, available_cpus()):
         seconds, meta = _prepare(subset, work / f"bpe{workers}", workers, tokenizer=str(tokenizer))
         rates[("bpe", workers)] = (subset_mb / seconds, meta)
-    print(f"BPE {vocab}: trained on {trained['tokenizer']['trained_on_bytes'] / MB:.1f} MB of training documents; "
-          f"training + tokenizing {subset_mb:.1f} MB took {train_seconds:.1f} s")
+    training = train_seconds - subset_mb / rates[("bpe", available_cpus())][0]  # the same run less its tokenizing
+    trained_mb = trained["tokenizer"]["trained_on_bytes"] / MB
+    print(f"BPE {vocab}: trained on {trained_mb:.1f} MB of training documents in about {training:.1f} s "
+          f"({trained_mb / max(training, 1e-9):.1f} MB/s; the whole preparation with training took {train_seconds:.1f} s)")
+    rates["bpe_training_mb_s"] = trained_mb / max(training, 1e-9)
     for kind, label in (("byte", "byte-level (vocab 256)"), ("bpe", f"byte-level BPE (vocab {vocab})")):
         one, many = rates[(kind, 1)][0], rates[(kind, available_cpus())][0]
         meta = rates[(kind, 1)][1]
@@ -157,8 +160,10 @@ def per_gigabyte(rates: dict, vocab: int) -> None:
         meta = rates[(kind, 1)][1]
         disk = meta["tokens"] / meta["text_bytes"] * 1e9 * (2 if meta["dtype"] == "uint16" else 4) / 1e9
         one, many = (1e9 / MB / rates[(kind, workers)][0] for workers in (1, available_cpus()))
+        training = f" + about {1e9 / MB / rates['bpe_training_mb_s'] / 60:.1f} min to train it on 1 GB" \
+            if kind == "bpe" else ""
         print(f"1 GB of text, {label:<10} (extrapolated): {many / 60:5.1f} min with {available_cpus()} processes "
-              f"({one / 60:.1f} min with 1), {disk:.2f} GB token file (+ the text, read, not copied)")
+              f"({one / 60:.1f} min with 1){training}, {disk:.2f} GB token file (+ the text, read, not copied)")
 
 
 def main() -> None:
