@@ -12,8 +12,10 @@ from pathlib import Path
 
 from ..errors import TrackingServerUnreachable, exception_chain
 from ..planning.data_check import check_data
+from ..planning.learned import load_measured
+from ..planning.schedule import longest_first
 from ..planning.trials import Trial, expand
-from ..reporting import write_report
+from ..reporting import build_report
 from ..study import Study
 from ..tracking.console import ConsoleProgress
 from ..tracking.events import Tally, TrialEvents
@@ -33,6 +35,7 @@ class StudyOutcome:
     concurrency: int = 1
     steps_run: int = 0
     trials_run: int = 0
+    claims: list = field(default_factory=list)  # reporting.claims.ClaimResult, one per claim of `expect:`
 
     @property
     def ok(self) -> bool:
@@ -77,6 +80,7 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
         check_data(expand(study), Path.cwd())  # before anything is created or launched
     store = StudyStore.create(tracking_uri, study.name)
     todo, skipped = select_trials(study, store, failed_only)
+    todo = longest_first(todo, study, load_measured(tracking_uri))  # so that no long trial ends the study alone
     progress = progress or ConsoleProgress(len(todo))
     progress.total = len(todo) if study.search.algorithm == "grid" else study.search.num_samples * len(todo)
     version = code_version()
@@ -110,7 +114,8 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
                 store.end_parent(status)
             except Exception:  # the store may be the thing that failed; the original error matters more
                 logging.getLogger(__name__).debug("could not close the parent run", exc_info=True)
-    outcome.report_dir, outcome.report_markdown = write_report(study, store, reports_dir)
+    report = build_report(study, store, reports_dir)
+    outcome.report_dir, outcome.report_markdown, outcome.claims = report.folder, report.markdown, report.claims
     outcome.wall_seconds = time.monotonic() - started
     return outcome
 
