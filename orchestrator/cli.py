@@ -100,13 +100,13 @@ def run(
     strict_claims: StrictClaimsOpt = False,
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
-    study = _load_or_exit(study_path, profile, overrides, check_data=True)
+    # On a cluster (--address, RAY_ADDRESS) the driver's disk may not be the workers': each trial checks its data.
+    on_cluster = bool(address or os.environ.get("RAY_ADDRESS"))
+    study = _load_or_exit(study_path, profile, overrides, check_data=not on_cluster)
     from .tracking.uri import resolve_tracking_uri, ui_command
 
     uri = resolve_tracking_uri(tracking_uri)
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
-    from .planning.data_check import DataNotReady
-
     try:
         from .execution.runner import run_study
 
@@ -114,9 +114,6 @@ def run(
                             local=local, failed_only=failed_only)
     except ServiceUnreachable:
         raise  # reported by main() as one paragraph with its exit code
-    except DataNotReady as error:
-        err.print(f"[red]Data not ready[/red] {escape(str(error))}")
-        raise typer.Exit(EXIT_INVALID)
     except KeyboardInterrupt:
         err.print("Interrupted. Finished trials are safe in the tracking store; run the same command to resume.")
         raise typer.Exit(EXIT_CTRL_C)

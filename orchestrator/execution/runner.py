@@ -4,14 +4,12 @@ events written to MLflow by the driver's recorder and shown by the console, and 
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import TrackingServerUnreachable, exception_chain
-from ..planning.data_check import check_data
 from ..planning.learned import load_measured
 from ..planning.schedule import longest_first
 from ..planning.trials import Trial, expand
@@ -76,8 +74,6 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
               storage_dir: Path = Path(".orchestrator"), progress: ConsoleProgress | None = None, local: bool = False,
               failed_only: bool = False) -> StudyOutcome:
     started = time.monotonic()
-    if not (address or os.environ.get("RAY_ADDRESS")):  # a cluster's workers may see other files than this driver
-        check_data(expand(study), Path.cwd())  # before anything is created or launched
     store = StudyStore.create(tracking_uri, study.name)
     todo, skipped = select_trials(study, store, failed_only)
     todo = longest_first(todo, study, load_measured(tracking_uri))  # so that no long trial ends the study alone
