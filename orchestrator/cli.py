@@ -102,7 +102,9 @@ def run(
     strict_claims: StrictClaimsOpt = False,
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
-    study = _load_or_exit(study_path, profile, overrides, check_data=True)
+    # On a cluster (--address, RAY_ADDRESS) the driver's disk may not be the workers': each trial checks its data.
+    on_cluster = bool(address or os.environ.get("RAY_ADDRESS"))
+    study = _load_or_exit(study_path, profile, overrides, check_data=not on_cluster)
     from .tracking.uri import resolve_tracking_uri, ui_command
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -347,6 +349,11 @@ def ui(
         raise typer.Exit(EXIT_INTERRUPTED)
     if code not in (0, -signal.SIGINT, -signal.SIGTERM):
         raise typer.Exit(code if code > 0 else 1)
+
+
+from .data_cli import data_app  # noqa: E402  (the `data` sub-commands: prepare, verify)
+
+app.add_typer(data_app, name="data")
 
 
 def main() -> None:

@@ -80,7 +80,7 @@ def test_shipped_studies_validate_and_plan_in_both_profiles(path, tmp_path, monk
     if needed:  # here, without the paper's corpus: refused with what to do, by plan as by validate
         for command in ("plan", "validate"):
             result = CliRunner().invoke(app, [command, str(path), "--profile", "paper"])
-            assert result.exit_code == 2 and "prepare it (see README 'Preparing a corpus')" in result.output
+            assert result.exit_code == 2 and "orchestrator data prepare CORPUS --output" in result.output
         for file in needed:  # stand-ins where the profile reads its corpus (validation reads no data)
             (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / file).write_bytes(b"{}")
@@ -192,7 +192,7 @@ def test_validate_checks_every_profile_and_names_it(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["validate", "s.yaml", "--profile", "corpus"])
     assert result.exit_code == 2
     assert "s.yaml (profile corpus): 2 problem(s)" in result.output
-    assert f"base.data.path: corpus (relative to {tmp_path}, where the command runs) does not exist" in result.output
+    assert f"base.data.path: corpus (relative to {tmp_path}) does not exist" in result.output
 
 
 def test_missing_data_of_a_profile_not_run_is_a_note(tmp_path, monkeypatch):

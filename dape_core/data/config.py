@@ -21,7 +21,9 @@ class DataConfig:
 
     source: `stdlib` (default: the Python standard library's own source, embedded, nothing downloaded),
         `text` (plain text files: a file, a folder searched with `pattern`, or a glob), `tokens` (a
-        pre-tokenized `.bin` of `dtype` or a 1-D `.npy`, memory-mapped: nanoGPT / GPT-NeoX token files),
+        pre-tokenized `.bin` of `dtype` or a 1-D `.npy`, memory-mapped: a corpus prepared by
+        `prepare_corpus`, whose metadata then replaces the scan and gives the split, or nanoGPT / GPT-NeoX
+        token files),
         `hf_disk` (a Hugging Face `datasets` dataset written with `save_to_disk`; needs `datasets`).
     path: the file, folder or glob for every source but `stdlib`.
     pattern: files taken from a `text` folder (recursive glob).
@@ -33,8 +35,9 @@ class DataConfig:
     eos_token: the token put between documents (default: the tokenizer's `<|endoftext|>`, `</s>` or
         `<eos>` when it has one; byte 0 for `byte`).
     text_field / hf_split: the column and the split of a `hf_disk` dataset.
-    val_fraction / test_fraction: share of documents (or of `chunk_tokens` chunks of a token file)
-        held out; split_seed seeds that assignment. max_files: cap on files (rows for hf_disk), in order.
+    val_fraction / test_fraction: share of documents (or of `chunk_tokens` chunks of a token file without
+        metadata) held out; split_seed seeds that assignment. A prepared file was split when it was
+        prepared: these must then equal its metadata's. max_files: cap on files (rows for hf_disk), in order.
     """
 
     source: Source = "stdlib"

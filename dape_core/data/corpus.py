@@ -1,7 +1,8 @@
 """A tokenized, split corpus, checked before any training starts.
 
 Everything lives in one 1-D token array (in memory for text, a memory map for token files):
-- `documents[split]`: [start, end) ranges of whole documents (for a token file: runs of chunks); evaluation
+- `documents[split]`: [start, end) ranges of whole documents (for a prepared token file: its held-out
+  documents from the metadata's index; for a token file without metadata: runs of chunks); evaluation
   windows never cross one;
 - `regions[split]`: ranges the training stream may draw windows from. Text documents of a split are laid
   out back to back, each followed by the document separator, so the train split is one region and windows
@@ -10,14 +11,17 @@ Everything lives in one 1-D token array (in memory for text, a memory map for to
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from .config import DataConfig
+from .prepared import check_prepared, prepared_spans
 from .sources import documents_hash, open_token_file, read_documents, token_file_hash
 from .splits import SPLITS, TEST, TRAIN, VALIDATION, chunk_spans, chunk_splits, document_split
+from .token_meta import metadata_path, read_metadata
 from .tokenization import ByteTokenizer, load_tokenizer
 
 Span = tuple[int, int]
@@ -32,6 +36,7 @@ class Corpus:
     content_hash: str
     vocab_size: int = 256
     record: dict = field(default_factory=dict)  # how it was built and split: logged with every trial
+    ids_checked: bool = False  # True when every id is known to be in the vocabulary (a prepared file's metadata)
 
     def split(self, name: str) -> list[np.ndarray]:
         """Views (no copies) of the documents of one split."""
@@ -87,6 +92,14 @@ def _document_corpus(cfg: DataConfig) -> Corpus:
 
 
 def _token_file_corpus(cfg: DataConfig) -> Corpus:
+    path = Path(cfg.path).expanduser()
+    meta = read_metadata(path) if path.is_file() else None
+    if meta is not None:
+        return _prepared_corpus(cfg, path, meta)
+    warnings.warn(f"data.path {path} has no metadata ({metadata_path(path).name}): every trial scans the whole "
+                  "file for out-of-vocabulary ids and splits it into chunks (minutes at 100 GB). "
+                  "dape_core.data.prepare_corpus (orchestrator data prepare) writes a file that starts instantly",
+                  stacklevel=3)
     tokens = open_token_file(cfg)
     if cfg.tokenizer != "byte":
         tokenizer = load_tokenizer(cfg.tokenizer)
@@ -98,9 +111,21 @@ def _token_file_corpus(cfg: DataConfig) -> Corpus:
     n_chunks = -(-len(tokens) // cfg.chunk_tokens)
     labels = chunk_splits(n_chunks, cfg.split_seed, cfg.val_fraction, cfg.test_fraction)
     spans = chunk_spans(labels, cfg.chunk_tokens, len(tokens))
-    record = {"tokenizer": name, "chunks": {split: labels.count(split) for split in SPLITS}}
-    return Corpus(tokens=tokens, documents=spans, regions=spans, content_hash=token_file_hash(Path(cfg.path))[:16],
+    record = {"tokenizer": name, "metadata": None, "chunks": {split: labels.count(split) for split in SPLITS}}
+    return Corpus(tokens=tokens, documents=spans, regions=spans, content_hash=token_file_hash(path)[:16],
                   vocab_size=vocab_size, record=record)
+
+
+def _prepared_corpus(cfg: DataConfig, path: Path, meta: dict) -> Corpus:
+    """A file written by `prepare_corpus`: checked against its metadata (no scan), split as recorded."""
+    check_prepared(cfg, meta, path)
+    documents, regions = prepared_spans(meta, path)
+    record = {"tokenizer": cfg.tokenizer, "metadata": metadata_path(path).name,
+              "documents": {split: meta["split"][split]["documents"] for split in SPLITS},
+              "sha256": meta["content"]["sha256"]}
+    return Corpus(tokens=open_token_file(cfg), documents=documents, regions=regions,
+                  content_hash=meta["content"]["sha256"][:16], vocab_size=meta["vocab_size"], record=record,
+                  ids_checked=True)
 
 
 def _blocks(tokens: np.ndarray):
@@ -131,8 +156,9 @@ def check_token_ids(tokens: np.ndarray, vocab_size: int, where: str) -> None:
 
 def load_corpus(cfg: DataConfig) -> Corpus:
     corpus = _token_file_corpus(cfg) if cfg.source == "tokens" else _document_corpus(cfg)
-    where = f"data.path {cfg.path} (vocabulary from {corpus.record['tokenizer']})" if cfg.path else "data"
-    check_token_ids(corpus.tokens, corpus.vocab_size, where)
+    if not corpus.ids_checked:
+        where = f"data.path {cfg.path} (vocabulary from {corpus.record['tokenizer']})" if cfg.path else "data"
+        check_token_ids(corpus.tokens, corpus.vocab_size, where)
     counts = {name: sum(end - start for start, end in corpus.documents[name]) for name in SPLITS}
     corpus.record.update({"source": cfg.source, "path": cfg.path, "split_seed": cfg.split_seed,
                           "val_fraction": cfg.val_fraction, "test_fraction": cfg.test_fraction,

@@ -24,7 +24,10 @@ class ByteTokenizer:
     fingerprint = ""  # the default: adds nothing to the data hash, so the stdlib hash stays comparable
 
     def encode_documents(self, documents: list[bytes]) -> list[np.ndarray]:
-        return [np.frombuffer(doc.replace(b"\x00", b""), dtype=np.uint8) for doc in documents]
+        return [self.encode(doc) for doc in documents]
+
+    def encode(self, document: bytes) -> np.ndarray:
+        return np.frombuffer(document.replace(b"\x00", b""), dtype=np.uint8)
 
 
 class HFTokenizer:
@@ -62,6 +65,11 @@ class HFTokenizer:
         texts = [doc.decode("utf-8", errors="replace") for doc in documents]
         encodings = self.tokenizer.encode_batch(texts, add_special_tokens=False)
         return [np.asarray(encoding.ids, dtype=self.dtype) for encoding in encodings]
+
+    def encode(self, document: bytes) -> np.ndarray:
+        """One document on this thread only (encode_documents spreads a batch over every core)."""
+        encoding = self.tokenizer.encode(document.decode("utf-8", errors="replace"), add_special_tokens=False)
+        return np.asarray(encoding.ids, dtype=self.dtype)
 
 
 def load_tokenizer(spec: str, eos_token: str | None = None) -> ByteTokenizer | HFTokenizer:

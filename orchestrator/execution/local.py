@@ -16,7 +16,8 @@ def run_local(trials: list[Trial], events: TrialEvents, study: Study, storage_di
     for trial in trials:
         events.started(trial)
         try:
-            tune_config = {"trial": trial.payload(), "checkpoint_root": str(storage_dir.resolve() / "checkpoints")}
+            tune_config = {"trial": trial.payload(), "checkpoint_root": str(storage_dir.resolve() / "checkpoints"),
+                           "launch_dir": str(Path.cwd())}
             execute(tune_config, lambda result, t=trial: events.result(t, result), threads)
         except Exception as error:  # a failing trial is recorded; the study goes on
             events.errored(trial, f"{type(error).__name__}: {error}")

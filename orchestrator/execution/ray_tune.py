@@ -109,6 +109,7 @@ def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storag
     payloads = [trial.payload() for trial in trials]
     param_space: dict = {"trial": tune.grid_search(payloads) if len(payloads) > 1 or not sampling else payloads[0]}
     param_space["checkpoint_root"] = str(storage_dir.resolve() / "checkpoints")
+    param_space["launch_dir"] = str(Path.cwd())  # relative data paths are relative to it, not to a trial's folder
     if sampling:
         param_space["params"] = {key: to_tune_domain(dist) for key, dist in study.search.space.items()}
     max_steps = max(trial.config["train"]["steps"] for trial in trials)

@@ -4,10 +4,12 @@ driver is the only writer."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Callable
 
 from dape_core import ExperimentConfig, NonFiniteLossError, run_experiment
+from dape_core.data import anchored
 from dape_core.train import TrainerCallback
 
 from ..planning.trials import materialize
@@ -50,6 +52,9 @@ def execute(tune_config: dict, report: Report, threads: int) -> None:
     """
     trial = materialize(tune_config)
     experiment = ExperimentConfig(**trial.config)
+    if tune_config.get("launch_dir") and experiment.che is None:
+        # Relative data paths name files under the folder the study was launched from, not the trial's own.
+        experiment = dataclasses.replace(experiment, data=anchored(experiment.data, tune_config["launch_dir"]))
     steps = experiment.train.steps
     root = tune_config.get("checkpoint_root")
     folder = Path(root) / trial.trial_id if root else None
