@@ -17,7 +17,6 @@ within one batch), which is why the tests compare loss curves with a tolerance, 
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Literal
@@ -97,12 +96,12 @@ def check_world(cfg: DistributedConfig, world: World) -> None:
 
 
 def local_device(device: torch.device, world: World) -> torch.device:
-    """A rank's own GPU: `cuda` resolves to `cuda:LOCAL_RANK` (torchrun's and Ray Train's convention) when
-    several ranks share a machine; a given index (`cuda:1`) or the CPU is kept."""
+    """A rank's own GPU: under a process group, `cuda` without an index is the current CUDA device, which
+    the launcher selects for each rank (Ray Train does; a torchrun script calls
+    `torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))` first). A given index and the CPU are kept."""
     if device.type != "cuda" or device.index is not None or not world.distributed:
         return device
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    return torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def parallelize(model: nn.Module, cfg: DistributedConfig, world: World, precision) -> nn.Module:
@@ -119,10 +118,11 @@ def parallelize(model: nn.Module, cfg: DistributedConfig, world: World, precisio
 
         device = next(model.parameters()).device
         return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    return _fully_shard(model, world, precision)
+    return shard_model(model, world, precision)
 
 
-def _fully_shard(model: nn.Module, world: World, precision) -> nn.Module:
+def shard_model(model: nn.Module, world: World, precision) -> nn.Module:
+    """FSDP2 over every rank of `world` (also a world of one, which benchmarks FSDP's own cost)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
