@@ -26,14 +26,20 @@ from dape_core.train import TrainerCallback
 KILLED = 17  # exit code of the ranks ended on purpose (a simulated crash right after a checkpoint)
 
 
-class CurveRecorder(TrainerCallback):
-    """The per-step loss, validation losses and checkpoint steps; optionally dies after one checkpoint."""
+class Interrupted(Exception):
+    """Raised by the callback to stop a run in this process right after a checkpoint."""
 
-    def __init__(self, die_after_checkpoint: int | None = None):
+
+class CurveRecorder(TrainerCallback):
+    """The per-step loss, validation losses and checkpoint steps; optionally dies (the process exits) or is
+    interrupted (an exception) right after one checkpoint."""
+
+    def __init__(self, die_after_checkpoint: int | None = None, interrupt_after_checkpoint: int | None = None):
         self.losses: dict[int, float] = {}
         self.validations: list[tuple[int, float]] = []
         self.checkpoints: list[int] = []
         self.die_after_checkpoint = die_after_checkpoint
+        self.interrupt_after_checkpoint = interrupt_after_checkpoint
 
     def on_step(self, step, loss, lr):
         self.losses[step] = loss
@@ -45,14 +51,20 @@ class CurveRecorder(TrainerCallback):
         self.checkpoints.append(step)
         if step == self.die_after_checkpoint:
             os._exit(KILLED)  # no cleanup, no exception handling: as if the process were killed
+        if step == self.interrupt_after_checkpoint:
+            raise Interrupted(step)
 
 
 def run_job(config: dict, checkpoint_dir: str | None = None, checkpoint_every: int | None = None,
-            die_after_checkpoint: int | None = None) -> dict:
-    """One experiment in this process (inside a process group if one is initialized): what it reported."""
-    recorder = CurveRecorder(die_after_checkpoint)
-    result = run_experiment(ExperimentConfig(**config), recorder, checkpoint_dir=checkpoint_dir,
-                            checkpoint_every=checkpoint_every)
+            die_after_checkpoint: int | None = None, interrupt_after_checkpoint: int | None = None) -> dict | None:
+    """One experiment in this process (inside a process group if one is initialized): what it reported, or
+    None when it was interrupted on purpose."""
+    recorder = CurveRecorder(die_after_checkpoint, interrupt_after_checkpoint)
+    try:
+        result = run_experiment(ExperimentConfig(**config), recorder, checkpoint_dir=checkpoint_dir,
+                                checkpoint_every=checkpoint_every)
+    except Interrupted:
+        return None
     out = {"losses": {str(k): v for k, v in recorder.losses.items()}, "validations": recorder.validations,
            "checkpoints": recorder.checkpoints, "result": None}
     if result is not None:
