@@ -1,4 +1,4 @@
-"""`orchestrator` command line: run, plan, validate, status and schema of study files.
+"""`orchestrator` command line: validate, plan, run, status, report, ui and schema of study files.
 
 Exit codes: 0 every trial succeeded; 1 some trials failed (the rest completed); 2 invalid study or
 argument; 3 interrupted and resumable (re-run the same command); 130 interrupted by Ctrl-C.
@@ -20,7 +20,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from .errors import ServiceUnreachable
-from .study import StudyError, load_study, parse_override
+
+# Only typer and rich at import: each command imports what it needs (the study format loads torch through
+# dape_core, running loads Ray and MLflow), so that `orchestrator --help` answers at once.
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Run DAPE-style ablation studies: study file -> Ray Tune trials -> MLflow -> report.")
@@ -35,9 +37,12 @@ StudyArg = Annotated[Path, typer.Argument(metavar="STUDY", help="The study file 
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", "-p", help="A named profile of the study (e.g. paper).")]
 OverridesArg = Annotated[Optional[list[str]], typer.Argument(metavar="[KEY=VALUE]...", help="Dotted overrides, e.g. train.steps=100.")]
 TrackingOpt = Annotated[Optional[str], typer.Option(help="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else sqlite under ./mlruns.")]
+ReportsDirOpt = Annotated[Path, typer.Option(help="Where reports are written.")]
 
 
 def _load_or_exit(path: Path, profile: str | None = None, overrides: list[str] | None = None):
+    from .study import StudyError, load_study, parse_override
+
     try:
         parsed = dict(parse_override(text) for text in overrides or [])
     except ValueError as error:
@@ -54,7 +59,8 @@ def _load_or_exit(path: Path, profile: str | None = None, overrides: list[str] |
 def validate(studies: Annotated[list[Path], typer.Argument(metavar="STUDY...", help="Study files to check.")],
              profile: ProfileOpt = None) -> None:
     """Check study files (and their profiles) without running anything."""
-    from .trials import expand
+    from .planning import expand
+    from .study import StudyError, load_study
 
     invalid = 0
     for path in studies:
@@ -77,7 +83,7 @@ def run(
     profile: ProfileOpt = None,
     tracking_uri: TrackingOpt = None,
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address; default: RAY_ADDRESS, else a local Ray.")] = None,
-    reports_dir: Annotated[Path, typer.Option(help="Where reports are written.")] = Path("reports"),
+    reports_dir: ReportsDirOpt = Path("reports"),
     storage_dir: Annotated[Path, typer.Option(help="Ray Tune state and trial checkpoints.")] = Path(".orchestrator"),
     local: Annotated[bool, typer.Option("--local", help="Run trials in this process one by one, without Ray (debugging).")] = False,
     failed_only: Annotated[bool, typer.Option("--failed-only", help="Rerun only the trials whose last run failed.")] = False,
@@ -85,12 +91,12 @@ def run(
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
     study = _load_or_exit(study_path, profile, overrides)
-    from .tracking import resolve_tracking_uri, ui_command
+    from .tracking.uri import resolve_tracking_uri, ui_command
 
     uri = resolve_tracking_uri(tracking_uri)
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
     try:
-        from .runner import run_study
+        from .execution.runner import run_study
 
         outcome = run_study(study, uri, address=address, reports_dir=reports_dir, storage_dir=storage_dir,
                             local=local, failed_only=failed_only)
@@ -109,8 +115,7 @@ def run(
     console.print()
     console.print(outcome.report_markdown, markup=False)
     console.print(f"Report: {outcome.report_dir / 'report.md'} (also attached to the study's parent run in MLflow)")
-    console.print(f"Browse the runs: orchestrator ui {study_path}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
-                  + f"  (or: {ui_command(uri)})")
+    console.print(f"{_browse_hint(study_path, tracking_uri)}  (or: {ui_command(uri)})")
     overhead = f"; orchestration overhead {outcome.overhead:.1%}" if outcome.overhead is not None else ""
     console.print(f"Wall time {outcome.wall_seconds:.0f}s; {len(outcome.skipped)} trial(s) reused, "
                   f"{outcome.trials_run} run, {len(outcome.failed)} failed; "
@@ -119,10 +124,14 @@ def run(
         raise typer.Exit(EXIT_TRIALS_FAILED)
 
 
+def _browse_hint(study_path: Path, tracking_uri: str | None) -> str:
+    return f"Browse the runs: orchestrator ui {study_path}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     if text.startswith("Traceback"):  # Ray wraps errors as a formatted traceback: keep its exception line
-        from .mlflow_callback import last_error_line
+        from .errors import last_error_line
 
         return last_error_line(text)
     lines = text.splitlines()
@@ -136,10 +145,11 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     study = _load_or_exit(study_path, profile, overrides)
     from dape_core import ExperimentConfig
 
-    from .estimate import estimate
-    from .trials import expand
+    from .planning import expand
+    from .planning.estimate import estimate
 
-    finished = _finished_ids(study, tracking_uri)
+    store = _open_store(study, tracking_uri)
+    finished = store.finished_trial_ids() if store else set()
     table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}")
     for column in ("#", "trial", "id", "params", "GFLOP/step", "peak mem", "fits", "est. time", "status"):
         table.add_column(column)
@@ -169,28 +179,27 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def _finished_ids(study, tracking_uri: str | None) -> set[str]:
-    from .tracking import StudyTracker, resolve_tracking_uri
+def _open_store(study, tracking_uri: str | None):
+    """The study's store for reading, or None where the study has not run yet (nothing is created)."""
+    from .tracking.store import StudyNotFound, StudyStore
+    from .tracking.uri import resolve_tracking_uri
 
-    uri = resolve_tracking_uri(tracking_uri)
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
-        return set()  # no store yet: nothing finished, and `plan` must not create one
-    return StudyTracker(uri, study.name, create=False).finished_trial_ids()
+    try:
+        return StudyStore.open(resolve_tracking_uri(tracking_uri), study.name)
+    except StudyNotFound:
+        return None
 
 
 @app.command()
 def status(study_path: StudyArg, profile: ProfileOpt = None, tracking_uri: TrackingOpt = None) -> None:
     """Each trial's state in the tracking store: finished, failed (with the reason), running, or to run."""
     study = _load_or_exit(study_path, profile)
-    from .tracking import TRIAL_ID_TAG, StudyTracker, resolve_tracking_uri
-    from .trials import expand
+    from .planning import expand
+    from .tracking.uri import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
-    runs = {}
-    if not (uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists()):
-        tracker = StudyTracker(uri, study.name, create=False)
-        for run in sorted(tracker.trial_runs(), key=lambda r: r.info.start_time or 0):
-            runs[run.data.tags.get(TRIAL_ID_TAG)] = run
+    store = _open_store(study, uri)
+    runs = store.latest_runs() if store else {}
     table = Table(title=f"{study.name}: {uri}")
     for column in ("trial", "id", "state", "detail"):
         table.add_column(column)
@@ -208,7 +217,7 @@ def status(study_path: StudyArg, profile: ProfileOpt = None, tracking_uri: Track
 @app.command()
 def schema(output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None) -> None:
     """Print the study file's JSON Schema (for editor completion, e.g. yaml-language-server)."""
-    from .schema import study_json_schema
+    from .study.schema import study_json_schema
 
     text = json.dumps(study_json_schema(), indent=2)
     if output:
@@ -220,56 +229,55 @@ def schema(output: Annotated[Optional[Path], typer.Option("--output", "-o", help
 
 @app.command()
 def report(
-    study_path: Annotated[Path, typer.Argument(metavar="STUDY", help="The study file (YAML).")],
-    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else sqlite under ./mlruns.")] = None,
-    reports_dir: Annotated[Path, typer.Option(help="Where reports are written.")] = Path("reports"),
+    study_path: StudyArg,
+    tracking_uri: TrackingOpt = None,
+    reports_dir: ReportsDirOpt = Path("reports"),
     value: Annotated[str, typer.Option(help="Which value of each run's metrics the cells show: final, best or step:N.")] = "final",
 ) -> None:
     """Build the study's report from the MLflow store: tables, significance, plots (Markdown, HTML, LaTeX, CSV)."""
     study = _load_or_exit(study_path)
-    from .reporting import StudyNotFound, ValueChoice, build_report, open_study_store
+    from .reporting import ValueChoice, build_report
+    from .tracking.store import StudyNotFound, StudyStore
+    from .tracking.uri import resolve_tracking_uri
 
     try:
         choice = ValueChoice.parse(value)
     except ValueError as error:
         err.print(f"[red]Invalid option[/red] --{error}")
         raise typer.Exit(EXIT_INVALID)
-    from .tracking import resolve_tracking_uri
-
-    uri = resolve_tracking_uri(tracking_uri)
     try:
-        tracker = open_study_store(uri, study.name)
+        store = StudyStore.open(resolve_tracking_uri(tracking_uri), study.name)
     except StudyNotFound as error:
         err.print(f"[red]No results[/red] {error}")
         raise typer.Exit(EXIT_INTERRUPTED)
-    built = build_report(study, tracker, reports_dir, choice)
+    built = build_report(study, store, reports_dir, choice)
     console.print(built.markdown, markup=False)
-    attached = "; attached to the study's parent run in MLflow" if tracker.parent_run_id else ""
+    attached = "; attached to the study's parent run in MLflow" if store.parent_run_id else ""
     console.print(f"Report: {built.folder / 'report.html'} (also report.md, tables.tex, CSV, plots/){attached}")
-    console.print(f"Browse the runs: orchestrator ui {study_path}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else ""))
+    console.print(_browse_hint(study_path, tracking_uri))
 
 
 @app.command()
 def ui(
-    study_path: Annotated[Path, typer.Argument(metavar="STUDY", help="The study file (YAML).")],
-    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else sqlite under ./mlruns.")] = None,
+    study_path: StudyArg,
+    tracking_uri: TrackingOpt = None,
     port: Annotated[int, typer.Option(help="Port of the MLflow UI started for a SQLite store.")] = 5000,
 ) -> None:
     """Open the study in MLflow's UI: starts `mlflow ui` on a SQLite store, or names the page on a server."""
     study = _load_or_exit(study_path)
-    from . import mlflow_ui
-
-    from .tracking import resolve_tracking_uri
+    from .tracking import ui as mlflow_ui
+    from .tracking.store import StudyNotFound
+    from .tracking.uri import is_server, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     try:
-        if mlflow_ui.is_server(uri):
+        if is_server(uri):
             experiment = mlflow_ui.experiment_id(uri, study.name)
             console.print(f"Study {study.name}: {mlflow_ui.experiment_url(uri, experiment)}")
             return
         console.print(f"Starting the MLflow UI on {uri} (Ctrl-C stops it)")
         code = mlflow_ui.serve(uri, study.name, port, lambda url: console.print(f"MLflow UI for study {study.name}: {url}"))
-    except mlflow_ui.UIError as error:
+    except (mlflow_ui.UIError, StudyNotFound) as error:
         err.print(f"[red]Cannot show the UI[/red] {error}")
         raise typer.Exit(EXIT_INTERRUPTED)
     if code not in (0, -signal.SIGINT, -signal.SIGTERM):

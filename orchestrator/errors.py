@@ -28,3 +28,15 @@ def exception_chain(error: BaseException) -> Iterator[BaseException]:
         seen.add(id(error))
         yield error
         error = error.__cause__ or error.__context__
+
+
+def last_error_line(trace: str | None) -> str:
+    """The exception line of an error trace ("ValueError: ..."), which is what a researcher needs first."""
+    if not trace:
+        return ""
+    lines = [line.strip() for line in str(trace).strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        head = line.split(":")[0]
+        if head.endswith(("Error", "Exception")) or "Error(" in head:
+            return line
+    return lines[-1]

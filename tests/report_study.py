@@ -48,7 +48,7 @@ class BuiltStudy:
 @functools.cache
 def build(root: Path) -> BuiltStudy:
     """Run the study for real (run_study also writes its report, as `orchestrator run` does)."""
-    from orchestrator.runner import run_study
+    from orchestrator.execution.runner import run_study
 
     root.mkdir(parents=True, exist_ok=True)
     study_file = root / "tiny_report.yaml"

@@ -7,8 +7,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestrator import parse_study
-from orchestrator.runner import run_study
-from orchestrator.tracking import TRIAL_ID_TAG
+from orchestrator.execution.runner import run_study
+from orchestrator.tracking.store import TRIAL_ID_TAG
 
 pytestmark = pytest.mark.slow
 

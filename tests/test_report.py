@@ -3,6 +3,7 @@ numbers computed directly from the MLflow store with pandas and scipy."""
 
 import re
 import shutil
+import typing
 
 import pandas as pd
 import pytest
@@ -14,12 +15,14 @@ from typer.testing import CliRunner
 import report_study
 from orchestrator import parse_study
 from orchestrator.cli import app
-from orchestrator.reporting import build_report, load_results, open_study_store
+from orchestrator.reporting import build_report, load_results
 from orchestrator.reporting.document import ReportDocument
 from orchestrator.reporting.metrics import FAMILIES
 from orchestrator.reporting import render_html, render_latex, render_md
 from orchestrator.reporting.stats import compare, holm
 from orchestrator.reporting.tables import build_table
+from orchestrator.study.model import ReportMetric
+from orchestrator.tracking.store import StudyStore
 from report_study import BASELINE, LABELS, LENGTHS
 
 pytestmark = pytest.mark.slow
@@ -154,7 +157,7 @@ def test_interrupted_and_extended_study_lists_what_is_missing(built, tmp_path):
     extended = yaml.safe_load(yaml.safe_dump(report_study.STUDY))
     extended["seeds"] = [0, 1, 2, 3]  # one more seed, never run
 
-    tracker = open_study_store(uri, "tiny_report")
+    tracker = StudyStore.open(uri, "tiny_report")
     tracker.parent_run_id = None  # the copy shares the original's artifact folder: attach nothing
     report = build_report(parse_study(extended), tracker, tmp_path / "reports")
     trials = report.document.trials
@@ -311,3 +314,16 @@ def test_new_metric_families_get_their_tables(built):
     assert accuracy.best("che_acc_parity_check") == {means["che_acc_parity_check"].idxmax()}
     assert time_cost.best("ms_per_step") == {means["ms_per_step"].idxmin()}
     assert not time_cost.comparisons() and delta_p.comparisons()  # times are compared by ratio, not tested
+
+
+def test_report_metric_names_the_headline_table(built, tmp_path):
+    """`report.metric` makes its family the report's first table; the others follow in their usual order."""
+    spec = yaml.safe_load(yaml.safe_dump(report_study.STUDY))
+    spec["report"] = {"metric": "delta_p"}
+    store = StudyStore.open(built.tracking_uri, "tiny_report")
+    store.parent_run_id = None  # attach nothing: the built study's parent run keeps its own report
+    report = build_report(parse_study(spec), store, tmp_path / "reports")
+    keys = [table.family.key for table in report.document.tables]
+    assert keys[0] == "delta_p" and "perplexity" in keys[1:]
+    assert report.markdown.index("## ΔP") < report.markdown.index("## Perplexity")
+    assert {family.metric for family in FAMILIES} == set(typing.get_args(ReportMetric))

@@ -100,6 +100,6 @@ def test_schema_covers_study_and_trial_fields():
 
 def test_shipped_schema_file_is_current():
     shipped = Path(__file__).parents[1] / "studies" / "study.schema.json"
-    from orchestrator.schema import study_json_schema
+    from orchestrator.study.schema import study_json_schema
 
     assert json.loads(shipped.read_text()) == json.loads(json.dumps(study_json_schema()))

@@ -8,7 +8,6 @@ interrupted or extended).
 """
 
 from .build import Report, build_report, write_report
-from .results import StudyNotFound, ValueChoice, load_results, open_study_store, study_results
+from .results import ValueChoice, load_results, study_results
 
-__all__ = ["Report", "build_report", "write_report", "StudyNotFound", "ValueChoice", "load_results",
-           "open_study_store", "study_results"]
+__all__ = ["Report", "build_report", "write_report", "ValueChoice", "load_results", "study_results"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..study import Study
-from ..tracking import StudyTracker
+from ..tracking.store import StudyStore
 from . import plots, render_html, render_latex, render_md
 from .document import ReportDocument
 from .results import ValueChoice, metric_history, study_results
@@ -29,19 +29,18 @@ class Report:
 
 
 def _distinct(frame: pd.DataFrame, column: str) -> str:
-    if column not in frame:
-        return "?"
+    """The values of a config column across the trials (every trial has its full config as columns)."""
     return "/".join(str(v) for v in sorted({v for v in frame[column].dropna()}, key=str)) or "?"
 
 
-def build_report(study: Study, tracker: StudyTracker, reports_dir: Path, value: ValueChoice = ValueChoice()) -> Report:
-    frame = study_results(tracker, study, value)
+def build_report(study: Study, store: StudyStore, reports_dir: Path, value: ValueChoice = ValueChoice()) -> Report:
+    frame = study_results(store, study, value)
     trials, outside = frame[frame["in_study"]], frame[~frame["in_study"]]
     finished = trials[trials["status"] == "FINISHED"]
     value_text = value.describe(_distinct(trials, "config.train.steps"))
     tail_text = (f" Here K = {_distinct(trials, 'config.eval.tail_tokens')} and the training length is "
                  f"{_distinct(trials, 'config.train.seq_len')}.")
-    tables = build_tables(trials, list(study.axes), value_text, tail_text)
+    tables = build_tables(trials, list(study.axes), value_text, tail_text, headline=study.report.metric)
 
     folder = Path(reports_dir) / study.name
     plot_dir = folder / "plots"
@@ -55,12 +54,12 @@ def build_report(study: Study, tracker: StudyTracker, reports_dir: Path, value: 
         if table.family.key == "perplexity":
             figures += [plots.versus_swept(key, table, finished, plot_dir) for key in plots.swept_keys(finished)]
     order = trials.sort_values("row_index").drop_duplicates("label")
-    curves = plots.training_curves(metric_history(tracker, finished, "train_loss"),
+    curves = plots.training_curves(metric_history(store, finished, "train_loss"),
                                    list(zip(order["label"], order["baseline"])), plot_dir)
     figures += [curves] if curves else []
 
     document = ReportDocument(study_name=study.name, description=study.description,
-                              tracking_uri=tracker.tracking_uri, experiment_id=tracker.experiment_id,
+                              tracking_uri=store.tracking_uri, experiment_id=store.experiment_id,
                               value_text=value_text, trials=trials, outside=outside, tables=tables, plots=figures)
     markdown = render_md.render(document)
     written = {"report.md": markdown, "report.html": render_html.render(document),
@@ -76,12 +75,12 @@ def build_report(study: Study, tracker: StudyTracker, reports_dir: Path, value: 
         table.to_frame().to_csv(path, index=False)
         files.append(path)
     files += [figure.path for figure in figures]
-    tracker.log_artifacts(folder)
+    store.log_artifacts(folder)
     return Report(folder, markdown, document, files)
 
 
-def write_report(study: Study, tracker: StudyTracker, reports_dir: Path,
+def write_report(study: Study, store: StudyStore, reports_dir: Path,
                  value: ValueChoice = ValueChoice()) -> tuple[Path, str]:
     """What `orchestrator run` calls at the end: the report folder and its Markdown."""
-    report = build_report(study, tracker, reports_dir, value)
+    report = build_report(study, store, reports_dir, value)
     return report.folder, report.markdown

@@ -9,8 +9,7 @@ from typing import Callable
 
 import pandas as pd
 
-from ..tracking import SWEPT_TAG_PREFIX
-from .results import IDENTITY_COLUMNS
+from .columns import metric_columns
 
 
 @dataclass(frozen=True)
@@ -25,6 +24,7 @@ class Family:
     decimals: int
     compare: str  # "ratio" (positive quantities) or "difference" (signed ones, accuracies)
     significance: bool
+    metric: str  # its name as a study's report.metric (the headline table): ppl, delta_p, accuracy, time
     by_length: bool = False  # columns are evaluation lengths: plotted against the length
     reference: Callable[[list[str]], str] = lambda columns: columns[-1]  # the ratio/Δ column's source
 
@@ -78,28 +78,30 @@ FAMILIES = (
     Family("perplexity", "Perplexity by evaluation length",
            "Perplexity on the last K tokens of held-out windows of each evaluation length L. Lower is better.",
            match=lambda c: bool(_PPL.match(c)), header=lambda c: f"L={c[4:]}", order=lambda c: (int(c[4:]),),
-           lower_is_better=True, decimals=3, compare="ratio", significance=True, by_length=True),
+           lower_is_better=True, decimals=3, compare="ratio", significance=True, metric="ppl", by_length=True),
     Family("delta_p", "ΔP (information gain) by evaluation length",
            "ΔP(L) = perplexity with the last T_train tokens as context minus perplexity with all L tokens, on "
            "the same scored tail. Above 0: the model uses context beyond its training length. Higher is better.",
            match=lambda c: bool(_DELTA_P.match(c)), header=lambda c: f"L={c[8:]}", order=lambda c: (int(c[8:]),),
-           lower_is_better=False, decimals=3, compare="difference", significance=True, by_length=True),
+           lower_is_better=False, decimals=3, compare="difference", significance=True, metric="delta_p",
+           by_length=True),
     Family("accuracy", "Accuracy",
            "Per-token accuracy (averaged over the test lengths where the task has several). Higher is better.",
            match=lambda c: bool(_ACCURACY.match(c)), header=_accuracy_header, order=lambda c: (c,),
-           lower_is_better=False, decimals=3, compare="difference", significance=True),
+           lower_is_better=False, decimals=3, compare="difference", significance=True, metric="accuracy"),
     Family("time", "Time cost",
            "Milliseconds per training step and per forward pass (median after warm-up) where measured, and "
            "wall-clock seconds of training and evaluation. Lower is better; hardware as in the device column "
            "of the trials table.",
            match=lambda c: c.startswith("ms_") or c in _SECONDS, header=_time_header, order=_time_order,
-           lower_is_better=True, decimals=2, compare="ratio", significance=False, reference=_time_reference),
+           lower_is_better=True, decimals=2, compare="ratio", significance=False, metric="time",
+           reference=_time_reference),
 )
 
 
-def metric_columns(frame: pd.DataFrame) -> list[str]:
-    """Columns that hold metrics: everything that is not identity, config or swept values."""
-    return [c for c in frame.columns if c not in IDENTITY_COLUMNS and not c.startswith(("config.", SWEPT_TAG_PREFIX))]
+def headline_first(metric: str) -> list[Family]:
+    """The families in report order: the study's headline (report.metric) first, the others as listed."""
+    return sorted(FAMILIES, key=lambda family: family.metric != metric)
 
 
 def higher_is_better(column: str) -> bool:

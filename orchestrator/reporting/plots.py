@@ -17,7 +17,7 @@ from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator  # noqa: E4
 
 from dape_core import PRESETS  # noqa: E402
 
-from ..tracking import SWEPT_TAG_PREFIX  # noqa: E402
+from ..tracking.store import SWEPT_TAG_PREFIX  # noqa: E402
 from .tables import Table  # noqa: E402
 
 DPI = 110

@@ -14,21 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from mlflow.tracking import MlflowClient
 
-from ..study import Study
-from ..tracking import ROLE_TAG, SWEPT_TAG_PREFIX, TRIAL_ID_TAG, StudyTracker, flatten
-from ..trials import Trial, expand
-
-MISSING = "MISSING"
-# Metrics logged as a series over something other than training steps: their "latest" value means nothing.
-SERIES_METRICS = ("ppl_by_length",)
-IDENTITY_COLUMNS = ["label", "variant", "seed", "status", "baseline", "row_index", "in_study", "trial_id",
-                    "run_id", "run_name", "error", "device", "data_hash", "code_version", "start_time"]
-
-
-class StudyNotFound(LookupError):
-    """The tracking store has no experiment for the study (never run there, or the wrong store)."""
+from ..planning.trials import Trial, expand
+from ..study import Study, load_study
+from ..tracking.store import SWEPT_TAG_PREFIX, TRIAL_ID_TAG, StudyStore, flatten
+from ..tracking.uri import resolve_tracking_uri
+from .columns import CONFIG_PREFIX, IDENTITY_COLUMNS, MISSING, SERIES_METRICS, metric_columns
+from .metrics import higher_is_better
 
 
 @dataclass(frozen=True)
@@ -55,22 +47,6 @@ class ValueChoice:
         return f"final value of each run (model after {steps} training steps)"
 
 
-def open_study_store(tracking_uri: str, study_name: str) -> StudyTracker:
-    """The study's experiment and parent run in an existing store; never creates either."""
-    if tracking_uri.startswith("sqlite:///"):
-        path = Path(tracking_uri.removeprefix("sqlite:///"))
-        if not path.is_file():
-            raise StudyNotFound(f"no tracking store at {path}: run the study first or pass --tracking-uri")
-    if MlflowClient(tracking_uri).get_experiment_by_name(study_name) is None:
-        raise StudyNotFound(f"the tracking store {tracking_uri} has no experiment {study_name!r}: "
-                            f"run the study there first or pass the store it ran in with --tracking-uri")
-    tracker = StudyTracker(tracking_uri, study_name)
-    parents = tracker.client.search_runs([tracker.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'study'",
-                                         max_results=1, order_by=["attributes.start_time DESC"])
-    tracker.parent_run_id = parents[0].info.run_id if parents else None
-    return tracker
-
-
 def _param_value(text: str) -> Any:
     """MLflow keeps params as text; numbers, booleans, None and lists come back as Python values."""
     try:
@@ -89,7 +65,7 @@ def _run_row(run) -> dict:
         "device": tags.get("device"), "data_hash": tags.get("data_hash"), "code_version": tags.get("code_version"),
         "start_time": pd.Timestamp(info.start_time, unit="ms") if info.start_time else pd.NaT,
     }
-    row.update({f"config.{key}": _param_value(value) for key, value in run.data.params.items()})
+    row.update({f"{CONFIG_PREFIX}{key}": _param_value(value) for key, value in run.data.params.items()})
     row.update({key: _param_value(value) for key, value in tags.items() if key.startswith(SWEPT_TAG_PREFIX)})
     row.update({key: value for key, value in run.data.metrics.items() if key not in SERIES_METRICS})
     return row
@@ -101,18 +77,16 @@ def _counting_run(runs: list) -> Any:
     return max(finished or runs, key=lambda run: run.info.start_time or 0)
 
 
-def _select_values(client: MlflowClient, frame: pd.DataFrame, choice: ValueChoice) -> pd.DataFrame:
+def _select_values(store: StudyStore, frame: pd.DataFrame, choice: ValueChoice) -> pd.DataFrame:
     """Replace each metric cell by the chosen value of its history ("final" is what MLflow already keeps)."""
     if choice.kind == "final" or frame.empty:
         return frame
-    from .metrics import higher_is_better, metric_columns
-
     frame = frame.copy()
     for column in metric_columns(frame):
         for index, run_id in frame["run_id"].items():
             if not isinstance(run_id, str):
                 continue
-            history = client.get_metric_history(run_id, column)
+            history = store.client.get_metric_history(run_id, column)
             if choice.kind == "step":
                 points = [m.value for m in history if m.step == choice.step]
                 frame.at[index, column] = points[-1] if points else float("nan")
@@ -122,17 +96,17 @@ def _select_values(client: MlflowClient, frame: pd.DataFrame, choice: ValueChoic
     return frame
 
 
-def study_results(tracker: StudyTracker, study: Study | None = None, value: ValueChoice = ValueChoice()) -> pd.DataFrame:
+def study_results(store: StudyStore, study: Study | None = None, value: ValueChoice = ValueChoice()) -> pd.DataFrame:
     """One row per trial (see the module's docstring). With the study, rows follow the study file: its labels,
     its row order, its baseline, and a MISSING row for every trial the store has no run for."""
     by_trial: dict[str, list] = {}
-    for run in tracker.trial_runs():
+    for run in store.trial_runs():
         by_trial.setdefault(run.data.tags.get(TRIAL_ID_TAG) or run.info.run_id, []).append(run)
     rows = {trial_id: _run_row(_counting_run(runs)) for trial_id, runs in by_trial.items()}
     expected: list[Trial] = expand(study) if study is not None else []
     for trial in expected:
         row = rows.get(trial.trial_id) or {"status": MISSING, "trial_id": trial.trial_id, "run_id": None,
-                                          **{f"config.{k}": v for k, v in flatten(trial.config).items()},
+                                          **{f"{CONFIG_PREFIX}{k}": v for k, v in flatten(trial.config).items()},
                                           **{f"{SWEPT_TAG_PREFIX}{k}": v for k, v in trial.overrides.items()}}
         # The study file names the rows (a relabelled variant keeps its runs: identity is the config hash).
         row.update(label=trial.label, variant=trial.variant, seed=trial.seed, baseline=trial.baseline,
@@ -144,7 +118,7 @@ def study_results(tracker: StudyTracker, study: Study | None = None, value: Valu
     frame = pd.DataFrame(list(rows.values()))
     if frame.empty:
         return pd.DataFrame(columns=IDENTITY_COLUMNS)
-    frame = _select_values(tracker.client, frame, value)
+    frame = _select_values(store, frame, value)
     ordered = [c for c in IDENTITY_COLUMNS if c in frame.columns]
     rest = sorted(c for c in frame.columns if c not in ordered)
     frame = frame[ordered + rest].sort_values(["in_study", "row_index", "seed"], ascending=[False, True, True])
@@ -156,24 +130,21 @@ def load_results(study: Study | str | Path, tracking_uri: str | None = None, val
 
     `study` is a study file, a parsed Study, or just the study's name (then rows come from the store alone).
     `tracking_uri` defaults like the command line's (MLFLOW_TRACKING_URI, else ./mlruns/mlflow.db)."""
-    from ..study import load_study
-    from ..tracking import resolve_tracking_uri
-
     parsed = study if isinstance(study, Study) else None
     if parsed is None and (isinstance(study, Path) or str(study).endswith((".yaml", ".yml"))):
         parsed = load_study(study)
     name = parsed.name if parsed is not None else str(study)
-    tracker = open_study_store(resolve_tracking_uri(tracking_uri), name)
-    return study_results(tracker, parsed, ValueChoice.parse(value))
+    store = StudyStore.open(resolve_tracking_uri(tracking_uri), name)
+    return study_results(store, parsed, ValueChoice.parse(value))
 
 
-def metric_history(tracker: StudyTracker, frame: pd.DataFrame, metric: str) -> pd.DataFrame:
+def metric_history(store: StudyStore, frame: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The per-step history of one metric for every run in `frame`: label, seed, step, value (long form)."""
     rows = []
     for _, trial in frame.iterrows():
         if not isinstance(trial.get("run_id"), str):
             continue
-        for point in tracker.client.get_metric_history(trial["run_id"], metric):
+        for point in store.client.get_metric_history(trial["run_id"], metric):
             rows.append({"label": trial["label"], "row_index": trial["row_index"], "seed": trial["seed"],
                          "step": point.step, "value": point.value})
     return pd.DataFrame(rows, columns=["label", "row_index", "seed", "step", "value"])

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..tracking import SWEPT_TAG_PREFIX
-from .metrics import FAMILIES, Family
+from ..tracking.store import SWEPT_TAG_PREFIX
+from .metrics import Family, headline_first
 from .stats import MIN_SEEDS, Comparison, Summary, apply_holm, compare, summarise
 
 
@@ -163,9 +163,11 @@ def build_table(family: Family, frame: pd.DataFrame, axis_keys: list[str], value
     return table
 
 
-def build_tables(frame: pd.DataFrame, axis_keys: list[str], value_text: str, tail_text: str = "") -> list[Table]:
+def build_tables(frame: pd.DataFrame, axis_keys: list[str], value_text: str, tail_text: str = "",
+                 headline: str = "ppl") -> list[Table]:
+    """One table per metric family the trials logged, the `headline` family (report.metric) first."""
     tables = []
-    for family in FAMILIES:
+    for family in headline_first(headline):
         table = build_table(family, frame, axis_keys, value_text, tail_text if family.by_length else "")
         if table is not None:
             tables.append(table)

@@ -1,5 +1,6 @@
-"""Console progress of a study. In a terminal: a live table of trials (state, step, latest loss, metric,
-ETA). Elsewhere (CI logs, pipes): one line per event, which reads well in a file."""
+"""Console progress of a study, a listener of the trial events. In a terminal: a live table of trials
+(state, step, latest loss, metric, ETA). Elsewhere (CI logs, pipes): one line per event, which reads well
+in a file."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from .trials import Trial
+from ..execution.protocol import accuracies, final_metrics, perplexity_by_length
+from ..planning.trials import Trial
+from .events import TrialFailed, TrialFinished, TrialListener, TrialResult, TrialRetried, TrialStarted
 
 
 @dataclass
@@ -30,7 +33,7 @@ class _Row:
         return f"{seconds:.0f}s"
 
 
-class Progress:
+class ConsoleProgress(TrialListener):
     def __init__(self, total_trials: int, console: Console | None = None, every_steps: int = 100,
                  live: bool | None = None):
         self.console = console or Console(highlight=False, soft_wrap=True)
@@ -41,7 +44,7 @@ class Progress:
         self._live: Live | None = None
 
     # --- lifecycle: the runner wraps the study in `with progress:` --------------------------------------
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> "ConsoleProgress":
         if self.live_enabled:
             self._live = Live(self._table(), console=self.console, refresh_per_second=2, transient=False)
             self._live.__enter__()
@@ -78,13 +81,24 @@ class Progress:
     def message(self, text: str) -> None:
         self.console.print(text)
 
-    def trial_started(self, trial: Trial) -> None:
-        row = self.rows.setdefault(trial.trial_id, _Row(trial.run_name))
-        row.state, row.started = "running", time.monotonic()
-        self._line(trial, "started")
+    def _row(self, trial: Trial) -> _Row:
+        return self.rows.setdefault(trial.trial_id, _Row(trial.run_name, started=time.monotonic()))
 
-    def trial_step(self, trial: Trial, step: int, total_steps: int, loss: float | None) -> None:
-        row = self.rows.setdefault(trial.trial_id, _Row(trial.run_name, started=time.monotonic()))
+    def trial_started(self, event: TrialStarted) -> None:
+        row = self._row(event.trial)
+        row.state, row.started = "running", time.monotonic()
+        self._line(event.trial, "started")
+
+    def trial_result(self, event: TrialResult) -> None:
+        if event.final:
+            if not event.result.get("error"):  # a failure is shown when the trial ends
+                metrics = final_metrics(event.result)
+                self._evaluated(event.trial, perplexity_by_length(metrics), accuracies(metrics))
+        elif "train_loss" in event.result:  # validation results carry val_loss only
+            self._step(event.trial, event.step, int(event.result.get("total_steps", 0)), event.result["train_loss"])
+
+    def _step(self, trial: Trial, step: int, total_steps: int, loss: float | None) -> None:
+        row = self._row(trial)
         row.step, row.total, row.loss = step, total_steps, loss
         if self._live is not None:
             self._refresh()
@@ -95,8 +109,8 @@ class Progress:
         elapsed = time.monotonic() - row.started
         self._line(trial, f"step {step}/{total_steps}  loss {loss_text}  {elapsed:.0f}s elapsed, ~{row.eta() or '0s'} to go")
 
-    def trial_evaluated(self, trial: Trial, perplexity: dict[int, float], accuracy: dict[str, float] | None = None) -> None:
-        row = self.rows.setdefault(trial.trial_id, _Row(trial.run_name))
+    def _evaluated(self, trial: Trial, perplexity: dict[int, float], accuracy: dict[str, float]) -> None:
+        row = self._row(trial)
         if perplexity:
             longest = max(perplexity)
             row.metric = f"ppl@{longest} {perplexity[longest]:.3f}"
@@ -107,14 +121,17 @@ class Progress:
                 row.metric = f"acc test {accuracy['che_acc_test']:.3f}"
             self._line(trial, "  ".join(f"{name}: {value:.3f}" for name, value in accuracy.items()))
 
-    def trial_finished(self, trial: Trial) -> None:
-        row = self.rows.setdefault(trial.trial_id, _Row(trial.run_name))
+    def trial_finished(self, event: TrialFinished) -> None:
+        row = self._row(event.trial)
         row.state = "finished"
-        self._line(trial, f"[green]finished[/green] in {time.monotonic() - row.started:.0f}s")
+        self._line(event.trial, f"[green]finished[/green] in {time.monotonic() - row.started:.0f}s")
 
-    def trial_failed(self, trial: Trial, reason: str) -> None:
-        row = self.rows.setdefault(trial.trial_id, _Row(trial.run_name))
+    def trial_failed(self, event: TrialFailed) -> None:
+        row = self._row(event.trial)
         row.state = "FAILED"
         if self._live is not None:
-            self.console.print(f"{trial.run_name}: [red]FAILED[/red]: {reason}")
-        self._line(trial, f"[red]FAILED[/red]: {reason}")
+            self.console.print(f"{event.trial.run_name}: [red]FAILED[/red]: {event.reason}")
+        self._line(event.trial, f"[red]FAILED[/red]: {event.reason}")
+
+    def trial_retried(self, event: TrialRetried) -> None:
+        self.message(f"{event.trial.run_name}: crashed ({event.reason}); retrying")

@@ -7,7 +7,7 @@ from pydantic import TypeAdapter
 
 from dape_core import ExperimentConfig
 
-from .study import Study
+from .model import Study
 
 
 def study_json_schema() -> dict:

@@ -1,4 +1,5 @@
-"""A Ray Tune callback on the driver that hands Tune's trial events to the TrialRecorder."""
+"""A Ray Tune callback on the driver that turns Tune's trial events into the study's own trial events
+(tracking/events.py), whose listeners write MLflow and the console."""
 
 from __future__ import annotations
 
@@ -6,17 +7,18 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from .recorder import TrialRecorder
-from .trials import materialize
+from ..errors import last_error_line
+from ..planning.trials import materialize
+from ..tracking.events import TrialEvents
 
 
-class TuneRecorderCallback(Callback):
-    def __init__(self, recorder: TrialRecorder):
-        self.recorder = recorder
+class TuneEventsCallback(Callback):
+    def __init__(self, events: TrialEvents):
+        self.events = events
 
     def __getstate__(self) -> dict:
         # Ray Tune pickles its run config (callbacks included) into the experiment state for restore;
-        # the recorder holds an MLflow client and a console (locks) and is re-attached by the driver.
+        # the listeners hold an MLflow client and a console (locks) and are re-attached by the driver.
         return {}
 
     @staticmethod
@@ -26,21 +28,21 @@ class TuneRecorderCallback(Callback):
         return f"{concrete.trial_id}:{trial.trial_id}" if trial.config.get("params") else concrete.trial_id
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self.recorder.start(materialize(trial.config), self._key(trial))
+        self.events.started(materialize(trial.config), self._key(trial))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.recorder.result(materialize(trial.config), result, self._key(trial))
+        self.events.result(materialize(trial.config), result, self._key(trial))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self.recorder.complete(materialize(trial.config), self._key(trial))
+        self.events.ended(materialize(trial.config), self._key(trial))
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         reason = last_error_line(_error_text(trial)) or "trial process died"
-        self.recorder.retry(materialize(trial.config), reason, self._key(trial))
+        self.events.crashed(materialize(trial.config), reason, self._key(trial))
 
     def on_trial_error(self, iteration, trials, trial, **info):
         reason = last_error_line(_error_text(trial)) or "trial process failed"
-        self.recorder.error(materialize(trial.config), reason, self._key(trial))
+        self.events.errored(materialize(trial.config), reason, self._key(trial))
 
 
 def _error_text(trial) -> str | None:
@@ -49,15 +51,3 @@ def _error_text(trial) -> str | None:
     if path and Path(path).is_file():
         return Path(path).read_text()
     return trial.get_error()
-
-
-def last_error_line(trace: str | None) -> str:
-    """The exception line of an error trace ("ValueError: ..."), which is what a researcher needs first."""
-    if not trace:
-        return ""
-    lines = [line.strip() for line in str(trace).strip().splitlines() if line.strip()]
-    for line in reversed(lines):
-        head = line.split(":")[0]
-        if head.endswith(("Error", "Exception")) or "Error(" in head:
-            return line
-    return lines[-1]

@@ -1,22 +1,22 @@
-"""Run a validated study: skip finished trials, run the rest (Ray Tune, or in-process with `local`), log to
-MLflow through the driver's recorder, and write the report."""
+"""Run a validated study: skip finished trials, run the rest (Ray Tune, or in-process with `local`), their
+events written to MLflow by the driver's recorder and shown by the console, and write the report."""
 
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import TrackingServerUnreachable, exception_chain
-from .progress import Progress
-from .recorder import TrialRecorder
-from .report import write_report
-from .study import Study
-from .tracking import StudyTracker
-from .trials import Trial, expand
+from ..errors import TrackingServerUnreachable, exception_chain
+from ..planning.trials import Trial, expand
+from ..reporting import write_report
+from ..study import Study
+from ..tracking.console import ConsoleProgress
+from ..tracking.events import Tally, TrialEvents
+from ..tracking.recorder import MLflowRecorder
+from ..tracking.store import StudyStore
 
 
 @dataclass
@@ -54,54 +54,43 @@ def code_version() -> str:
         return "unknown"
 
 
-def select_trials(study: Study, tracker: StudyTracker, failed_only: bool = False) -> tuple[list[Trial], list[Trial]]:
+def select_trials(study: Study, store: StudyStore, failed_only: bool = False) -> tuple[list[Trial], list[Trial]]:
     """(to run, already finished). With `failed_only`, only trials whose latest run FAILED are run."""
     trials = expand(study)
     if study.search.algorithm != "grid":
         return trials, []  # sampled trials have no identity before Tune samples them
-    done = tracker.finished_trial_ids()
+    done = store.finished_trial_ids()
     todo = [t for t in trials if t.trial_id not in done]
     if failed_only:
-        failed = tracker.failed_trial_ids()
+        failed = store.failed_trial_ids()
         todo = [t for t in todo if t.trial_id in failed]
     return todo, [t for t in trials if t.trial_id in done]
 
 
 def run_study(study: Study, tracking_uri: str, address: str | None = None, reports_dir: Path = Path("reports"),
-              storage_dir: Path = Path(".orchestrator"), progress: Progress | None = None, local: bool = False,
+              storage_dir: Path = Path(".orchestrator"), progress: ConsoleProgress | None = None, local: bool = False,
               failed_only: bool = False) -> StudyOutcome:
     started = time.monotonic()
-    tracker = StudyTracker(tracking_uri, study.name)
-    todo, skipped = select_trials(study, tracker, failed_only)
-    progress = progress or Progress(len(todo))
+    store = StudyStore.create(tracking_uri, study.name)
+    todo, skipped = select_trials(study, store, failed_only)
+    progress = progress or ConsoleProgress(len(todo))
     progress.total = len(todo) if study.search.algorithm == "grid" else study.search.num_samples * len(todo)
     version = code_version()
-    tracker.start_parent({"description": study.description[:4000], "code_version": version,
-                          "trials": str(len(todo) + len(skipped))})
-    tracker.mark_stale_runs({trial.trial_id for trial in todo})
+    store.start_parent({"description": study.description[:4000], "code_version": version,
+                        "trials": str(len(todo) + len(skipped))})
+    store.mark_stale_runs({trial.trial_id for trial in todo})
     if skipped:
         progress.message(f"{len(skipped)} trial(s) already finished in the tracking store: not rerun")
     outcome = StudyOutcome(trials=todo + skipped, skipped=skipped)
-    recorder = TrialRecorder(tracker, progress, {"code_version": version, "study": study.name})
+    # The recorder first: a listener that fails (the tracking server went away) stops the study before the
+    # console says a trial finished that the store does not know about.
+    events = TrialEvents([MLflowRecorder(store, {"code_version": version, "study": study.name}), progress])
     status = "FINISHED"
     try:
         if todo:
             with progress:
-                if local:
-                    _run_local(todo, recorder, study, storage_dir)
-                    outcome.concurrency = 1
-                else:
-                    from .tune_runner import run_with_tune
-
-                    outcome.concurrency = run_with_tune(study, todo, recorder, storage_dir, address, progress)
-        outcome.failed = dict(recorder.failed)
-        outcome.trial_seconds = sum(recorder.train_seconds.values())
-        outcome.steps_run = sum(recorder.steps_run.values())
-        outcome.trials_run = len(recorder.run_ids)
-        if study.search.algorithm == "grid":
-            for trial in todo:
-                if trial.trial_id not in recorder.finished and trial.trial_id not in recorder.failed:
-                    outcome.failed[trial.trial_id] = "trial did not finish"
+                outcome.concurrency = _run_trials(study, todo, events, storage_dir, address, progress, local)
+        _tally_outcome(outcome, events.tally, study, todo)
         if outcome.failed:
             status = "FAILED"
     except BaseException as error:
@@ -114,25 +103,33 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
     finally:
         if status:
             try:
-                tracker.end_parent(status)
+                store.end_parent(status)
             except Exception:  # the store may be the thing that failed; the original error matters more
                 logging.getLogger(__name__).debug("could not close the parent run", exc_info=True)
-    outcome.report_dir, outcome.report_markdown = write_report(study, tracker, reports_dir)
+    outcome.report_dir, outcome.report_markdown = write_report(study, store, reports_dir)
     outcome.wall_seconds = time.monotonic() - started
     return outcome
 
 
-def _run_local(trials: list[Trial], recorder: TrialRecorder, study: Study, storage_dir: Path) -> None:
-    """Trials one by one in this process, without Ray: for stepping through a trial with a debugger."""
-    from .trainable import execute
+def _run_trials(study: Study, todo: list[Trial], events: TrialEvents, storage_dir: Path, address: str | None,
+                progress: ConsoleProgress, local: bool) -> int:
+    """Run the trials; returns how many could run at once."""
+    if local:
+        from .local import run_local
 
-    threads = max(1, int(study.resources.cpus))
-    for trial in trials:
-        recorder.start(trial)
-        try:
-            tune_config = {"trial": trial.payload(), "checkpoint_root": str(storage_dir.resolve() / "checkpoints")}
-            execute(tune_config, lambda result, t=trial: recorder.result(t, result), threads)
-        except Exception as error:  # a failing trial is recorded; the study goes on
-            recorder.error(trial, f"{type(error).__name__}: {error}")
-            continue
-        recorder.complete(trial)
+        run_local(todo, events, study, storage_dir)
+        return 1
+    from .ray_tune import run_with_tune  # Ray is imported only when trials run on it
+
+    return run_with_tune(study, todo, events, storage_dir, address, progress)
+
+
+def _tally_outcome(outcome: StudyOutcome, tally: Tally, study: Study, todo: list[Trial]) -> None:
+    outcome.failed = dict(tally.failed)
+    outcome.trial_seconds = sum(tally.work_seconds.values())
+    outcome.steps_run = sum(tally.steps_run.values())
+    outcome.trials_run = len(tally.started)
+    if study.search.algorithm == "grid":
+        for trial in todo:
+            if trial.trial_id not in tally.finished and trial.trial_id not in tally.failed:
+                outcome.failed[trial.trial_id] = "trial did not finish"

@@ -17,46 +17,26 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 from typing import Callable
 
+from .store import StudyStore, no_experiment, require_store
 
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT_S = 120.0
 
 
 class UIError(RuntimeError):
-    """The UI cannot be shown: no such store or experiment, or the port is taken."""
-
-
-def is_server(tracking_uri: str) -> bool:
-    return tracking_uri.startswith(("http://", "https://"))
+    """The UI cannot be shown: the port is taken or the server does not start. (No such store or
+    experiment: StudyNotFound.)"""
 
 
 def experiment_url(base_url: str, experiment_id: str) -> str:
     return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}"
 
 
-def check_store(tracking_uri: str) -> None:
-    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri.removeprefix("sqlite:///")).is_file():
-        raise UIError(f"no tracking store at {tracking_uri.removeprefix('sqlite:///')}: run the study first "
-                      f"or pass --tracking-uri")
-
-
-def _not_found(tracking_uri: str, study_name: str) -> UIError:
-    return UIError(f"the tracking store {tracking_uri} has no experiment {study_name!r}: run the study there "
-                   f"first or pass the store it ran in with --tracking-uri")
-
-
 def experiment_id(tracking_uri: str, study_name: str) -> str:
     """Through MLflow's client, which honours the server's credentials (MLFLOW_TRACKING_TOKEN, ...)."""
-    from mlflow.tracking import MlflowClient
-
-    check_store(tracking_uri)
-    experiment = MlflowClient(tracking_uri).get_experiment_by_name(study_name)
-    if experiment is None:
-        raise _not_found(tracking_uri, study_name)
-    return experiment.experiment_id
+    return StudyStore.open(tracking_uri, study_name).experiment_id
 
 
 def served_experiment_id(base_url: str, study_name: str) -> str | None:
@@ -101,7 +81,7 @@ def _healthy(base_url: str) -> bool:
 def serve(tracking_uri: str, study_name: str, port: int, on_ready: Callable[[str], None]) -> int:
     """Run `mlflow ui` on the store until it exits or this process is interrupted or terminated (the signal
     is passed on); `on_ready(experiment page URL)` is called once the server answers. Returns its exit code."""
-    check_store(tracking_uri)
+    require_store(tracking_uri)
     if not _port_free(port):
         raise UIError(f"port {port} on {HOST} is in use: pass another with --port")
     base_url = f"http://{HOST}:{port}"
@@ -121,7 +101,7 @@ def serve(tracking_uri: str, study_name: str, port: int, on_ready: Callable[[str
         if server.poll() is None:
             experiment = served_experiment_id(base_url, study_name)
             if experiment is None:
-                raise _not_found(tracking_uri, study_name)
+                raise no_experiment(tracking_uri, study_name)
             on_ready(experiment_url(base_url, experiment))
         return server.wait()
     finally:

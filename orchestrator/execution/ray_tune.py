@@ -11,13 +11,13 @@ import ray
 from ray import tune
 from ray.exceptions import AuthenticationError
 
-from .errors import RayClusterUnreachable, exception_chain
-from .mlflow_callback import TuneRecorderCallback
-from .progress import Progress
-from .recorder import TrialRecorder
-from .study import Distribution, Study
+from ..errors import RayClusterUnreachable, exception_chain
+from ..planning.trials import Trial
+from ..study import Distribution, Study
+from ..tracking.console import ConsoleProgress
+from ..tracking.events import TrialEvents
 from .trainable import run_trial
-from .trials import Trial
+from .tune_callback import TuneEventsCallback
 
 
 def start_ray(address: str | None) -> None:
@@ -93,8 +93,8 @@ def _scheduler(study: Study, max_steps: int):
                          reduction_factor=study.scheduler.reduction_factor)
 
 
-def run_with_tune(study: Study, trials: list[Trial], recorder: TrialRecorder, storage_dir: Path,
-                  address: str | None, progress: Progress) -> int:
+def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storage_dir: Path,
+                  address: str | None, progress: ConsoleProgress) -> int:
     """Run the trials; returns how many could run at once (for the overhead figure)."""
     start_ray(address)
     cpus = ray.cluster_resources().get("CPU", 1)
@@ -125,7 +125,7 @@ def run_with_tune(study: Study, trials: list[Trial], recorder: TrialRecorder, st
             name=study.name,
             storage_path=str(storage_dir.resolve() / "ray_results"),
             verbose=0,
-            callbacks=[TuneRecorderCallback(recorder)],
+            callbacks=[TuneEventsCallback(events)],
             failure_config=tune.FailureConfig(max_failures=study.resources.max_retries),
         ),
     )

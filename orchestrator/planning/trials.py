@@ -15,7 +15,7 @@ from typing import Any
 
 from dape_core import ExperimentConfig
 
-from .study import Study, resolve
+from ..study import Study, resolve
 
 
 @dataclass(frozen=True)

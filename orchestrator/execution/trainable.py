@@ -10,8 +10,8 @@ from typing import Callable
 from dape_core import ExperimentConfig, NonFiniteLossError, run_experiment
 from dape_core.train import TrainerCallback
 
-from .recorder import FINAL_FLAG
-from .trials import materialize
+from ..planning.trials import materialize
+from .protocol import FINAL_FLAG
 
 Report = Callable[[dict], None]
 

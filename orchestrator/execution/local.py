@@ -1,0 +1,24 @@
+"""`orchestrator run --local`: the trials one by one in this process, without Ray, for stepping through a
+trial with a debugger. It feeds the same trial events as Ray Tune's callback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..planning.trials import Trial
+from ..study import Study
+from ..tracking.events import TrialEvents
+from .trainable import execute
+
+
+def run_local(trials: list[Trial], events: TrialEvents, study: Study, storage_dir: Path) -> None:
+    threads = max(1, int(study.resources.cpus))
+    for trial in trials:
+        events.started(trial)
+        try:
+            tune_config = {"trial": trial.payload(), "checkpoint_root": str(storage_dir.resolve() / "checkpoints")}
+            execute(tune_config, lambda result, t=trial: events.result(t, result), threads)
+        except Exception as error:  # a failing trial is recorded; the study goes on
+            events.errored(trial, f"{type(error).__name__}: {error}")
+            continue
+        events.ended(trial)

@@ -1,0 +1,34 @@
+"""What a trial reports, shared by the worker that reports it (trainable.py) and the driver that reads it
+(tracking/): plain constants, so that the worker imports neither MLflow nor the driver's recorder.
+
+A trial reports progress results (`step`, `total_steps`, `train_loss` and `lr`, or `val_loss`) and one final
+result carrying FINAL_FLAG: its metrics (ppl_<L>, delta_p_<L>, ms_per_step, ...), provenance strings, and
+`error` when the trial ended itself with a reason (a NaN loss).
+"""
+
+from __future__ import annotations
+
+FINAL_FLAG = "final"
+# Logged step by step as they arrive (and so not again with the final result).
+PERIODIC_KEYS = ("train_loss", "lr", "val_loss")
+# Final-result values that are text: logged as tags.
+STRING_RESULT_KEYS = ("data_hash", "device", "ray_node_id", "error")
+# Bookkeeping of the protocol and of Ray Tune, never metrics.
+BOOKKEEPING_KEYS = frozenset({FINAL_FLAG, "step", "total_steps", "training_iteration", "timestamp",
+                              "time_this_iter_s", "time_total_s", "pid", "time_since_restore",
+                              "iterations_since_restore", "done"})
+
+
+def final_metrics(result: dict) -> dict[str, float]:
+    """The numeric metrics of a final result, without bookkeeping and without the periodic keys."""
+    return {key: value for key, value in result.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+            and key not in BOOKKEEPING_KEYS and key not in PERIODIC_KEYS}
+
+
+def perplexity_by_length(metrics: dict[str, float]) -> dict[int, float]:
+    return {int(key[4:]): value for key, value in metrics.items() if key.startswith("ppl_") and key[4:].isdigit()}
+
+
+def accuracies(metrics: dict[str, float]) -> dict[str, float]:
+    return {name: value for name, value in metrics.items() if name.startswith(("che_acc_", "acc_"))}

@@ -1,0 +1,21 @@
+"""The vocabulary of a study's results frame (results.py): which columns say who a trial is, which hold its
+config and swept values, and which are metrics (everything else, so that a new metric needs no code here)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..tracking.store import SWEPT_TAG_PREFIX
+
+MISSING = "MISSING"  # the status of a trial the study defines but the store has no run for
+# Metrics logged as a series over something other than training steps: their "latest" value means nothing.
+SERIES_METRICS = ("ppl_by_length",)
+IDENTITY_COLUMNS = ["label", "variant", "seed", "status", "baseline", "row_index", "in_study", "trial_id",
+                    "run_id", "run_name", "error", "device", "data_hash", "code_version", "start_time"]
+CONFIG_PREFIX = "config."
+
+
+def metric_columns(frame: pd.DataFrame) -> list[str]:
+    """Columns that hold metrics: everything that is not identity, config or swept values."""
+    return [c for c in frame.columns
+            if c not in IDENTITY_COLUMNS and not c.startswith((CONFIG_PREFIX, SWEPT_TAG_PREFIX))]

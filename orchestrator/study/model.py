@@ -1,0 +1,178 @@
+"""The study format: pydantic models of a study file's fields and the checks between them.
+
+A study is a `base` trial config (the model/data/train/eval sections of `dape_core.ExperimentConfig`) and
+the ways it is varied:
+- `axes`: a grid over dotted keys (`model.kernel_size: [1, 3, 5]`), or, with `one_at_a_time: true`, each
+  axis varied alone from the baseline's values while the others stay put;
+- `zip`: dotted keys whose value lists vary together (kernel size with a cost-matched D_dape);
+- `exclude`: partial assignments whose combinations are dropped;
+- `variants`: named rows (a label plus dotted overrides), one of which may be the baseline;
+- `seeds`: repeats of every row;
+- `search`: grid (the default: the rows above), random or Optuna TPE over declared distributions;
+- `profiles`: named dotted overrides of the study itself (`base.train.steps: 50000`, `resources.gpus: 1`);
+- `report`: the report's headline metric family and its baseline row.
+The rows these make are in `rows.py`; loading, profiles and per-trial validation in `load.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .rows import Cell, study_cells
+
+SECTIONS = ("model", "data", "train", "eval", "che")  # dape_core.ExperimentConfig's sections
+# The report's metric families (orchestrator.reporting.metrics.FAMILIES), by the prefix of their columns.
+ReportMetric = Literal["ppl", "delta_p", "accuracy", "time"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Variant(_Strict):
+    label: str = Field(min_length=1, description="Row name in the report, e.g. 'DAPE1x3-Kerple'.")
+    baseline: bool = Field(False, description="The variant other rows are compared against.")
+    set: dict[str, Any] = Field(default_factory=dict, description="Dotted-key overrides of `base`.")
+
+
+class Resources(_Strict):
+    cpus: float = Field(1.0, gt=0, description="CPUs per trial (also the trial's torch threads).")
+    gpus: float = Field(0.0, ge=0, description="GPUs per trial; fractions share a GPU.")
+    max_concurrent: int | None = Field(None, ge=1, description="At most this many trials at once.")
+    max_retries: int = Field(1, ge=0, description="Times a crashed trial is retried.")
+    gpu_memory_gb: float | None = Field(None, gt=0, description="Device memory per GPU, for `plan`'s fit check.")
+
+
+class Distribution(_Strict):
+    """A search dimension: `choice` (values), `uniform`/`loguniform` (low, high), `int` (low, high)."""
+
+    type: Literal["choice", "uniform", "loguniform", "int"]
+    values: list[Any] | None = None
+    low: float | None = None
+    high: float | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> "Distribution":
+        if self.type == "choice":
+            if not self.values:
+                raise ValueError("a 'choice' distribution needs a non-empty 'values' list")
+        else:
+            if self.low is None or self.high is None:
+                raise ValueError(f"a {self.type!r} distribution needs 'low' and 'high'")
+            if not self.low < self.high:
+                raise ValueError(f"'low' ({self.low}) must be below 'high' ({self.high})")
+            if self.type == "loguniform" and self.low <= 0:
+                raise ValueError("a 'loguniform' distribution needs low > 0")
+        return self
+
+
+class Search(_Strict):
+    algorithm: Literal["grid", "random", "optuna"] = "grid"
+    num_samples: int = Field(1, ge=1, description="Configurations sampled (random/optuna).")
+    metric: str = Field("val_loss", description="Metric the searcher and scheduler optimise.")
+    mode: Literal["min", "max"] = "min"
+    space: dict[str, Distribution] = Field(default_factory=dict, description="Dotted key -> distribution.")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _space_for_samplers(self) -> "Search":
+        if self.algorithm != "grid" and not self.space:
+            raise ValueError(f"search.algorithm {self.algorithm!r} needs a 'space' of distributions")
+        if self.algorithm == "grid" and self.space:
+            raise ValueError("search.space is for random/optuna; a grid is declared with 'axes'")
+        return self
+
+
+class Scheduler(_Strict):
+    type: Literal["none", "asha"] = "none"
+    metric: str | None = Field(None, description="Defaults to search.metric.")
+    grace_period: int = Field(100, ge=1, description="Steps every trial runs before it may be stopped.")
+    reduction_factor: float = Field(3, gt=1)
+
+
+class ReportSpec(_Strict):
+    metric: ReportMetric = Field("ppl", description="The report's headline metric family, its first table: "
+                                 "ppl (perplexity by length), delta_p (ΔP by length), accuracy (CHE tasks), "
+                                 "time (ms per step, seconds). The other families follow.")
+    baseline: str | None = Field(None, description="Row label the others are compared against "
+                                 "(default: the variant marked baseline).")
+
+
+class Study(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Experiment name in MLflow.")
+    description: str = ""
+    base: dict[str, Any] = Field(default_factory=dict, description="Shared trial config: model, data, train, eval (and che for CHE tasks).")
+    axes: dict[str, list[Any]] = Field(default_factory=dict, description="Grid over dotted keys.")
+    one_at_a_time: bool = Field(False, description="Vary each axis alone from the baseline instead of a grid.")
+    zip: dict[str, list[Any]] = Field(default_factory=dict, description="Dotted keys whose values vary together.")
+    exclude: list[dict[str, Any]] = Field(default_factory=list, description="Partial assignments to drop.")
+    variants: list[Variant] = Field(default_factory=list)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    search: Search = Field(default_factory=Search)
+    scheduler: Scheduler = Field(default_factory=Scheduler)
+    resources: Resources = Field(default_factory=Resources)
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Named dotted overrides of the study.")
+    report: ReportSpec = Field(default_factory=ReportSpec)
+
+    @field_validator("axes", "zip")
+    @classmethod
+    def _non_empty_lists(cls, values: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        empty = [key for key, items in values.items() if not items]
+        if empty:
+            raise ValueError(f"{empty[0]!r} has no values; give at least one or remove it")
+        for key in values:
+            if key.split(".")[0] not in SECTIONS:
+                raise ValueError(f"{key!r} must start with one of the sections {', '.join(SECTIONS)}")
+        return values
+
+    @field_validator("zip")
+    @classmethod
+    def _zip_lengths(cls, values: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        lengths = {key: len(items) for key, items in values.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"zipped lists must have equal lengths, got {lengths}")
+        return values
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds repeat ({seeds}); each seed runs once")
+        return seeds
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Study":
+        labels = [variant.label for variant in self.variants]
+        duplicates = sorted({label for label in labels if labels.count(label) > 1})
+        if duplicates:
+            raise ValueError(f"variants: duplicate label(s) {duplicates}; each row of the report needs its own name")
+        if sum(variant.baseline for variant in self.variants) > 1:
+            raise ValueError("variants: more than one variant is marked baseline: true; mark exactly one")
+        if self.search.algorithm != "grid" and (self.axes or self.zip):
+            raise ValueError(
+                f"search.algorithm {self.search.algorithm!r} cannot take grid 'axes'/'zip' (Ray Tune's samplers "
+                "do not expand grids): declare them in search.space as {type: choice, values: [...]}"
+            )
+        if self.one_at_a_time and not self.axes:
+            raise ValueError("one_at_a_time: true needs 'axes' to vary")
+        if self.report.baseline is not None:
+            labels = [cell.label for cell in self.cells()]
+            if self.report.baseline not in labels:
+                raise ValueError(f"report.baseline {self.report.baseline!r} is not a row of this study; rows: {labels}")
+        overlap = set(self.axes) & set(self.zip)
+        if overlap:
+            raise ValueError(f"keys {sorted(overlap)} appear in both 'axes' and 'zip'; use one")
+        return self
+
+    @property
+    def baseline_label(self) -> str | None:
+        if self.report.baseline:
+            return self.report.baseline
+        marked = [cell.label for cell in self.cells() if cell.baseline]
+        return marked[0] if marked else None
+
+    def cells(self) -> list[Cell]:
+        """The study's rows before seeds: each variant (or the base alone) crossed with the swept points."""
+        return study_cells(self, self.variants or [Variant(label=self.name, baseline=True)])

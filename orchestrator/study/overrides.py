@@ -1,0 +1,44 @@
+"""Dotted overrides (`model.kernel_size: 3`): of a trial config (variants, axes, search samples) and of the
+study document itself (profiles, `key=value` on the command line)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+
+
+def set_dotted(config: dict, dotted_key: str, value: Any) -> None:
+    *parents, leaf = dotted_key.split(".")
+    node = config
+    for key in parents:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"{dotted_key!r}: {key!r} is not a section")
+    node[leaf] = value
+
+
+def resolve(base: dict, overrides: dict[str, Any]) -> dict:
+    config = copy.deepcopy(base)
+    for key, value in overrides.items():
+        set_dotted(config, key, value)
+    return config
+
+
+def apply_study_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
+    """Dotted overrides of the study document. A key not naming a study field is taken relative to `base`
+    (`train.steps=100` means `base.train.steps=100`), the way a researcher types it on the command line."""
+    from .model import Study
+
+    study_fields = set(Study.model_fields)
+    absolute = {(key if key.split(".")[0] in study_fields else f"base.{key}"): value for key, value in overrides.items()}
+    return resolve(raw, absolute)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`key=value` from the command line; the value is read as YAML (numbers, lists, booleans)."""
+    if "=" not in text:
+        raise ValueError(f"override {text!r} is not of the form key=value")
+    key, value = text.split("=", 1)
+    return key.strip(), yaml.safe_load(value)

@@ -1,0 +1,175 @@
+"""A study's tracking store: its MLflow experiment, its parent run, one nested child run per trial.
+
+`StudyStore.create` is the writer's door (`orchestrator run`: creates the experiment if needed);
+`StudyStore.open` the reader's (plan, status, report, ui, `load_results`): it never creates anything and
+says clearly when the study has no store or no experiment there. Both find the parent run once.
+Only the driver process writes (trials report to Ray Tune, a Tune callback on the driver forwards to
+MLflow): an embedded SQLite store then has exactly one writer.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param, Run, RunTag
+from mlflow.tracking import MlflowClient
+
+from .client import ReachabilityCheckedClient
+from .uri import sqlite_path, store_missing
+
+ROLE_TAG = "orchestrator.role"
+TRIAL_ID_TAG = "orchestrator.trial_id"
+STUDY_TAG = "orchestrator.study"
+PARENT_TAG = "mlflow.parentRunId"
+STOPPED_EARLY_TAG = "stopped_early"  # a scheduler (ASHA) ended the trial before its last step
+SWEPT_TAG_PREFIX = "swept."  # swept.<dotted key> = the value a trial's row sets (variant override or axis point)
+
+
+class StudyNotFound(LookupError):
+    """The tracking store has no experiment for the study (never run there, or the wrong store)."""
+
+
+def require_store(tracking_uri: str) -> None:
+    """Raises StudyNotFound where an embedded store does not exist yet (reading must not create it)."""
+    missing = store_missing(tracking_uri)
+    if missing is not None:
+        raise StudyNotFound(f"no tracking store at {missing}: run the study first or pass --tracking-uri")
+
+
+def no_experiment(tracking_uri: str, study_name: str) -> StudyNotFound:
+    return StudyNotFound(f"the tracking store {tracking_uri} has no experiment {study_name!r}: "
+                         f"run the study there first or pass the store it ran in with --tracking-uri")
+
+
+def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+class StudyStore:
+    def __init__(self, tracking_uri: str, study_name: str, experiment_id: str, client: ReachabilityCheckedClient):
+        """Use `create` or `open`."""
+        self.tracking_uri, self.study_name, self.experiment_id = tracking_uri, study_name, experiment_id
+        self.client = client
+        self.parent_run_id: str | None = self._find_parent()
+
+    @classmethod
+    def create(cls, tracking_uri: str, study_name: str) -> "StudyStore":
+        """The study's experiment, created if it does not exist yet (with the SQLite file's folder)."""
+        path = sqlite_path(tracking_uri)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        client = _client(tracking_uri)
+        existing = client.get_experiment_by_name(study_name)
+        if existing is not None:
+            return cls(tracking_uri, study_name, existing.experiment_id, client)
+        # Keep a SQLite store's artifacts beside its file rather than in the current directory.
+        artifact_location = (path.parent / "artifacts").as_uri() if path is not None else None
+        return cls(tracking_uri, study_name, client.create_experiment(study_name, artifact_location=artifact_location),
+                   client)
+
+    @classmethod
+    def open(cls, tracking_uri: str, study_name: str) -> "StudyStore":
+        """The study's experiment in an existing store; never creates either. Raises StudyNotFound."""
+        require_store(tracking_uri)
+        client = _client(tracking_uri)
+        existing = client.get_experiment_by_name(study_name)
+        if existing is None:
+            raise no_experiment(tracking_uri, study_name)
+        return cls(tracking_uri, study_name, existing.experiment_id, client)
+
+    # --- the study's parent run ---------------------------------------------------------------------------
+    def _find_parent(self) -> str | None:
+        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'study'",
+                                       max_results=1, order_by=["attributes.start_time DESC"])
+        return runs[0].info.run_id if runs else None
+
+    def start_parent(self, tags: dict[str, str]) -> str:
+        """Reuse the study's parent run across invocations so that resumed trials nest under it."""
+        if self.parent_run_id:
+            self.client.update_run(self.parent_run_id, status="RUNNING")
+        else:
+            run = self.client.create_run(self.experiment_id, run_name=self.study_name,
+                                         tags={ROLE_TAG: "study", STUDY_TAG: self.study_name})
+            self.parent_run_id = run.info.run_id
+        for key, value in tags.items():
+            self.client.set_tag(self.parent_run_id, key, value)
+        return self.parent_run_id
+
+    def end_parent(self, status: str = "FINISHED") -> None:
+        if self.parent_run_id:
+            self.client.set_terminated(self.parent_run_id, status=status)
+
+    def log_artifacts(self, folder: Path) -> None:
+        if self.parent_run_id:
+            self.client.log_artifacts(self.parent_run_id, str(folder))
+
+    # --- reading the trials' runs ---------------------------------------------------------------------------
+    def trial_runs(self) -> list[Run]:
+        return self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'trial'", max_results=10000,
+        )
+
+    def latest_runs(self) -> dict[str, Run]:
+        """Each trial identity's most recent run (a trial redone after a failure or a kill has several)."""
+        latest: dict[str, Run] = {}
+        for run in sorted(self.trial_runs(), key=lambda r: r.info.start_time or 0):
+            latest[run.data.tags.get(TRIAL_ID_TAG)] = run
+        return latest
+
+    def finished_trial_ids(self) -> set[str]:
+        """Trials trained to their end: a run stopped early by a scheduler does not count as done."""
+        return {run.data.tags.get(TRIAL_ID_TAG) for run in self.trial_runs()
+                if run.info.status == "FINISHED" and run.data.tags.get(STOPPED_EARLY_TAG) != "true"}
+
+    def failed_trial_ids(self) -> set[str]:
+        """Trials whose most recent run FAILED (a later FINISHED run of the same trial wins)."""
+        return {trial_id for trial_id, run in self.latest_runs().items() if run.info.status == "FAILED"}
+
+    # --- writing the trials' runs ---------------------------------------------------------------------------
+    def mark_stale_runs(self, trial_ids: set[str]) -> int:
+        """Runs left RUNNING by a killed orchestrator are closed as KILLED; their trials run again."""
+        stale = [run for run in self.trial_runs()
+                 if run.info.status == "RUNNING" and run.data.tags.get(TRIAL_ID_TAG) in trial_ids]
+        for run in stale:
+            self.client.set_tag(run.info.run_id, "orchestrator.stale", "true")
+            self.client.set_terminated(run.info.run_id, status="KILLED")
+        return len(stale)
+
+    def create_trial_run(self, run_name: str, tags: dict[str, str], params: dict[str, Any]) -> str:
+        run = self.client.create_run(self.experiment_id, run_name=run_name,
+                                     tags={ROLE_TAG: "trial", STUDY_TAG: self.study_name,
+                                           PARENT_TAG: self.parent_run_id, **tags})
+        self.client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+        return run.info.run_id
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int, timestamp_ms: int) -> None:
+        if metrics:
+            self.client.log_batch(run_id, metrics=[Metric(k, float(v), timestamp_ms, step) for k, v in metrics.items()])
+
+    def log_series(self, run_id: str, name: str, points: dict[int, float], timestamp_ms: int) -> None:
+        """One metric whose step is the x value (e.g. perplexity by evaluation length)."""
+        self.client.log_batch(run_id, metrics=[Metric(name, float(v), timestamp_ms, int(x)) for x, v in points.items()])
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def end_trial_run(self, run_id: str, status: str) -> None:
+        self.client.set_terminated(run_id, status=status)
+
+    def log_artifact(self, run_id: str, path: Path, folder: str | None = None) -> None:
+        self.client.log_artifact(run_id, str(path), folder)
+
+
+def _client(tracking_uri: str) -> ReachabilityCheckedClient:
+    # With a server, MLflow prints a "View run at" link per finished run, which would interleave with the progress.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    return ReachabilityCheckedClient(MlflowClient(tracking_uri), tracking_uri)

@@ -1,0 +1,123 @@
+"""The tracking store's two doors (create for the writer, open read-only) and the one stream of trial events
+with its listeners, on a real SQLite MLflow store (no Ray: the events are fed as a runner feeds them)."""
+
+import subprocess
+import sys
+
+import pytest
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from orchestrator import expand, parse_study
+from orchestrator.cli import app
+from orchestrator.execution.protocol import FINAL_FLAG
+from orchestrator.tracking import TRIAL_ID_TAG, StudyNotFound, StudyStore, TrialEvents, TrialListener
+from orchestrator.tracking.recorder import MLflowRecorder
+
+STUDY = {"name": "events", "base": {"model": {"preset": "tiny"}, "train": {"steps": 4}},
+         "variants": [{"label": "A", "baseline": True, "set": {"model.processor": "none"}},
+                      {"label": "B", "set": {"model.processor": "dapev2"}}]}
+
+
+def test_open_on_a_missing_store_is_a_clear_error_and_creates_nothing(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'none' / 'mlflow.db'}"
+    with pytest.raises(StudyNotFound, match=r"no tracking store at .*mlflow\.db: run the study first"):
+        StudyStore.open(uri, "events")
+    assert not (tmp_path / "none").exists()
+
+
+def test_open_finds_the_experiment_and_parent_that_create_made(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    written = StudyStore.create(uri, "events")
+    parent = written.start_parent({"code_version": "test"})
+    read = StudyStore.open(uri, "events")
+    assert (read.experiment_id, read.parent_run_id) == (written.experiment_id, parent)
+    with pytest.raises(StudyNotFound, match="has no experiment 'other'"):
+        StudyStore.open(uri, "other")
+    assert StudyStore.create(uri, "events").parent_run_id == parent  # a rerun nests under the same parent
+
+
+def test_status_and_plan_on_a_missing_store_create_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    import yaml
+
+    (tmp_path / "events.yaml").write_text(yaml.safe_dump(STUDY))
+    for command in ("status", "plan"):
+        result = CliRunner().invoke(app, [command, "events.yaml"])
+        assert result.exit_code == 0, result.output
+        assert "to run" in result.output.lower()
+    assert not (tmp_path / "mlruns").exists()
+
+
+class Recording(TrialListener):
+    def __init__(self):
+        self.seen = []
+
+    def trial_started(self, event):
+        self.seen.append(("started", event.trial.label))
+
+    def trial_result(self, event):
+        self.seen.append(("result", event.trial.label, event.final))
+
+    def trial_finished(self, event):
+        self.seen.append(("finished", event.trial.label, event.stopped_early))
+
+    def trial_failed(self, event):
+        self.seen.append(("failed", event.trial.label, event.reason))
+
+    def trial_retried(self, event):
+        self.seen.append(("retried", event.trial.label, event.attempt))
+
+
+def test_events_say_what_an_end_means_and_the_recorder_writes_them(tmp_path):
+    a, b = expand(parse_study(STUDY))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = StudyStore.create(uri, "events")
+    store.start_parent({})
+    recording = Recording()
+    events = TrialEvents([MLflowRecorder(store, {"study": "events"}), recording])
+
+    events.started(a)
+    events.result(a, {"step": 1, "total_steps": 4, "train_loss": 2.5, "lr": 1e-3, "pid": 123})
+    events.crashed(a, "RayActorError: died")
+    events.started(a)  # the retry keeps its run
+    events.result(a, {FINAL_FLAG: 1, "step": 4, "ppl_64": 9.0, "ppl_128": 9.5, "train_seconds": 2.0,
+                      "eval_seconds": 1.0, "device": "cpu"})
+    events.ended(a)
+    events.started(b)
+    events.result(b, {FINAL_FLAG: 1, "step": 4, "error": "NonFiniteLossError: loss is nan"})
+    events.ended(b)  # the trial returned, but its final result carried an error: a failure
+
+    assert recording.seen == [("started", "A"), ("result", "A", False), ("retried", "A", 1), ("started", "A"),
+                              ("result", "A", True), ("finished", "A", False), ("started", "B"),
+                              ("result", "B", True), ("failed", "B", "NonFiniteLossError: loss is nan")]
+    tally = events.tally
+    assert tally.finished == {a.trial_id} and tally.failed == {b.trial_id: "NonFiniteLossError: loss is nan"}
+    assert tally.work_seconds == {a.trial_id: 3.0} and tally.steps_run == {a.trial_id: 4, b.trial_id: 4}
+
+    client = MlflowClient(uri)
+    runs = {run.data.tags[TRIAL_ID_TAG]: run for run in StudyStore.open(uri, "events").trial_runs()}
+    assert len(runs) == 2
+    run_a, run_b = runs[a.trial_id], runs[b.trial_id]
+    assert run_a.info.status == "FINISHED" and run_a.data.metrics["ppl_128"] == 9.5
+    assert run_a.data.tags["retries"] == "1" and run_a.data.tags["worker_pid"] == "123"
+    assert run_a.data.params["train.steps"] == "4" and run_a.data.tags["device"] == "cpu"
+    assert {m.step: m.value for m in client.get_metric_history(run_a.info.run_id, "ppl_by_length")} == {64: 9.0, 128: 9.5}
+    assert run_b.info.status == "FAILED" and run_b.data.tags["error"].startswith("NonFiniteLossError")
+
+
+def test_an_end_without_a_final_result_is_an_early_stop(tmp_path):
+    (a, _) = expand(parse_study(STUDY))
+    recording = Recording()
+    events = TrialEvents([recording])
+    events.started(a)
+    events.result(a, {"step": 2, "total_steps": 4, "val_loss": 3.0})
+    events.ended(a)
+    assert recording.seen[-1] == ("finished", "A", True) and a.trial_id in events.tally.finished
+
+
+def test_the_worker_side_imports_neither_mlflow_nor_the_driver():
+    code = ("import sys, orchestrator.execution.trainable; "
+            "print(sorted(m for m in ('mlflow', 'orchestrator.tracking', 'ray') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
