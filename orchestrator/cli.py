@@ -91,6 +91,8 @@ def run(
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
     study = _load_or_exit(study_path, profile, overrides)
+    if local:
+        _exit_if_not_local(study)
     from .tracking.uri import resolve_tracking_uri, ui_command
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -124,6 +126,16 @@ def run(
         raise typer.Exit(EXIT_TRIALS_FAILED)
 
 
+def _exit_if_not_local(study) -> None:
+    from .execution.local import multi_worker_problem
+    from .planning import expand
+
+    problem = multi_worker_problem(expand(study))
+    if problem:
+        err.print(f"[red]Invalid argument[/red]: {problem}. Nothing was run.")
+        raise typer.Exit(EXIT_INVALID)
+
+
 def _browse_hint(study_path: Path, tracking_uri: str | None) -> str:
     return f"Browse the runs: orchestrator ui {study_path}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
 
@@ -151,21 +163,28 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     store = _open_store(study, tracking_uri)
     finished = store.finished_trial_ids() if store else set()
     table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}")
-    for column in ("#", "trial", "id", "params", "GFLOP/step", "peak mem", "fits", "est. time", "status"):
+    for column in ("#", "trial", "id", "params", "GFLOP/step", "workers", "mem/worker", "fits", "est. time",
+                   "status"):
         table.add_column(column)
-    total = 0.0
+    total, too_big = 0.0, 0
     gpu_memory = study.resources.gpu_memory_gb
     for number, trial in enumerate(expand(study), 1):
         cost = estimate(ExperimentConfig(**trial.config), study.resources.gpus, study.resources.cpus)
         total += cost.seconds
         fits = "-" if gpu_memory is None else ("yes" if cost.peak_memory_bytes <= gpu_memory * 2**30 else "NO")
+        too_big += fits == "NO"
+        workers = f"{cost.workers} x {cost.parallelism}" if cost.workers > 1 else "1"
         table.add_row(str(number), trial.run_name, trial.trial_id, f"{cost.parameters / 1e6:.2f}M",
-                      f"{cost.flops_per_step / 1e9:.1f}", f"{cost.peak_memory_bytes / 2**30:.2f} GiB", fits,
+                      f"{cost.flops_per_step / 1e9:.1f}", workers, f"{cost.peak_memory_bytes / 2**30:.2f} GiB", fits,
                       _duration(cost.seconds), "finished" if trial.trial_id in finished else "to run")
     console.print(table)
     device = f"{study.resources.gpus:g} GPU" if study.resources.gpus else f"{study.resources.cpus:g} CPU"
-    console.print(f"Estimated training time, one trial at a time on {device} per trial: {_duration(total)} "
+    console.print(f"Estimated training time, one trial at a time, {device} per worker: {_duration(total)} "
                   "(an analytic order-of-magnitude estimate).")
+    if too_big:
+        console.print(f"{too_big} trial(s) do not fit resources.gpu_memory_gb={gpu_memory:g} per worker: give them "
+                      "more workers with parallelism fsdp (distributed.workers, resources.workers), or a smaller "
+                      "micro-batch (train.grad_accum), or model.attention_block_size.")
     if study.search.algorithm != "grid":
         console.print(f"Search: {study.search.algorithm}, {study.search.num_samples} sample(s) per row over "
                       f"{', '.join(study.search.space)}; scheduler {study.scheduler.type}.")

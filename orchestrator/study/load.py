@@ -48,25 +48,64 @@ def _apply(raw: dict, source: str, profile: str | None, overrides: dict[str, Any
 
 
 def _trial_problems(study: Study) -> list[str]:
-    """Every row's and every search dimension's resolved trial config, validated by dape_core."""
-    _, problems = validate_config(study.base, "base")
+    """Every row's and every search dimension's resolved trial config (with its trial size), validated by
+    dape_core; and rows that would be the same trial."""
+    problems = _config_problems(study, {}, "base")
     if problems:
         return problems
+    identities: dict[str, str] = {}
     for cell in study.cells():
         try:
-            config = resolve(study.base, cell.overrides)
+            config = study.trial_config(cell.overrides)
         except ValueError as error:
             problems.append(f"{cell.where}: {error}")
             continue
-        _, found = validate_config(config, cell.where)
+        found = _config_problems(study, cell.overrides, cell.where)
         problems += [p for p in found if p not in problems]
+        if not found:
+            problems += _same_trial(identities, config, cell.where)
     for key, dist in study.search.space.items():
         sample = dist.values[0] if dist.type == "choice" else (int(dist.low) if dist.type == "int" else dist.low)
-        _, found = validate_config(resolve(study.base, {key: sample}), f"search.space.{key}")
+        found = _config_problems(study, {key: sample}, f"search.space.{key}")
         problems += [p for p in found if p not in problems]
     if not study.cells():
         problems.append("exclude: every combination is excluded; nothing would run")
     return problems
+
+
+def _config_problems(study: Study, overrides: dict[str, Any], where: str) -> list[str]:
+    """One trial config's problems. A trial size that came from `resources` is named as such."""
+    config = study.trial_config(overrides)
+    _, problems = validate_config(config, where)
+    if not problems:
+        problems = _size_problems(study, ExperimentConfig(**config), where)
+    from_resources = not isinstance(resolve(study.base, overrides).get("distributed"), dict)
+    if from_resources:
+        problems = [f"{p} (distributed.* comes from resources.workers / resources.parallelism)"
+                    if "distributed." in p else p for p in problems]
+    return problems
+
+
+def _size_problems(study: Study, config: ExperimentConfig, where: str) -> list[str]:
+    gpus = study.resources.gpus
+    if config.distributed.workers > 1 and gpus != int(gpus):
+        return [f"{where}: distributed.workers={config.distributed.workers} needs whole GPUs per worker, got "
+                f"resources.gpus={gpus:g}: each worker of a multi-worker trial drives its own GPU(s)"]
+    return []
+
+
+def _same_trial(identities: dict[str, str], config: dict, where: str) -> list[str]:
+    """Two rows with one identity would be one trial run twice. The trial size is not part of the identity
+    (the same run on any number of workers), so rows differing only in `distributed` collide too."""
+    from ..planning.trials import trial_identity
+
+    identity = trial_identity(config)
+    if identity in identities:
+        return [f"{where}: the same trial as {identities[identity]} (identical configs, apart from any "
+                "distributed.* setting: the number of workers does not change what a trial computes); give the "
+                "rows a difference in model, data, train or eval, or drop one"]
+    identities[identity] = where
+    return []
 
 
 def _profile_problems(original: dict, study: Study, chosen: str | None) -> list[str]:
@@ -81,8 +120,7 @@ def _profile_problems(original: dict, study: Study, chosen: str | None) -> list[
             detail = format_pydantic(error, "study", Study) if isinstance(error, ValidationError) else [str(error)]
             problems += [f"profiles.{name}: {p}" for p in detail]
             continue
-        _, found = validate_config(profiled.base, f"profiles.{name} -> base")
-        problems += found
+        problems += _config_problems(profiled, {}, f"profiles.{name} -> base")
     return problems
 
 

@@ -20,9 +20,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dape_core.train import Parallelism
+from dape_core.types import PositiveInt
+
+from .overrides import resolve
 from .rows import Cell, study_cells
 
-SECTIONS = ("model", "data", "train", "eval", "che")  # dape_core.ExperimentConfig's sections
+SECTIONS = ("model", "data", "train", "eval", "che", "distributed")  # dape_core.ExperimentConfig's sections
 # The report's metric families (orchestrator.reporting.metrics.FAMILIES), by the prefix of their columns.
 ReportMetric = Literal["ppl", "delta_p", "accuracy", "time"]
 
@@ -38,11 +42,27 @@ class Variant(_Strict):
 
 
 class Resources(_Strict):
-    cpus: float = Field(1.0, gt=0, description="CPUs per trial (also the trial's torch threads).")
-    gpus: float = Field(0.0, ge=0, description="GPUs per trial; fractions share a GPU.")
+    """What one trial takes. A trial runs on `workers` processes (one by default), each with `cpus` CPUs
+    and `gpus` GPUs; a trial config's own `distributed.workers` / `distributed.parallelism` (set in base, a
+    variant, an axis or a zip) overrides `workers` / `parallelism` for its rows."""
+
+    cpus: float = Field(1.0, gt=0, description="CPUs per worker (also its torch threads).")
+    gpus: float = Field(0.0, ge=0, description="GPUs per worker; fractions share a GPU (one-worker trials only).")
+    workers: PositiveInt = Field(1, description="Workers per trial: processes that train one trial together "
+                                 "(Ray Train), each with `cpus` and `gpus`. One runs the trial as a plain "
+                                 "Ray Tune trial.")
+    parallelism: Parallelism = Field("ddp", description="How several workers share a trial: ddp (a full replica "
+                                     "each) or fsdp (parameters, gradients and optimizer state sharded).")
     max_concurrent: int | None = Field(None, ge=1, description="At most this many trials at once.")
     max_retries: int = Field(1, ge=0, description="Times a crashed trial is retried.")
     gpu_memory_gb: float | None = Field(None, gt=0, description="Device memory per GPU, for `plan`'s fit check.")
+
+    def trial_size(self, config: dict) -> dict:
+        """A trial config with its `distributed` section complete: the trial's own values, else these."""
+        given = config.get("distributed", {})
+        if not isinstance(given, dict):
+            return config  # not a mapping: dape_core's validation says so, with the field
+        return {**config, "distributed": {"workers": self.workers, "parallelism": self.parallelism, **given}}
 
 
 class Distribution(_Strict):
@@ -103,7 +123,7 @@ class ReportSpec(_Strict):
 class Study(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Experiment name in MLflow.")
     description: str = ""
-    base: dict[str, Any] = Field(default_factory=dict, description="Shared trial config: model, data, train, eval (and che for CHE tasks).")
+    base: dict[str, Any] = Field(default_factory=dict, description="Shared trial config: model, data, train, eval (and che for CHE tasks, distributed for the trial size).")
     axes: dict[str, list[Any]] = Field(default_factory=dict, description="Grid over dotted keys.")
     one_at_a_time: bool = Field(False, description="Vary each axis alone from the baseline instead of a grid.")
     zip: dict[str, list[Any]] = Field(default_factory=dict, description="Dotted keys whose values vary together.")
@@ -176,3 +196,7 @@ class Study(_Strict):
     def cells(self) -> list[Cell]:
         """The study's rows before seeds: each variant (or the base alone) crossed with the swept points."""
         return study_cells(self, self.variants or [Variant(label=self.name, baseline=True)])
+
+    def trial_config(self, overrides: dict[str, Any]) -> dict:
+        """The trial config of a row (or a search sample): base, its overrides, and the trial size."""
+        return self.resources.trial_size(resolve(self.base, overrides))
