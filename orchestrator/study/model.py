@@ -10,7 +10,9 @@ the ways it is varied:
 - `seeds`: repeats of every row;
 - `search`: grid (the default: the rows above), random or Optuna TPE over declared distributions;
 - `profiles`: named dotted overrides of the study itself (`base.train.steps: 50000`, `resources.gpus: 1`);
-- `report`: the report's headline metric family and its baseline row.
+- `report`: the report's headline metric family and its baseline row;
+- `resources`: what one trial takes: CPUs and GPUs per worker, and its size (workers, parallelism), which
+  a row's own `distributed.*` overrides.
 The rows these make are in `rows.py`; loading, profiles and per-trial validation in `load.py`.
 """
 
