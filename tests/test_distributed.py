@@ -56,10 +56,12 @@ def checkpoint_root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def two_workers(checkpoint_root):
-    """One session of two processes: DDP, FSDP, then an FSDP run that checkpoints every 3 steps and is killed
-    right after its step-6 checkpoint (both processes exit at once, without cleanup)."""
+    """One session of two processes: DDP (checkpointing as it goes), FSDP, then an FSDP run that checkpoints
+    every 3 steps and is killed right after its step-6 checkpoint (both processes exit at once, without
+    cleanup)."""
     ddp, fsdp, killed = run_on_workers(2, [
-        {"config": with_workers(CONFIG, 2, "ddp")},
+        {"config": with_workers(CONFIG, 2, "ddp"), "checkpoint_dir": str(checkpoint_root / "ddp"),
+         "checkpoint_every": CHECKPOINT_EVERY},
         {"config": with_workers(CONFIG, 2, "fsdp")},
         {"config": with_workers(CONFIG, 2, "fsdp"), "checkpoint_dir": str(checkpoint_root / "trial"),
          "checkpoint_every": CHECKPOINT_EVERY, "die_after_checkpoint": KILLED_AFTER},
@@ -88,18 +90,22 @@ def test_two_workers_follow_the_one_worker_loss_curve(one_worker, two_workers, p
 
 @pytest.fixture(scope="module")
 def resumed(two_workers, checkpoint_root):
-    """Two workers resume the killed run; two workers resume a one-worker run interrupted at step 6."""
+    """Two workers (FSDP) resume the killed run; two workers resume a one-worker run interrupted at step 6,
+    once with DDP and once with FSDP (each from its own copy of the one-worker checkpoint)."""
     one_worker_folder = checkpoint_root / "from_one_worker"
     assert run_job(CONFIG, checkpoint_dir=str(one_worker_folder), checkpoint_every=CHECKPOINT_EVERY,
                    interrupt_after_checkpoint=KILLED_AFTER) is None
     assert (one_worker_folder / "trainer.pt").is_file()
-    killed, from_one = run_on_workers(2, [
+    shutil.copytree(one_worker_folder, checkpoint_root / "from_one_worker_fsdp")
+    killed, from_one_ddp, from_one_fsdp = run_on_workers(2, [
         {"config": with_workers(CONFIG, 2, "fsdp"), "checkpoint_dir": str(checkpoint_root / "trial"),
          "checkpoint_every": CHECKPOINT_EVERY},
-        {"config": with_workers(CONFIG, 2, "fsdp"), "checkpoint_dir": str(one_worker_folder),
+        {"config": with_workers(CONFIG, 2, "ddp"), "checkpoint_dir": str(one_worker_folder),
+         "checkpoint_every": CHECKPOINT_EVERY},
+        {"config": with_workers(CONFIG, 2, "fsdp"), "checkpoint_dir": str(checkpoint_root / "from_one_worker_fsdp"),
          "checkpoint_every": CHECKPOINT_EVERY},
     ])
-    return {"killed": killed[0], "from_one_worker": from_one[0]}
+    return {"killed": killed[0], "from_one_worker": {"ddp": from_one_ddp[0], "fsdp": from_one_fsdp[0]}}
 
 
 def test_killed_two_worker_run_resumes_from_its_sharded_checkpoint(two_workers, checkpoint_root, resumed):
@@ -117,9 +123,12 @@ def test_killed_two_worker_run_resumes_from_its_sharded_checkpoint(two_workers, 
     assert rank0["result"]["final_train_loss"] == pytest.approx(uninterrupted["result"]["final_train_loss"], abs=1e-6)
 
 
-def test_two_workers_resume_a_one_worker_checkpoint(two_workers, resumed):
-    rank0, uninterrupted = resumed["from_one_worker"], two_workers["fsdp"][0]
+@pytest.mark.parametrize("parallelism", ["ddp", "fsdp"])
+def test_two_workers_resume_a_one_worker_checkpoint(two_workers, resumed, parallelism):
+    """The full tensors of `trainer.pt` load into replicated (DDP) and sharded (FSDP) workers alike."""
+    rank0, uninterrupted = resumed["from_one_worker"][parallelism], two_workers[parallelism][0]
     assert rank0["result"]["resumed_from"] == KILLED_AFTER
+    assert sorted(rank0["losses"], key=int) == ["7", "8"]
     assert max_abs_difference({k: uninterrupted["losses"][k] for k in rank0["losses"]}, rank0["losses"]) < LOSS_TOLERANCE
 
 
@@ -135,6 +144,17 @@ def test_one_worker_resumes_a_two_worker_checkpoint(two_workers, one_worker, che
     assert not (checkpoint_root / "for_one_worker" / "sharded").exists()
 
 
+def test_a_ddp_checkpoint_holds_the_trained_model(two_workers, checkpoint_root):
+    """DDP's replicated state, written once through DCP, loads into one worker: resuming the finished run
+    trains nothing and evaluates the same model."""
+    trained = two_workers["ddp"][0]["result"]
+    resumed = run_job(CONFIG, checkpoint_dir=str(checkpoint_root / "ddp"))
+    assert resumed["result"]["resumed_from"] == CONFIG["train"]["steps"] and resumed["losses"] == {}
+    assert resumed["result"]["final_train_loss"] == trained["final_train_loss"]
+    for length, value in trained["perplexity"].items():
+        assert resumed["result"]["perplexity"][length] == pytest.approx(value, rel=PPL_RELATIVE_TOLERANCE)
+
+
 def test_each_rank_reads_its_own_rows_of_the_same_global_batch():
     rng = np.random.default_rng(0)
     regions = [rng.integers(1, 256, size=n).astype(np.uint8) for n in (500, 90, 2000)]
@@ -146,6 +166,16 @@ def test_each_rank_reads_its_own_rows_of_the_same_global_batch():
         assert torch.equal(torch.cat(parts), expected)
     states = [stream.state_dict()["generator"] for stream in ranks]
     assert all(torch.equal(state, whole.state_dict()["generator"]) for state in states)  # resumable on any world
+
+
+def test_fsdp_shards_blocks_on_their_own_unless_they_share_parameters():
+    """T5's one bias table belongs to every block; a parameter may belong to one FSDP group only, so such a
+    model is sharded at the root alone."""
+    from dape_core import ModelConfig, build_model
+    from dape_core.train.distributed import _shares_parameters
+
+    blocks = lambda encoding: list(build_model(ModelConfig(preset="tiny", pos_encoding=encoding)).blocks)  # noqa: E731
+    assert _shares_parameters(blocks("t5")) and not _shares_parameters(blocks("kerple"))
 
 
 def test_distributed_settings_are_checked_with_their_fields():
