@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from dape_core import ExperimentConfig
-from orchestrator import expand, parse_study
+from orchestrator import expand, load_study, parse_study
 from orchestrator.cli import app
 from orchestrator.planning.estimate import estimate
 
@@ -70,6 +70,11 @@ def test_plan_of_the_paper_model_sizes_fits_every_size_with_its_workers(tmp_path
     from pathlib import Path
 
     study = Path(__file__).parents[1] / "studies" / "model_size.yaml"
+    data = {trial.config["data"][key] for trial in expand(load_study(study, profile="paper"))
+            for key in ("path", "tokenizer")}
+    for file in data:  # stand-ins for the paper's corpus, which plan checks exists (it reads none of it)
+        (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / file).write_bytes(b"{}")
     result = CliRunner().invoke(app, ["plan", str(study), "--profile", "paper"])
     assert result.exit_code == 0, result.output
     rows = [line for line in result.output.splitlines() if re.match(r"^│ \d", line)]

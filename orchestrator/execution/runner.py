@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import TrackingServerUnreachable, exception_chain
+from ..planning.learned import load_measured
+from ..planning.schedule import longest_first
 from ..planning.trials import Trial, expand
-from ..reporting import write_report
+from ..reporting import build_report
 from ..study import Study
 from ..tracking.console import ConsoleProgress
 from ..tracking.events import Tally, TrialEvents
@@ -31,6 +33,7 @@ class StudyOutcome:
     concurrency: int = 1
     steps_run: int = 0
     trials_run: int = 0
+    claims: list = field(default_factory=list)  # reporting.claims.ClaimResult, one per claim of `expect:`
 
     @property
     def ok(self) -> bool:
@@ -73,6 +76,7 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
     started = time.monotonic()
     store = StudyStore.create(tracking_uri, study.name)
     todo, skipped = select_trials(study, store, failed_only)
+    todo = longest_first(todo, study, load_measured(tracking_uri))  # so that no long trial ends the study alone
     progress = progress or ConsoleProgress(len(todo))
     progress.total = len(todo) if study.search.algorithm == "grid" else study.search.num_samples * len(todo)
     version = code_version()
@@ -106,7 +110,8 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
                 store.end_parent(status)
             except Exception:  # the store may be the thing that failed; the original error matters more
                 logging.getLogger(__name__).debug("could not close the parent run", exc_info=True)
-    outcome.report_dir, outcome.report_markdown = write_report(study, store, reports_dir)
+    report = build_report(study, store, reports_dir)
+    outcome.report_dir, outcome.report_markdown, outcome.claims = report.folder, report.markdown, report.claims
     outcome.wall_seconds = time.monotonic() - started
     return outcome
 

@@ -15,6 +15,7 @@ import pandas as pd
 from ..study import Study
 from ..tracking.store import StudyStore
 from . import plots, render_html, render_latex, render_md
+from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .document import ReportDocument
 from .results import ValueChoice, metric_history, study_results
 from .tables import build_tables
@@ -26,6 +27,7 @@ class Report:
     markdown: str
     document: ReportDocument
     files: list[Path]
+    claims: list[ClaimResult]
 
 
 def _distinct(frame: pd.DataFrame, column: str) -> str:
@@ -60,7 +62,8 @@ def build_report(study: Study, store: StudyStore, reports_dir: Path, value: Valu
 
     document = ReportDocument(study_name=study.name, description=study.description,
                               tracking_uri=store.tracking_uri, experiment_id=store.experiment_id,
-                              value_text=value_text, trials=trials, outside=outside, tables=tables, plots=figures)
+                              value_text=value_text, trials=trials, outside=outside, tables=tables, plots=figures,
+                              claims=evaluate_claims(study, trials))
     markdown = render_md.render(document)
     written = {"report.md": markdown, "report.html": render_html.render(document),
                "tables.tex": render_latex.render(document)}
@@ -76,11 +79,23 @@ def build_report(study: Study, store: StudyStore, reports_dir: Path, value: Valu
         files.append(path)
     files += [figure.path for figure in figures]
     store.log_artifacts(folder)
-    return Report(folder, markdown, document, files)
+    _record_claims(store, document.claims)
+    return Report(folder, markdown, document, files, document.claims)
+
+
+def _record_claims(store: StudyStore, claims: list[ClaimResult]) -> None:
+    """The verdicts on the parent run: tag claim.<id> = holds|fails|inconclusive, metrics claims_holding, ..."""
+    if not claims or not store.parent_run_id:
+        return
+    import time
+
+    tags, metrics = mlflow_record(claims)
+    store.set_tags(store.parent_run_id, tags)
+    store.log_metrics(store.parent_run_id, metrics, step=0, timestamp_ms=int(time.time() * 1000))
 
 
 def write_report(study: Study, store: StudyStore, reports_dir: Path,
                  value: ValueChoice = ValueChoice()) -> tuple[Path, str]:
-    """What `orchestrator run` calls at the end: the report folder and its Markdown."""
+    """The report folder and its Markdown."""
     report = build_report(study, store, reports_dir, value)
     return report.folder, report.markdown

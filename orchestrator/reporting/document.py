@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -30,6 +31,7 @@ class ReportDocument:
     outside: pd.DataFrame  # runs of the experiment the study file does not define
     tables: list[Table] = field(default_factory=list)
     plots: list[Plot] = field(default_factory=list)
+    claims: list[Any] = field(default_factory=list)  # claims.ClaimResult: the study's expect: section, judged
 
     def unfinished(self) -> list[str]:
         """"Label · sN: STATUS: reason" for every trial that has no finished run."""

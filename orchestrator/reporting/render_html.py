@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from . import cells
+from . import cells, render_claims
 from .document import ReportDocument
 from .tables import Table
 
@@ -31,6 +31,10 @@ figure { margin: 1.2em 0 2em; }
 figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 0.88em; color: #333; }
 li.problem { color: #a00; }
+table.claims td, table.claims th { text-align: left; font-size: 0.88em; white-space: normal; }
+tr.claim-holds td:nth-child(4) { color: #070; font-weight: bold; }
+tr.claim-fails td:nth-child(4) { color: #b00; font-weight: bold; }
+tr.claim-inconclusive td:nth-child(4) { color: #a60; font-weight: bold; }
 """
 
 
@@ -90,6 +94,7 @@ def render(document: ReportDocument) -> str:
     facts = document.provenance()
     if facts:
         parts.append('<ul class="meta">' + "".join(f"<li>{escape(k)}: <code>{escape(v)}</code></li>" for k, v in facts) + "</ul>")
+    parts.append(render_claims.html(document.claims))
     if not document.tables:
         parts.append(f"<p>{escape(document.no_tables_text())}</p>")
     for number, table in enumerate(document.tables, start=1):

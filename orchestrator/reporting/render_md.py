@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from . import cells
+from . import cells, render_claims
 from .document import ReportDocument
 from .tables import Table
 
@@ -58,6 +58,7 @@ def render(document: ReportDocument) -> str:
             f"{document.experiment_id})."]
     out += [f"- {name}: {value}" for name, value in document.provenance()]
     out.append("")
+    out += render_claims.markdown(document.claims)
     if not document.tables:
         out += [document.no_tables_text(), ""]
     for number, table in enumerate(document.tables, start=1):

@@ -45,7 +45,7 @@ def study_cells(study: "Study", variants: list["Variant"]) -> list[Cell]:
             suffix = ", ".join(f"{key.split('.')[-1]}={value}" for key, value in point.items())
             label = f"{variant.label} ({suffix})" if suffix and study.variants else (suffix or variant.label)
             parts = [f"variants[{index}] ({variant.label})"] if study.variants else []
-            parts += [f"axes.{key}={value!r}" for key, value in point.items()]
+            parts += [f"{'zip' if key in study.zip else 'axes'}.{key}={value!r}" for key, value in point.items()]
             # The baseline row: the baseline variant at its first swept point; without variants, the
             # one-at-a-time centre point (a plain grid has no natural baseline).
             baseline = number == 0 and (variant.baseline if study.variants else study.one_at_a_time)
