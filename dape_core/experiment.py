@@ -26,6 +26,8 @@ from .evaluate import (EvalConfig, attention_rows, delta_p, forward_flops_per_to
                        peak_memory_bytes, perplexity_by_length, reset_peak_memory, save_heat_maps, tail_loss)
 from .model import build_model
 from .train import CheckpointStore, TrainConfig, resolve_device, resolve_precision, train
+from .train.distributed import (DistributedConfig, World, check_world, full_model_on_rank_zero, local_device,
+                                parallelize, unwrap)
 
 # Train fields that change what is logged, not the trajectory: a checkpoint survives changing them.
 _NOT_IN_FINGERPRINT = ("log_every", "eval_every", "val_tokens")
@@ -44,6 +46,11 @@ class ExperimentConfig:
     `train.steps`, `train.batch_size`, `train.lr` and `train.seq_len` are set from it (so that the
     orchestrator's progress, checkpoints and estimates see the run that happens), and the model is shaped
     for the task (`CheConfig.model_fields`).
+
+    distributed: how many processes train the run and how (DDP or FSDP; `DistributedConfig`). It is how
+    the run is computed, not what is computed: the global batch, the data order and the result do not
+    depend on it (up to the order of floating-point sums), so it is not part of the `fingerprint` and a
+    checkpoint resumes on another number of workers.
     """
 
     # `model` comes last: its effective fields are derived from the sections validated before it (pydantic
@@ -52,6 +59,7 @@ class ExperimentConfig:
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=lambda: EvalConfig(lengths=[64, 128, 256, 512]))
     che: CheConfig | None = None
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
 
     @field_validator("model", mode="before")
@@ -73,6 +81,7 @@ class ExperimentConfig:
 
     @model_validator(mode="after")
     def _consistent(self) -> "ExperimentConfig":
+        self._check_distributed()
         if self.che is not None:
             self.train = self.che.training_config(self.train)
             return self  # the LM's data/eval checks do not apply
@@ -99,12 +108,28 @@ class ExperimentConfig:
                              f"({_vocabulary_source(self.data)}): set model.vocab_size to at least {vocabulary}")
         return self
 
+    def _check_distributed(self) -> None:
+        workers, train = self.distributed.workers, self.train
+        if workers == 1:
+            return
+        if self.che is not None:
+            raise ValueError(f"distributed.workers={workers}: CHE and associative-recall trials train on one worker "
+                             "(their models are small); set distributed.workers to 1")
+        if train.batch_size % (workers * train.grad_accum):
+            raise ValueError(f"train.batch_size={train.batch_size} does not split into distributed.workers={workers} "
+                             f"x train.grad_accum={train.grad_accum} equal micro-batches: each step's global batch "
+                             "is shared equally by the workers")
+        if self.distributed.parallelism == "fsdp" and train.precision == "fp16":
+            raise ValueError("train.precision fp16 is not supported with distributed.parallelism fsdp: use bf16 (GPUs "
+                             "that have it), fp32, or parallelism ddp")
+
     def to_dict(self) -> dict:
         sections = asdict(self)
-        return {name: sections[name] for name in ("model", "data", "train", "eval", "che")}
+        return {name: sections[name] for name in ("model", "data", "train", "eval", "che", "distributed")}
 
     def fingerprint(self) -> str:
-        """Identity of a training trajectory: model, data and train sections, less logging-only fields."""
+        """Identity of a training trajectory: model, data and train sections, less logging-only fields (and
+        not the `distributed` section: the same trajectory on any number of workers)."""
         sections = {"model": asdict(self.model), "data": asdict(self.data),
                     "train": {k: v for k, v in asdict(self.train).items() if k not in _NOT_IN_FINGERPRINT}}
         if self.che is not None:
@@ -122,10 +147,11 @@ class ExperimentResult:
     num_parameters: int
     data_hash: str
     delta_p: dict[int, float] = field(default_factory=dict)  # ΔP(L) = P(T_train) − P(L); > 0: context helps
-    ms_per_step: float | None = None  # median ms of one training step (forward + backward + update)
+    ms_per_step: float | None = None  # median ms of one training step (forward + backward + update; on several
+    # workers rank 0's, which the per-step gradient reduction keeps in step with the others)
     ms_forward: dict[int, float] = field(default_factory=dict)  # median ms of one eval-batch forward at L
     flops_per_token: float = 0.0  # analytic forward FLOPs per token at the training length
-    peak_memory_bytes: int = 0  # CUDA allocator peak, or the process's peak RSS on CPU
+    peak_memory_bytes: int = 0  # CUDA allocator peak, or the process's peak RSS on CPU; the largest worker's
     device: str = "cpu"
     precision: str = "fp32"
     artifacts: list[str] = field(default_factory=list)  # attention heat maps and their arrays
@@ -165,60 +191,82 @@ def check_vocabulary(cfg: ExperimentConfig, corpus_vocab: int, tokenizer: str) -
 
 def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = None, *,
                    checkpoint_dir: str | Path | None = None, checkpoint_every: int | None = None,
-                   resume: bool = True, artifacts_dir: str | Path | None = None) -> ExperimentResult:
+                   resume: bool = True, artifacts_dir: str | Path | None = None) -> ExperimentResult | None:
     """Train and evaluate one config. Every data problem (missing files, held-out text too short for the
     longest evaluation length, ids beyond the vocabulary) is raised before training starts.
 
-    checkpoint_dir: save `trainer.pt` there every `checkpoint_every` steps and at the end; with `resume`,
-    continue from the one already there. artifacts_dir: where `eval.visualise` writes its heat maps.
+    checkpoint_dir: save there every `checkpoint_every` steps and at the end (`trainer.pt` on one worker,
+    sharded checkpoints on several); with `resume`, continue from the one already there. artifacts_dir:
+    where `eval.visualise` writes its heat maps.
+
+    With `cfg.distributed.workers` > 1, call it on every rank of a torch.distributed process group of that
+    size (initialized by the caller). Every rank trains; rank 0 alone evaluates and returns the result,
+    while the other ranks wait for it at a barrier and return None.
     """
     if threads:
         torch.set_num_threads(threads)
+    world = World.current()
+    check_world(cfg.distributed, world)
     checkpoints = CheckpointStore(checkpoint_dir, cfg.fingerprint()) if checkpoint_dir is not None else None
     if cfg.che is not None:
         return _run_che_experiment(cfg, callback, checkpoints, checkpoint_every, resume)
-    return _run_lm_experiment(cfg, callback, checkpoints, checkpoint_every, resume, artifacts_dir)
+    return _run_lm_experiment(cfg, callback, checkpoints, checkpoint_every, resume, artifacts_dir, world)
 
 
 def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointStore | None,
-                       checkpoint_every: int | None, resume: bool, artifacts_dir) -> ExperimentResult:
-    device = resolve_device(cfg.train.device)
+                       checkpoint_every: int | None, resume: bool, artifacts_dir, world: World) -> ExperimentResult | None:
+    device = local_device(resolve_device(cfg.train.device), world)
     precision = resolve_precision(cfg.train.precision, device)
-    torch.manual_seed(cfg.train.seed)
+    torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
     corpus = load_corpus(cfg.data)
     check_vocabulary(cfg, corpus.vocab_size, corpus.record["tokenizer"])
-    # Evaluation windows before training: held-out text too short for the protocol fails now.
+    # Evaluation windows before training: held-out text too short for the protocol fails now, on every rank.
     seq_len = cfg.train.seq_len
     lengths = sorted(set(cfg.eval.lengths) | {seq_len})  # ΔP needs the training length
     windows = evaluation_windows(corpus.split(cfg.eval.split), lengths, cfg.eval.windows_per_length, cfg.eval.seed)
-    stream = TrainStream(corpus.stream_regions(), seq_len, seed=cfg.train.seed)
-    model = build_model(cfg.model).to(device)
-
-    validate = None
-    if cfg.train.eval_every:
-        val_windows = evaluation_windows(corpus.validation, [seq_len], math.ceil(cfg.train.val_tokens / seq_len),
-                                         seed=cfg.eval.seed + 1, strict=False)[seq_len]
-        validate = functools.partial(tail_loss, model, val_windows, seq_len, cfg.eval.batch_size, precision)
+    stream = TrainStream(corpus.stream_regions(), seq_len, seed=cfg.train.seed, rank=world.rank,
+                         world_size=world.size)
+    build = functools.partial(build_model, cfg.model)
+    model = parallelize(build().to(device), cfg.distributed, world, precision)
 
     reset_peak_memory(device)
-    trained = train(model, stream, cfg.train, callback, precision=precision, validate=validate,
-                    checkpoints=checkpoints, checkpoint_every=checkpoint_every, resume=resume)
-    return ExperimentResult(
-        **_evaluate(model, windows, cfg, precision, artifacts_dir),
+    trained = train(model, stream, cfg.train, callback, precision=precision, validate=_validation(model, corpus, cfg,
+                    precision), checkpoints=checkpoints, checkpoint_every=checkpoint_every, resume=resume, world=world)
+    training_peak = world.max(peak_memory_bytes(device), device)  # the largest worker's
+    evaluated = full_model_on_rank_zero(model, build, device, world)
+    if evaluated is None:  # a rank other than 0: rank 0 evaluates and reports
+        world.barrier()
+        return None
+    result = ExperimentResult(
+        **_evaluate(evaluated, windows, cfg, precision, artifacts_dir),
         final_train_loss=trained.final_loss,
         train_seconds=trained.train_seconds,
         tokens_seen=trained.tokens_seen,
-        num_parameters=model.num_parameters(),
+        num_parameters=evaluated.num_parameters(),
         data_hash=corpus.content_hash,
         ms_per_step=trained.ms_per_step,
-        flops_per_token=forward_flops_per_token(model, seq_len),
-        peak_memory_bytes=peak_memory_bytes(device),
+        flops_per_token=forward_flops_per_token(evaluated, seq_len),
+        peak_memory_bytes=max(training_peak, peak_memory_bytes(device)),
         device=str(device),
         precision=precision.name,
         val_history=trained.val_history,
         data_record=corpus.record,
         resumed_from=trained.resumed_from,
     )
+    world.barrier()
+    return result
+
+
+def _validation(model, corpus, cfg: ExperimentConfig, precision):
+    """`train.eval_every`'s held-out loss on fixed windows. Under torch.distributed every rank computes it on
+    the same windows (a DDP replica alone; FSDP's forward is collective, so every rank must take part): the
+    value is the same everywhere and is cheap next to training (`train.val_tokens` tokens)."""
+    if not cfg.train.eval_every:
+        return None
+    seq_len = cfg.train.seq_len
+    val_windows = evaluation_windows(corpus.validation, [seq_len], math.ceil(cfg.train.val_tokens / seq_len),
+                                     seed=cfg.eval.seed + 1, strict=False)[seq_len]
+    return functools.partial(tail_loss, unwrap(model), val_windows, seq_len, cfg.eval.batch_size, precision)
 
 
 def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_dir) -> dict:

@@ -105,6 +105,8 @@ def run(
     # On a cluster (--address, RAY_ADDRESS) the driver's disk may not be the workers': each trial checks its data.
     on_cluster = bool(address or os.environ.get("RAY_ADDRESS"))
     study = _load_or_exit(study_path, profile, overrides, check_data=not on_cluster)
+    if local:
+        _exit_if_not_local(study)
     from .tracking.uri import resolve_tracking_uri, ui_command
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -165,6 +167,16 @@ def _exit_on_failed_claims(claims: list, strict: bool) -> None:
         raise typer.Exit(EXIT_CLAIMS_FAILED)
 
 
+def _exit_if_not_local(study) -> None:
+    from .execution.local import multi_worker_problem
+    from .planning import expand
+
+    problem = multi_worker_problem(expand(study))
+    if problem:
+        err.print(f"[red]Invalid argument[/red]: {problem}. Nothing was run.")
+        raise typer.Exit(EXIT_INVALID)
+
+
 def _browse_hint(study_path: Path, tracking_uri: str | None) -> str:
     return f"Browse the runs: orchestrator ui {study_path}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
 
@@ -200,15 +212,17 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     finished = store.finished_trial_ids() if store else set()
     rows = plan_rows(study, _measured_steps(tracking_uri), finished)
     table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}")
-    for column in ("#", "trial", "id", "params", "GFLOP/step", "peak mem", "fits", "est. time", "basis", "status"):
+    for column in ("#", "trial", "id", "params", "GFLOP/step", "workers", "mem/worker", "fits", "est. time",
+                   "basis", "status"):
         table.add_column(column)
     gpu_memory = study.resources.gpu_memory_gb
     for number, row in enumerate(rows, 1):
         cost = row.cost
         fits = "-" if gpu_memory is None else ("yes" if cost.peak_memory_bytes <= gpu_memory * 2**30 else "NO")
+        workers = f"{cost.workers} x {cost.parallelism}" if cost.workers > 1 else "1"
         time_text = _duration(row.seconds) + (f"–{_duration(row.seconds_high)}" if row.seconds_high else "")
         table.add_row(str(number), escape(row.name), row.trial_id, f"{cost.parameters / 1e6:.2f}M",
-                      f"{cost.flops_per_step / 1e9:.1f}", f"{cost.peak_memory_bytes / 2**30:.2f} GiB", fits,
+                      f"{cost.flops_per_step / 1e9:.1f}", workers, f"{cost.peak_memory_bytes / 2**30:.2f} GiB", fits,
                       time_text, row.basis, row.status)
     console.print(table)
     device = f"{study.resources.gpus:g} GPU" if study.resources.gpus else f"{study.resources.cpus:g} CPU"
@@ -216,10 +230,19 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     high = sum(row.seconds_high or row.seconds for row in rows)
     spread = f"–{_duration(high)}" if high > total else ""
     measured = sum(row.basis.startswith("measured") for row in rows)
-    console.print(f"Estimated training time, one trial at a time on {device} per trial: {_duration(total)}{spread} "
+    console.print(f"Estimated training time, one trial at a time on {device} per worker: {_duration(total)}{spread} "
                   f"({measured} of {len(rows)} estimate(s) measured in the store, the rest analytic).")
+    _too_big_line(rows, gpu_memory)
     for line in legend(study):
         console.print(line)
+
+
+def _too_big_line(rows: list, gpu_memory: float | None) -> None:
+    too_big = sum(gpu_memory is not None and row.cost.peak_memory_bytes > gpu_memory * 2**30 for row in rows)
+    if too_big:
+        console.print(f"{too_big} trial(s) do not fit resources.gpu_memory_gb={gpu_memory:g} per worker: give them "
+                      "more workers with parallelism fsdp (distributed.workers, resources.workers), or a smaller "
+                      "micro-batch (train.grad_accum), or model.attention_block_size.")
 
 
 def _measured_steps(tracking_uri: str | None):

@@ -138,6 +138,25 @@ def test_study_runs_on_both_nodes_logs_to_the_server_and_reports_from_it(cluster
     connection.close()
 
 
+def test_a_two_worker_trial_spans_both_nodes(cluster, tmp_path):
+    """A multi-worker trial is a Ray Train run inside its Tune trial: with one CPU per node and per worker,
+    its two workers can only start on different nodes, and still make one trial run with rank 0's results."""
+    spec = {"name": "cluster_two_workers", "base": BASE,
+            "variants": [{"label": "DAPE-Kerple", "set": {"model.processor": "dapev2", "model.kernel_size": 1}}],
+            "seeds": [0], "resources": {"cpus": 1, "workers": 2, "parallelism": "fsdp", "max_retries": 0}}
+    process = cluster.orchestrator(write_study(tmp_path, spec), tmp_path)
+    output = finish(process, timeout=600)  # Ray Train starts two more worker processes (torch, the corpus)
+    assert process.returncode == 0, output
+
+    (run,) = trial_runs(MlflowClient(cluster.mlflow.url), "cluster_two_workers")
+    assert run.info.status == "FINISHED"
+    assert (run.data.params["distributed.workers"], run.data.params["distributed.parallelism"]) == ("2", "fsdp")
+    nodes = run.data.tags["worker_node_ids"].split(",")
+    assert len(nodes) == 2 and len(set(nodes)) == 2, nodes  # rank 0 and rank 1 on different nodes
+    assert run.data.tags["ray_node_id"] == nodes[0]
+    assert {"ppl_32", "ppl_64"} <= set(run.data.metrics)
+
+
 def test_tracking_server_stopped_mid_study_fails_clearly_and_the_rerun_loses_nothing(cluster, tmp_path):
     spec = {"name": "cluster_outage", "base": BASE,
             "variants": [{"label": "Kerple", "baseline": True, "set": {"model.processor": "none"}}],

@@ -112,7 +112,7 @@ def test_to_dict_is_the_config_the_model_is_built_with():
     assert model["train_length"] == 64  # train.seq_len, not ModelConfig's 512
     assert model["rope_random_max"] == 512  # the largest evaluation length
     assert build_model(cfg.model).blocks[0].attn.pos.max_position == 512
-    assert list(cfg.to_dict()) == ["model", "data", "train", "eval", "che"]
+    assert list(cfg.to_dict()) == ["model", "data", "train", "eval", "che", "distributed"]
     assert ExperimentConfig(**cfg.to_dict()).to_dict() == cfg.to_dict()  # resolving twice changes nothing
 
     fire = ExperimentConfig(model={"preset": "tiny", "pos_encoding": "fire"}, **LM).to_dict()["model"]

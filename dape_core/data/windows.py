@@ -30,9 +30,15 @@ class TrainStream:
     The draw order is fixed by `seed`; `state_dict()` is what a checkpoint saves to resume it. Draws are
     sequential, so two batches of 4 are the same windows as one batch of 8 (gradient accumulation does not
     change the data).
+
+    Several training processes (`world_size` > 1): every rank draws the same global batches from the same
+    seed, and `batch(n)` returns rank `rank`'s n rows of a global batch of n x world_size, reading only those
+    windows. Ranks thus read disjoint parts of the stream, and the union over ranks of one step's batches is
+    the batch one process would have drawn, whatever the number of processes. The state is the same on every
+    rank, so a checkpoint resumes on any number of them.
     """
 
-    def __init__(self, regions: list[np.ndarray], seq_len: int, seed: int):
+    def __init__(self, regions: list[np.ndarray], seq_len: int, seed: int, rank: int = 0, world_size: int = 1):
         self.regions = [region for region in regions if len(region)]
         if not self.regions:
             raise ValueError("the training split is empty: no training tokens")
@@ -44,10 +50,14 @@ class TrainStream:
             raise ValueError(f"the training split has no stretch of {seq_len + 2} tokens for train.seq_len={seq_len}")
         self._ends = np.cumsum(self._counts)
         self.generator = torch.Generator().manual_seed(seed)
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in a world of {world_size}")
+        self.rank, self.world_size = rank, world_size
 
     def batch(self, batch_size: int) -> TokenBatch:
         counts, ends = self._counts, self._ends
-        draws = torch.randint(0, int(ends[-1]), (batch_size,), generator=self.generator).numpy()
+        draws = torch.randint(0, int(ends[-1]), (batch_size * self.world_size,), generator=self.generator).numpy()
+        draws = draws[self.rank * batch_size : (self.rank + 1) * batch_size]
         region_index = np.searchsorted(ends, draws, side="right")
         rows = []
         for draw, index in zip(draws.tolist(), region_index.tolist()):

@@ -7,7 +7,14 @@ from pathlib import Path
 
 class TrainerCallback:
     """No-op base; override what you need. Duck-typed objects work too: only `on_step` is required, the
-    other hooks are called when present."""
+    other hooks are called when present.
+
+    Under torch.distributed the trainer calls the callback on rank 0 only. A callback whose reporting is
+    itself collective (every rank must call it the same number of times, as Ray Train's `report` must be)
+    sets `all_ranks = True`: it is then called on every rank, at the same steps and with the same, global
+    values (the loss averaged over the ranks)."""
+
+    all_ranks: bool = False
 
     def on_step(self, step: int, loss: float, lr: float) -> None:
         """Every `train.log_every` steps and at the last: the smoothed training loss."""

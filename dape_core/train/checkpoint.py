@@ -1,4 +1,5 @@
-"""Mid-trial checkpoints: one file, replaced atomically, read back with `torch.load(weights_only=True)`.
+"""Mid-trial checkpoints of a one-worker run: one file, replaced atomically, read back with
+`torch.load(weights_only=True)` (a multi-worker run writes sharded ones beside it: `sharded_checkpoint.py`).
 
 A checkpoint holds everything the next step depends on (model, optimizer, loss scaler, step, the torch RNG
 state and the batch source's, the smoothed loss), so a resumed trial continues the same loss curve. It also
@@ -47,7 +48,20 @@ class CheckpointStore:
         return self.directory / self.FILE
 
     def exists(self) -> bool:
+        """A one-worker checkpoint (`trainer.pt`) is there."""
         return self.path.is_file()
+
+    @property
+    def sharded(self) -> "ShardedCheckpoints":
+        """The multi-worker checkpoints of the same run, in `sharded/` (see `sharded_checkpoint.py`)."""
+        from .sharded_checkpoint import ShardedCheckpoints
+
+        return ShardedCheckpoints(self.directory / "sharded", self.fingerprint)
+
+    def remove(self) -> None:
+        """Delete both formats (a finished run's checkpoints need not stay on disk)."""
+        self.path.unlink(missing_ok=True)
+        self.sharded.remove()
 
     def save(self, state: dict) -> Path:
         """Write to a temporary file of this process, then rename over the previous one: a crash leaves the

@@ -11,7 +11,19 @@ from ..tracking.events import TrialEvents
 from .trainable import execute
 
 
+def multi_worker_problem(trials: list[Trial]) -> str | None:
+    """--local runs each trial in this one process: a trial of several workers cannot run there."""
+    wide = sorted({f"{trial.label} ({trial.workers} workers)" for trial in trials if trial.workers > 1})
+    if not wide:
+        return None
+    return (f"--local runs every trial in this process, on one worker; {', '.join(wide)} need several. Run "
+            "without --local (Ray Train starts their workers), or set resources.workers / distributed.workers to 1")
+
+
 def run_local(trials: list[Trial], events: TrialEvents, study: Study, storage_dir: Path) -> None:
+    problem = multi_worker_problem(trials)
+    if problem:
+        raise ValueError(problem)
     threads = max(1, int(study.resources.cpus))
     for trial in trials:
         events.started(trial)

@@ -14,7 +14,7 @@ PERIODIC_KEYS = ("train_loss", "lr", "val_loss")
 # A progress result's text, sent once when the trial found its checkpoint unreadable and started over: a tag.
 CHECKPOINT_SET_ASIDE_KEY = "checkpoint_set_aside"
 # Final-result values that are text: logged as tags.
-STRING_RESULT_KEYS = ("data_hash", "device", "ray_node_id", "error")
+STRING_RESULT_KEYS = ("data_hash", "device", "ray_node_id", "worker_node_ids", "error")
 # Bookkeeping of the protocol and of Ray Tune, never metrics.
 BOOKKEEPING_KEYS = frozenset({FINAL_FLAG, "step", "total_steps", "training_iteration", "timestamp",
                               "time_this_iter_s", "time_total_s", "pid", "time_since_restore",

@@ -10,12 +10,13 @@ import ray
 from ray import tune
 
 from ..errors import exception_chain
-from ..planning.trials import Trial
+from ..planning.trials import Trial, materialize
 from ..study import Distribution, Study
 from ..tracking.console import ConsoleProgress
 from ..tracking.events import TrialEvents
 from . import interrupt
 from .cluster import DEFAULT_CONNECT_TIMEOUT_S, connect
+from .ray_train import trial_bundles
 from .trainable import run_trial
 from .tune_callback import TuneEventsCallback
 
@@ -110,11 +111,14 @@ def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storag
     param_space: dict = {"trial": tune.grid_search(payloads) if len(payloads) > 1 or not sampling else payloads[0]}
     param_space["checkpoint_root"] = str(storage_dir.resolve() / "checkpoints")
     param_space["launch_dir"] = str(Path.cwd())  # relative data paths are relative to it, not to a trial's folder
+    # Multi-worker trials: what Ray Train reserves per worker, and where it keeps its runs' state.
+    param_space["worker_resources"] = {"CPU": study.resources.cpus, "GPU": study.resources.gpus}
+    param_space["train_storage"] = str(storage_dir.resolve() / "ray_train")
     if sampling:
         param_space["params"] = {key: to_tune_domain(dist) for key, dist in study.search.space.items()}
     max_steps = max(trial.config["train"]["steps"] for trial in trials)
     tuner = tune.Tuner(
-        tune.with_resources(run_trial, {"cpu": study.resources.cpus, "gpu": study.resources.gpus}),
+        tune.with_resources(run_trial, lambda config: _trial_resources(config, study)),
         param_space=param_space,
         tune_config=tune.TuneConfig(
             num_samples=study.search.num_samples if sampling else 1,
@@ -136,7 +140,15 @@ def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storag
             "Stopping: the running trials are stopped and closed as KILLED; run the same command to resume them "
             "from their checkpoints (Ctrl-C again quits at once).")):
         tuner.fit()
-    slots = int(cpus // study.resources.cpus) if study.resources.cpus else 1
+    widest = max(trial.workers for trial in trials)
+    slots = int(cpus // (study.resources.cpus * widest)) if study.resources.cpus else 1
     if study.resources.max_concurrent:
         slots = min(slots, study.resources.max_concurrent)
     return max(1, min(slots, len(trials) * (study.search.num_samples if sampling else 1)))
+
+
+def _trial_resources(config: dict, study: Study) -> tune.PlacementGroupFactory:
+    """A one-worker trial reserves its CPUs and GPUs; a multi-worker trial only its Train driver's memory
+    (Ray Train reserves the workers', see ray_train.py)."""
+    workers = materialize(config).workers
+    return tune.PlacementGroupFactory(trial_bundles(workers, study.resources.cpus, study.resources.gpus))

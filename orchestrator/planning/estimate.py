@@ -4,8 +4,9 @@ Parameters are counted exactly (dape_core's analytic count, tested against the b
 FLOPs and memory are the usual transformer terms plus the score processor's: a convolution from C_in
 input channels to D hidden channels and back to H over the T x T score map, where C_in follows the form
 (2H where it reads [S, B]: concat_residual and concat with a bias encoding; else H), about `3·H·D·k·T²`
-extra multiply-adds per layer in the main form. The duration uses an assumed sustained throughput per
-device kind and is an order-of-magnitude figure, labelled as such.
+extra multiply-adds per layer in the main form. Memory is per worker, for the trial's size and parallelism
+(`memory_per_worker`). The duration uses an assumed sustained throughput per device kind, times the
+workers (ideal scaling), and is an order-of-magnitude figure, labelled as such.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ GPU_FLOPS = 150e12  # bf16 at ~40% of an H100/H200's dense peak
 class TrialEstimate:
     parameters: int
     flops_per_step: float
-    peak_memory_bytes: float
+    peak_memory_bytes: float  # per worker
     seconds: float
+    workers: int = 1
+    parallelism: str = "ddp"
 
 
 def count_parameters(cfg: ModelConfig) -> int:
@@ -50,17 +53,42 @@ def forward_flops_per_sequence(cfg: ModelConfig, length: int, parameters: int) -
     return dense + attention + processor
 
 
+def activation_bytes(model: ModelConfig, sequences: int, length: int) -> float:
+    """Activations kept for the backward pass of `sequences` sequences, in float32: per layer the hidden
+    states (about 16 x width per token) and the T x T maps (attention, and the processor's input, hidden and
+    output channels)."""
+    processor_maps = processor_in_channels(model) + 2 * model.d_dape + model.n_head  # input, hidden (x2), output
+    maps = model.n_head * 3 + (processor_maps if model.processor != "none" else 0)
+    return model.n_layer * sequences * (length * model.d_model * 16 + maps * length * length) * 4
+
+
+def memory_per_worker(model: ModelConfig, cfg: ExperimentConfig, parameters: int) -> float:
+    """Peak memory of one worker. Weights, gradients and AdamW's two moments are 16 bytes per parameter in
+    float32. One worker holds them all; DDP holds a full replica per worker plus its gradient buckets (4
+    bytes per parameter); FSDP holds 1/workers of them, plus, while a block runs, its gathered parameters
+    (in bf16 with bf16 precision, for the running block and the prefetched next one) and its unsharded fp32
+    gradients. Activations are those of one micro-batch of the worker's share of the batch
+    (batch_size / workers / grad_accum sequences)."""
+    train, size = cfg.train, cfg.distributed
+    activations = activation_bytes(model, train.batch_size // (size.workers * train.grad_accum), train.seq_len)
+    state = 16 * parameters
+    if size.workers == 1:
+        return state + activations
+    if size.parallelism == "ddp":
+        return state + 4 * parameters + activations
+    block = (parameters - 2 * model.vocab_size * model.d_model) / model.n_layer
+    gathered = block * (2 * (2 if train.precision == "bf16" else 4) + 4)
+    return state / size.workers + gathered + activations
+
+
 def estimate(cfg: ExperimentConfig, gpus: float, cpus: float) -> TrialEstimate:
+    """gpus, cpus: per worker (`resources`); the trial's workers come from its `distributed` section."""
     model, train = cfg.model, cfg.train
     if cfg.che is not None:  # a CHE trial's model: the task's vocabulary, bidirectional for the encoder form
         model = cfg.che.model_config(model)
     parameters = count_parameters(model)
     flops = 3 * train.batch_size * forward_flops_per_sequence(model, train.seq_len, parameters)
-    # Weights, gradients and two AdamW moments in float32, plus activations kept for the backward pass.
-    t, b, layers = train.seq_len, train.batch_size, model.n_layer
-    processor_maps = processor_in_channels(model) + 2 * model.d_dape + model.n_head  # input, hidden (x2), output
-    maps = model.n_head * 3 + (processor_maps if model.processor != "none" else 0)
-    activations = layers * b * (t * model.d_model * 16 + maps * t * t) * 4
-    memory = 16 * parameters + activations
-    throughput = GPU_FLOPS * gpus if gpus else CPU_FLOPS_PER_CORE * cpus
-    return TrialEstimate(parameters, flops, memory, flops * train.steps / throughput)
+    workers = cfg.distributed.workers
+    throughput = workers * (GPU_FLOPS * gpus if gpus else CPU_FLOPS_PER_CORE * cpus)
+    return TrialEstimate(parameters, flops, memory_per_worker(model, cfg, parameters),
+                         flops * train.steps / throughput, workers, cfg.distributed.parallelism)

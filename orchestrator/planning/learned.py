@@ -3,9 +3,10 @@ shape, which replaces the analytic estimate (estimate.py) wherever such runs exi
 
 A run matches a trial when they share what sets the cost of a step: the model's shape (layers, width, heads,
 MLP ratio, vocabulary, position encoding, causality), its score processor (and, with one, its kernel, D_dape
-and form), the sequence length, batch, precision and accumulation, a CHE trial's task and batch, and the
-device kind (cpu, cuda). Learning rate, steps and seeds do not matter, so runs of any experiment in the store
-teach every study that trains the same shape. The CPU threads per trial are not logged and not matched.
+and form), the sequence length, batch, precision and accumulation, a CHE trial's task and batch, the device
+kind (cpu, cuda) and the trial size (workers; with several, their parallelism). Learning rate, steps and seeds
+do not matter, so runs of any experiment in the store teach every study that trains the same shape. The CPU
+threads per trial are not logged and not matched.
 """
 
 from __future__ import annotations
@@ -33,7 +34,17 @@ def shape_key(flat: dict[str, Any], device: str) -> tuple:
         keys += PROCESSOR_KEYS
     if flat.get("che.task") not in (None, "None"):
         keys += CHE_KEYS
-    return (device_kind(device),) + tuple((key, str(flat.get(key))) for key in keys)
+    size = trial_size(flat)
+    return (device_kind(device),) + tuple((key, str(flat.get(key))) for key in keys) + size
+
+
+def trial_size(flat: dict[str, Any]) -> tuple:
+    """A step's wall time depends on the workers sharing it (and how): runs logged before trials had a size
+    ran on one worker."""
+    workers = str(flat.get("distributed.workers", 1))
+    if workers == "1":
+        return (("distributed.workers", "1"),)
+    return (("distributed.workers", workers), ("distributed.parallelism", str(flat.get("distributed.parallelism"))))
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Expand a validated study into trials: one per report row (cell) and seed, each with a stable identity.
 
-The identity is a hash of the fully resolved trial config, so a trial is recognised as already done no
-matter how the study file is reordered or relabelled; it tags the trial's MLflow run. With a sampling
+The identity is a hash of the fully resolved trial config (less its trial size, `distributed`), so a trial
+is recognised as already done no matter how the study file is reordered or relabelled; it tags the trial's
+MLflow run and names its checkpoint folder. With a sampling
 search (random, Optuna) the expanded trials are templates: Ray Tune fills in the sampled `params`, and
 `materialize` turns what Tune hands a trial back into a concrete Trial, on the worker and on the driver.
 """
@@ -31,8 +32,11 @@ class Trial:
 
     @property
     def trial_id(self) -> str:
-        canonical = json.dumps(self.config, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+        return trial_identity(self.config)
+
+    @property
+    def workers(self) -> int:
+        return self.config["distributed"]["workers"]
 
     @property
     def run_name(self) -> str:
@@ -45,11 +49,21 @@ class Trial:
                 "overrides": self.overrides}
 
 
+def trial_identity(config: dict) -> str:
+    """A hash of the resolved trial config without its `distributed` section: how many workers compute a
+    trial does not change what it computes (the same global batch, data order and result), so a trial
+    killed on 8 workers resumes its checkpoint on 4, and a finished trial is not rerun because its size
+    changed. The size is still logged with the trial's params."""
+    identity = {section: values for section, values in config.items() if section != "distributed"}
+    canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
 def expand(study: Study) -> list[Trial]:
     trials = []
     for index, cell in enumerate(study.cells()):
         for seed in study.seeds:
-            config = resolve(study.base, {**cell.overrides, "train.seed": seed})
+            config = study.trial_config({**cell.overrides, "train.seed": seed})
             resolved = ExperimentConfig(**config).to_dict()
             trials.append(Trial(label=cell.label, variant=cell.variant, seed=seed, baseline=cell.baseline,
                                 index=index, config=resolved, swept=cell.swept, overrides=dict(cell.overrides)))

@@ -5,8 +5,8 @@
 - overrides.py: dotted overrides of trial configs and of the study (profiles, `key=value`);
 - yaml_loader.py: YAML that means one thing: duplicate keys refused, size bounded (alias bombs);
 - load.py: reading, profiles, and every check below gathered into one StudyError;
-- trial_checks.py: every resolved trial (rows, search values) validated by dape_core, duplicate identities,
-  run names; sweeps.py: exclude, seeds and variant keys that a sweep would silently ignore or overwrite;
+- trial_checks.py: every resolved trial (rows, search values) with its trial size validated by dape_core,
+  duplicate identities (the size left out), run names; sweeps.py: exclude, seeds and variant keys that a sweep would silently ignore or overwrite;
   search_checks.py: searcher, ASHA and report metrics against what the trials log (metrics.py);
 - data_paths.py: data files and tokenizers that do not exist (run, plan, validate);
 - expect.py: the `expect:` claims; claim_checks.py: each claim as checks on the rows (validation, verdicts);

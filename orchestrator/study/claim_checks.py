@@ -33,11 +33,9 @@ class Row:
 def study_rows(study: "Study") -> list[tuple["Cell", Row]]:
     from dape_core import ExperimentConfig
 
-    from .overrides import resolve
-
     rows = []
     for cell in study.cells():
-        config = ExperimentConfig(**resolve(study.base, cell.overrides))
+        config = ExperimentConfig(**study.trial_config(cell.overrides))
         rows.append((cell, Row(cell.label, tuple(sorted((k, repr(v)) for k, v in cell.swept.items())), config)))
     return rows
 

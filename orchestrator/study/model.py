@@ -11,6 +11,8 @@ the ways it is varied:
 - `search`: grid (the default: the rows above), random or Optuna TPE over declared distributions;
 - `profiles`: named dotted overrides of the study itself (`base.train.steps: 50000`, `resources.gpus: 1`);
 - `report`: the report's headline metric family and its baseline row;
+- `resources`: what one trial takes: CPUs and GPUs per worker, and its size (workers, parallelism), which
+  a row's own `distributed.*` overrides;
 - `expect`: the paper's claims about the results, checked by the report (expect.py).
 The rows these make are in `rows.py`; loading and profiles in `load.py`, the checks that need every resolved
 trial in `trial_checks.py`, `sweeps.py` and `search_checks.py`, the claims' in `claim_checks.py`. Constraints
@@ -23,13 +25,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dape_core.train import Parallelism
 from dape_core.types import (FiniteFloat, NonEmptyStr, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
                              Seed, StrictBool)
 
 from .expect import Claim
+from .overrides import resolve
 from .rows import Cell, study_cells
 
-SECTIONS = ("model", "data", "train", "eval", "che")  # dape_core.ExperimentConfig's sections
+SECTIONS = ("model", "data", "train", "eval", "che", "distributed")  # dape_core.ExperimentConfig's sections
 # The report's metric families (orchestrator.reporting.metrics.FAMILIES), by the prefix of their columns.
 ReportMetric = Literal["ppl", "delta_p", "accuracy", "time"]
 
@@ -74,11 +78,27 @@ class Variant(_Strict):
 
 
 class Resources(_Strict):
-    cpus: PositiveFloat = Field(1.0, description="CPUs per trial (also the trial's torch threads).")
-    gpus: NonNegativeFloat = Field(0.0, description="GPUs per trial; fractions share a GPU.")
+    """What one trial takes. A trial runs on `workers` processes (one by default), each with `cpus` CPUs
+    and `gpus` GPUs; a trial config's own `distributed.workers` / `distributed.parallelism` (set in base, a
+    variant, an axis or a zip) overrides `workers` / `parallelism` for its rows."""
+
+    cpus: PositiveFloat = Field(1.0, description="CPUs per worker (also its torch threads).")
+    gpus: NonNegativeFloat = Field(0.0, description="GPUs per worker; fractions share a GPU (one-worker trials only).")
+    workers: PositiveInt = Field(1, description="Workers per trial: processes that train one trial together "
+                                 "(Ray Train), each with `cpus` and `gpus`. One runs the trial as a plain "
+                                 "Ray Tune trial.")
+    parallelism: Parallelism = Field("ddp", description="How several workers share a trial: ddp (a full replica "
+                                     "each) or fsdp (parameters, gradients and optimizer state sharded).")
     max_concurrent: PositiveInt | None = Field(None, description="At most this many trials at once.")
     max_retries: NonNegativeInt = Field(1, description="Times a crashed trial is retried.")
     gpu_memory_gb: PositiveFloat | None = Field(None, description="Device memory per GPU, for `plan`'s fit check.")
+
+    def trial_size(self, config: dict) -> dict:
+        """A trial config with its `distributed` section complete: the trial's own values, else these."""
+        given = config.get("distributed", {})
+        if not isinstance(given, dict):
+            return config  # not a mapping: dape_core's validation says so, with the field
+        return {**config, "distributed": {"workers": self.workers, "parallelism": self.parallelism, **given}}
 
 
 class Distribution(_Strict):
@@ -144,7 +164,7 @@ class ReportSpec(_Strict):
 class Study(_Strict):
     name: StudyName = Field(description="Experiment name in MLflow (and its parent run's).")
     description: str = ""
-    base: dict[str, Any] = Field(default_factory=dict, description="Shared trial config: model, data, train, eval (and che for CHE tasks).")
+    base: dict[str, Any] = Field(default_factory=dict, description="Shared trial config: model, data, train, eval (and che for CHE tasks, distributed for the trial size).")
     axes: dict[SweepKey, SweepValues] = Field(default_factory=dict, description="Grid over dotted keys.")
     one_at_a_time: StrictBool = Field(False, description="Vary each axis alone from the baseline instead of a grid.")
     zip: dict[SweepKey, ZipValues] = Field(default_factory=dict, description="Dotted keys whose values vary together.")
@@ -204,3 +224,7 @@ class Study(_Strict):
     def cells(self) -> list[Cell]:
         """The study's rows before seeds: each variant (or the base alone) crossed with the swept points."""
         return study_cells(self, self.variants or [Variant(label=self.name, baseline=True)])
+
+    def trial_config(self, overrides: dict[str, Any]) -> dict:
+        """The trial config of a row (or a search sample): base, its overrides, and the trial size."""
+        return self.resources.trial_size(resolve(self.base, overrides))

@@ -5,11 +5,16 @@ value of each `choice` and both bounds of each range, each on top of every row, 
 a later sample would draw is refused now rather than mid-study. Then the rows are checked together: two
 rows with one resolved config would train one model into one MLflow run (an error naming both), and each
 trial's MLflow run name must fit MLflow's limit.
+
+Every config is checked with its trial size (`Study.trial_config`: the row's own `distributed` section, else
+`resources.workers` / `resources.parallelism`), so that a size dape_core refuses (a batch that does not split
+over the workers, a CHE trial on several) is reported, saying where the size came from; and a multi-worker
+trial needs whole GPUs per worker. The size is not part of a trial's identity (the same computation on any
+number of workers), so two rows that differ only in it are one trial.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -63,12 +68,12 @@ def resolved_trials(study: "Study") -> tuple[list[ResolvedTrial], list[str]]:
     if count > MAX_ROWS:
         return [], [f"axes/zip/variants: the study expands to {count} rows (before seeds), more than {MAX_ROWS}; "
                     "sweep fewer values, or split it into several studies"]
-    _, problems = validate_config(study.base, "base")
+    problems = _add([], "base", study, {}, None)
     if problems:
         return [], problems
     trials: list[ResolvedTrial] = []
     for row, cell in enumerate(study.cells(), 1):
-        found = _add(trials, cell.where, study.base, cell.overrides, cell, row)
+        found = _add(trials, cell.where, study, cell.overrides, cell, row)
         problems += [p for p in found if p not in problems]
     failed_values: set[tuple[str, str]] = set()  # a search value is reported at the first row it fails
     for cell in study.cells():
@@ -77,7 +82,7 @@ def resolved_trials(study: "Study") -> tuple[list[ResolvedTrial], list[str]]:
                 if (key, repr(value)) in failed_values:
                     continue
                 prefix = f"{cell.where} with " if study.variants or study.axes or study.zip else ""
-                found = _add(trials, f"{prefix}search.space.{key}={value!r}", study.base,
+                found = _add(trials, f"{prefix}search.space.{key}={value!r}", study,
                              {**cell.overrides, key: value}, None)
                 if found:
                     failed_values.add((key, repr(value)))
@@ -87,15 +92,32 @@ def resolved_trials(study: "Study") -> tuple[list[ResolvedTrial], list[str]]:
     return trials, problems
 
 
-def _add(trials: list[ResolvedTrial], where: str, base: dict, overrides: dict[str, Any], cell, row: int = 0) -> list[str]:
+def _add(trials: list[ResolvedTrial], where: str, study: "Study", overrides: dict[str, Any], cell,
+         row: int = 0) -> list[str]:
+    """Validate one resolved trial config (with its trial size); keep it in `trials` when it is valid."""
     try:
-        config = resolve(base, overrides)
+        own = resolve(study.base, overrides)
     except ValueError as error:
         return [f"{where}: {error}"]
-    validated, problems = validate_config(config, where)
+    validated, problems = validate_config(study.resources.trial_size(own), where)
     if validated is not None:
-        trials.append(ResolvedTrial(where, validated, cell, row))
+        problems = size_problems(study, validated, where)
+        if not problems:
+            trials.append(ResolvedTrial(where, validated, cell, row))
+    if not isinstance(own.get("distributed"), dict):  # the size came from `resources`: name it there
+        problems = [f"{p} (distributed.* comes from resources.workers / resources.parallelism)"
+                    if "distributed." in p else p for p in problems]
     return problems
+
+
+def size_problems(study: "Study", config: ExperimentConfig, where: str) -> list[str]:
+    """What `resources` cannot give a trial of this size: a multi-worker trial's workers each drive their own
+    GPU(s), so they cannot share one."""
+    gpus, workers = study.resources.gpus, config.distributed.workers
+    if workers > 1 and gpus != int(gpus):
+        return [f"{where}: distributed.workers={workers} needs whole GPUs per worker, got resources.gpus={gpus:g}: "
+                "each worker of a multi-worker trial drives its own GPU(s)"]
+    return []
 
 
 def search_values(dist: "Distribution") -> list[Any]:
@@ -109,18 +131,26 @@ def search_values(dist: "Distribution") -> list[Any]:
 
 
 def identity_problems(trials: list[ResolvedTrial]) -> list[str]:
-    """Two rows whose resolved configs are equal would be one trial identity: one MLflow run, one checkpoint."""
+    """Two rows whose resolved configs are equal would be one trial identity: one MLflow run, one checkpoint.
+    The identity leaves the trial size out (planning.trials.trial_identity), so rows that differ only in
+    `distributed` are one trial too."""
+    from ..planning.trials import trial_identity  # planning imports the study format: import it late
+
     first: dict[str, ResolvedTrial] = {}
     problems = []
     for trial in trials:
         if trial.cell is None:
             continue
-        canonical = json.dumps(trial.config.to_dict(), sort_keys=True, default=str)
+        canonical = trial_identity(trial.config.to_dict())
         if canonical in first:
             earlier = first[canonical]
+            size_only = earlier.config.distributed != trial.config.distributed
+            apart = (" apart from their trial size (distributed.*: the number of workers does not change what a "
+                     "trial computes)" if size_only else "")
+            differ = "make them differ in model, data, train or eval" if size_only else "make them differ"
             problems.append(f"{earlier.where} (row {earlier.row}) and {trial.where} (row {trial.row}): the two rows "
-                            "resolve to the same trial config, so they would train one model into one MLflow run "
-                            "and one checkpoint; make them differ or keep one")
+                            f"resolve to the same trial config{apart}, so they would train one model into one MLflow "
+                            f"run and one checkpoint; {differ} or keep one")
         else:
             first[canonical] = trial
     return problems
