@@ -14,18 +14,21 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from .che.experiment import CheConfig, run_che
+# Only the config sections at import: validating a study (the orchestrator's `validate`, `plan`) must not
+# load torch. The functions that run an experiment import what they need when called.
+from .che.config import CheConfig
 from .config import ModelConfig, effective_model_fields
-from .data import DataConfig, TrainStream, evaluation_windows, load_corpus
-from .evaluate import (EvalConfig, attention_rows, delta_p, forward_flops_per_token, forward_ms_from_evaluation,
-                       peak_memory_bytes, perplexity_by_length, reset_peak_memory, save_heat_maps, tail_loss)
-from .model import build_model
-from .train import CheckpointStore, TrainConfig, resolve_device, resolve_precision, train
+from .data.config import DataConfig
+from .evaluate.config import EvalConfig
+from .train.config import TrainConfig
+
+if TYPE_CHECKING:
+    from .train import CheckpointStore
 
 # Train fields that change what is logged, not the trajectory: a checkpoint survives changing them.
 _NOT_IN_FINGERPRINT = ("log_every", "eval_every", "val_tokens")
@@ -172,6 +175,10 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     checkpoint_dir: save `trainer.pt` there every `checkpoint_every` steps and at the end; with `resume`,
     continue from the one already there. artifacts_dir: where `eval.visualise` writes its heat maps.
     """
+    import torch
+
+    from .train import CheckpointStore
+
     if threads:
         torch.set_num_threads(threads)
     checkpoints = CheckpointStore(checkpoint_dir, cfg.fingerprint()) if checkpoint_dir is not None else None
@@ -182,6 +189,13 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
 
 def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointStore | None,
                        checkpoint_every: int | None, resume: bool, artifacts_dir) -> ExperimentResult:
+    import torch
+
+    from .data import TrainStream, evaluation_windows, load_corpus
+    from .evaluate import forward_flops_per_token, peak_memory_bytes, reset_peak_memory, tail_loss
+    from .model import build_model
+    from .train import resolve_device, resolve_precision, train
+
     device = resolve_device(cfg.train.device)
     precision = resolve_precision(cfg.train.precision, device)
     torch.manual_seed(cfg.train.seed)
@@ -224,6 +238,8 @@ def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointS
 def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_dir) -> dict:
     """The evaluation protocol on the trained model: perplexity and ΔP by length, then (optionally) the
     forward time per length and the heat maps. Returns those ExperimentResult fields."""
+    from .evaluate import attention_rows, delta_p, forward_ms_from_evaluation, perplexity_by_length, save_heat_maps
+
     started = time.perf_counter()
     batch_ms: dict[int, list[float]] | None = {} if cfg.eval.timing else None
     all_lengths = perplexity_by_length(model, windows, cfg.eval, precision, batch_ms)
@@ -249,6 +265,8 @@ def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_
 def _run_che_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointStore | None,
                         checkpoint_every: int | None, resume: bool) -> ExperimentResult:
     """The CHE path: no corpus, no perplexity; accuracies instead. Checkpoints and resume as for the LM."""
+    from .che.experiment import run_che
+
     result = run_che(cfg.che, cfg.model, cfg.train, callback, checkpoints=checkpoints,
                      checkpoint_every=checkpoint_every, resume=resume)
     task_record = {"source": "che", "task": cfg.che.task, "form": cfg.che.form,

@@ -6,17 +6,29 @@ files, pre-tokenized token files (memory-mapped) and Hugging Face datasets saved
 sources; see `DataConfig`.
 """
 
-from .config import DataConfig
-from .corpus import Corpus, check_token_ids, load_corpus
-from .sources import stdlib_files
-from .splits import SPLITS, TEST, TRAIN, VALIDATION
-from .tokenization import ByteTokenizer, HFTokenizer, load_tokenizer
-from .windows import TokenBatch, TrainStream, evaluation_windows
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_attributes
+
+_PUBLIC = {  # name -> the submodule it lives in
+    "DataConfig": "config", "Corpus": "corpus", "check_token_ids": "corpus", "load_corpus": "corpus",
+    "stdlib_files": "sources", "SPLITS": "splits", "TEST": "splits", "TRAIN": "splits",
+    "VALIDATION": "splits", "ByteTokenizer": "tokenization", "HFTokenizer": "tokenization",
+    "load_tokenizer": "tokenization", "TokenBatch": "windows", "TrainStream": "windows",
+    "evaluation_windows": "windows",
+}
+__all__ = list(_PUBLIC)
 
 DOC_SEPARATOR = 0  # byte 0 never occurs in source text: marks document boundaries in the byte-level stream
 
-__all__ = [
-    "DataConfig", "Corpus", "load_corpus", "check_token_ids", "stdlib_files", "SPLITS", "TRAIN",
-    "VALIDATION", "TEST", "ByteTokenizer", "HFTokenizer", "load_tokenizer", "TokenBatch", "TrainStream",
-    "evaluation_windows", "DOC_SEPARATOR",
-]
+if TYPE_CHECKING:
+    from .config import DataConfig
+    from .corpus import Corpus, check_token_ids, load_corpus
+    from .sources import stdlib_files
+    from .splits import SPLITS, TEST, TRAIN, VALIDATION
+    from .tokenization import ByteTokenizer, HFTokenizer, load_tokenizer
+    from .windows import TokenBatch, TrainStream, evaluation_windows
+
+__getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC)
