@@ -33,11 +33,33 @@ err = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
 
 EXIT_OK, EXIT_TRIALS_FAILED, EXIT_INVALID, EXIT_INTERRUPTED, EXIT_CTRL_C = 0, 1, 2, 3, 130
 
-StudyArg = Annotated[Path, typer.Argument(metavar="STUDY", help="The study file (YAML).")]
+StudyArg = Annotated[str, typer.Argument(metavar="STUDY", help="A study file, or a study's name (studies/NAME.yaml).")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", "-p", help="A named profile of the study (e.g. paper).")]
 OverridesArg = Annotated[Optional[list[str]], typer.Argument(metavar="[KEY=VALUE]...", help="Dotted overrides, e.g. train.steps=100.")]
-TrackingOpt = Annotated[Optional[str], typer.Option(help="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else sqlite under ./mlruns.")]
-ReportsDirOpt = Annotated[Path, typer.Option(help="Where reports are written.")]
+TrackingOpt = Annotated[Optional[str], typer.Option(help="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else "
+                                                     "mlruns/mlflow.db in the study's project folder.")]
+ReportsDirOpt = Annotated[Optional[Path], typer.Option(help="Where reports are written; default: reports/ in the study's "
+                                                       "project folder.")]
+TRACKING_FLAG = "--tracking-uri "  # how StudyNotFound names the option on the command line
+
+
+def _locate_or_exit(argument: str) -> Path:
+    """The study file of a STUDY argument (a path, or a name in studies/): study/locate.py's rule."""
+    from .study import StudyError
+    from .study.locate import study_file
+
+    try:
+        return study_file(argument)
+    except StudyError as error:
+        err.print(f"[red]Invalid study[/red] {escape(str(error))}")
+        raise typer.Exit(EXIT_INVALID)
+
+
+def _project_path(study_path: Path, given: Path | None, name: str) -> Path:
+    """An output folder: the one given, else `name` in the study's project folder (study/locate.py)."""
+    from .study.locate import project_folder
+
+    return given if given is not None else project_folder(study_path) / name
 
 
 def _load_or_exit(path: Path, profile: str | None = None, overrides: list[str] | None = None):
@@ -56,16 +78,17 @@ def _load_or_exit(path: Path, profile: str | None = None, overrides: list[str] |
 
 
 @app.command()
-def validate(studies: Annotated[list[Path], typer.Argument(metavar="STUDY...", help="Study files to check.")],
+def validate(studies: Annotated[list[str], typer.Argument(metavar="STUDY...", help="Study files (or names) to check.")],
              profile: ProfileOpt = None) -> None:
     """Check study files (and their profiles) without running anything."""
     from .planning import expand
     from .study import StudyError, load_study
+    from .study.locate import study_file
 
     invalid = 0
     for path in studies:
         try:
-            study = load_study(path, profile=profile)
+            study = load_study(study_file(path), profile=profile)
         except StudyError as error:
             invalid += 1
             err.print(f"[red]Invalid study[/red] {error}")
@@ -83,17 +106,21 @@ def run(
     profile: ProfileOpt = None,
     tracking_uri: TrackingOpt = None,
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address; default: RAY_ADDRESS, else a local Ray.")] = None,
-    reports_dir: ReportsDirOpt = Path("reports"),
-    storage_dir: Annotated[Path, typer.Option(help="Ray Tune state and trial checkpoints.")] = Path(".orchestrator"),
+    reports_dir: ReportsDirOpt = None,
+    storage_dir: Annotated[Optional[Path], typer.Option(help="Ray Tune state and trial checkpoints; default: "
+                                                        ".orchestrator/ in the study's project folder.")] = None,
     local: Annotated[bool, typer.Option("--local", help="Run trials in this process one by one, without Ray (debugging).")] = False,
     failed_only: Annotated[bool, typer.Option("--failed-only", help="Rerun only the trials whose last run failed.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
+    study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path, profile, overrides)
     from .tracking.uri import resolve_tracking_uri, ui_command
 
-    uri = resolve_tracking_uri(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri, study_path)
+    reports_dir = _project_path(study_path, reports_dir, "reports")
+    storage_dir = _project_path(study_path, storage_dir, ".orchestrator")
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
     try:
         from .execution.runner import run_study
@@ -142,13 +169,15 @@ def _first_line(error: BaseException) -> str:
 def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileOpt = None,
          tracking_uri: TrackingOpt = None) -> None:
     """Show the expanded trial table with costs and what is already finished; launches nothing."""
+    study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path, profile, overrides)
     from dape_core import ExperimentConfig
 
     from .planning import expand
     from .planning.estimate import estimate
+    from .tracking.uri import resolve_tracking_uri
 
-    store = _open_store(study, tracking_uri)
+    store = _open_store(study, resolve_tracking_uri(tracking_uri, study_path))
     finished = store.finished_trial_ids() if store else set()
     table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}")
     for column in ("#", "trial", "id", "params", "GFLOP/step", "peak mem", "fits", "est. time", "status"):
@@ -179,13 +208,12 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def _open_store(study, tracking_uri: str | None):
+def _open_store(study, uri: str):
     """The study's store for reading, or None where the study has not run yet (nothing is created)."""
     from .tracking.store import StudyNotFound, StudyStore
-    from .tracking.uri import resolve_tracking_uri
 
     try:
-        return StudyStore.open(resolve_tracking_uri(tracking_uri), study.name)
+        return StudyStore.open(uri, study.name)
     except StudyNotFound:
         return None
 
@@ -193,11 +221,12 @@ def _open_store(study, tracking_uri: str | None):
 @app.command()
 def status(study_path: StudyArg, profile: ProfileOpt = None, tracking_uri: TrackingOpt = None) -> None:
     """Each trial's state in the tracking store: finished, failed (with the reason), running, or to run."""
+    study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path, profile)
     from .planning import expand
     from .tracking.uri import resolve_tracking_uri
 
-    uri = resolve_tracking_uri(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri, study_path)
     store = _open_store(study, uri)
     runs = store.latest_runs() if store else {}
     table = Table(title=f"{study.name}: {uri}")
@@ -231,26 +260,28 @@ def schema(output: Annotated[Optional[Path], typer.Option("--output", "-o", help
 def report(
     study_path: StudyArg,
     tracking_uri: TrackingOpt = None,
-    reports_dir: ReportsDirOpt = Path("reports"),
+    reports_dir: ReportsDirOpt = None,
     value: Annotated[str, typer.Option(help="Which value of each run's metrics the cells show: final, best or step:N.")] = "final",
 ) -> None:
     """Build the study's report from the MLflow store: tables, significance, plots (Markdown, HTML, LaTeX, CSV)."""
+    study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path)
     from .reporting import ValueChoice, build_report
     from .tracking.store import StudyNotFound, StudyStore
-    from .tracking.uri import resolve_tracking_uri
+    from .tracking.uri import choose_store
 
     try:
         choice = ValueChoice.parse(value)
     except ValueError as error:
         err.print(f"[red]Invalid option[/red] --{error}")
         raise typer.Exit(EXIT_INVALID)
+    chosen = choose_store(tracking_uri, study_path)
     try:
-        store = StudyStore.open(resolve_tracking_uri(tracking_uri), study.name)
+        store = StudyStore.open(chosen.uri, study.name, chosen.how)
     except StudyNotFound as error:
-        err.print(f"[red]No results[/red] {error}")
+        err.print(f"[red]No results[/red] {escape(error.describe(TRACKING_FLAG))}")
         raise typer.Exit(EXIT_INTERRUPTED)
-    built = build_report(study, store, reports_dir, choice)
+    built = build_report(study, store, _project_path(study_path, reports_dir, "reports"), choice)
     console.print(built.markdown, markup=False)
     attached = "; attached to the study's parent run in MLflow" if store.parent_run_id else ""
     console.print(f"Report: {built.folder / 'report.html'} (also report.md, tables.tex, CSV, plots/){attached}")
@@ -264,21 +295,24 @@ def ui(
     port: Annotated[int, typer.Option(help="Port of the MLflow UI started for a SQLite store.")] = 5000,
 ) -> None:
     """Open the study in MLflow's UI: starts `mlflow ui` on a SQLite store, or names the page on a server."""
+    study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path)
     from .tracking import ui as mlflow_ui
-    from .tracking.store import StudyNotFound
+    from .tracking.lookup import StudyNotFound
     from .tracking.uri import is_server, resolve_tracking_uri
 
-    uri = resolve_tracking_uri(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri, study_path)
     try:
         if is_server(uri):
-            experiment = mlflow_ui.experiment_id(uri, study.name)
-            console.print(f"Study {study.name}: {mlflow_ui.experiment_url(uri, experiment)}")
+            console.print(f"Study {study.name}: {mlflow_ui.show_on_server(uri, study.name)}")
             return
         console.print(f"Starting the MLflow UI on {uri} (Ctrl-C stops it)")
         code = mlflow_ui.serve(uri, study.name, port, lambda url: console.print(f"MLflow UI for study {study.name}: {url}"))
-    except (mlflow_ui.UIError, StudyNotFound) as error:
-        err.print(f"[red]Cannot show the UI[/red] {error}")
+    except mlflow_ui.UIError as error:
+        err.print(f"[red]Cannot show the UI[/red] {escape(str(error))}")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except StudyNotFound as error:
+        err.print(f"[red]Cannot show the UI[/red] {escape(error.describe(TRACKING_FLAG))}")
         raise typer.Exit(EXIT_INTERRUPTED)
     if code not in (0, -signal.SIGINT, -signal.SIGTERM):
         raise typer.Exit(code if code > 0 else 1)

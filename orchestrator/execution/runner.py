@@ -84,7 +84,8 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
     outcome = StudyOutcome(trials=todo + skipped, skipped=skipped)
     # The recorder first: a listener that fails (the tracking server went away) stops the study before the
     # console says a trial finished that the store does not know about.
-    events = TrialEvents([MLflowRecorder(store, {"code_version": version, "study": study.name}), progress])
+    resources = {"cpus": study.resources.cpus, "gpus": study.resources.gpus}
+    events = TrialEvents([MLflowRecorder(store, {"code_version": version, "study": study.name}, resources), progress])
     status = "FINISHED"
     try:
         if todo:

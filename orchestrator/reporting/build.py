@@ -76,6 +76,7 @@ def build_report(study: Study, store: StudyStore, reports_dir: Path, value: Valu
         files.append(path)
     files += [figure.path for figure in figures]
     store.log_artifacts(folder)
+    store.refresh_dashboard()  # the saved view `orchestrator ui` opens, with the charts of these metrics
     return Report(folder, markdown, document, files)
 
 

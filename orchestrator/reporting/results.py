@@ -16,9 +16,10 @@ from typing import Any
 import pandas as pd
 
 from ..planning.trials import Trial, expand
-from ..study import Study, load_study
+from ..study import Study, StudyError, load_study
+from ..study.locate import names_a_file, study_file
 from ..tracking.store import SWEPT_TAG_PREFIX, TRIAL_ID_TAG, StudyStore, flatten
-from ..tracking.uri import resolve_tracking_uri
+from ..tracking.uri import choose_store
 from .columns import CONFIG_PREFIX, IDENTITY_COLUMNS, MISSING, SERIES_METRICS, metric_columns
 from .metrics import higher_is_better
 
@@ -128,14 +129,27 @@ def study_results(store: StudyStore, study: Study | None = None, value: ValueCho
 def load_results(study: Study | str | Path, tracking_uri: str | None = None, value: str = "final") -> pd.DataFrame:
     """For notebooks: `load_results("studies/kernel_size.yaml")` -> one row per trial, config and metric columns.
 
-    `study` is a study file, a parsed Study, or just the study's name (then rows come from the store alone).
-    `tracking_uri` defaults like the command line's (MLFLOW_TRACKING_URI, else ./mlruns/mlflow.db)."""
-    parsed = study if isinstance(study, Study) else None
-    if parsed is None and (isinstance(study, Path) or str(study).endswith((".yaml", ".yml"))):
-        parsed = load_study(study)
+    `study` is a study file, a study's name (its file `studies/<name>.yaml` under the current folder when
+    there is one; else rows come from the store alone), or a parsed Study. `tracking_uri` defaults like the
+    command line's: MLFLOW_TRACKING_URI, else mlruns/mlflow.db in the study's project folder (the folder
+    holding its studies/ folder), so a study file is found with its store from any folder."""
+    parsed, path = (study, None) if isinstance(study, Study) else (None, _study_file_of(study))
+    if path is not None:
+        parsed = load_study(path)
     name = parsed.name if parsed is not None else str(study)
-    store = StudyStore.open(resolve_tracking_uri(tracking_uri), name)
+    chosen = choose_store(tracking_uri, path)
+    store = StudyStore.open(chosen.uri, name, chosen.how)
     return study_results(store, parsed, ValueChoice.parse(value))
+
+
+def _study_file_of(argument: str | Path) -> Path | None:
+    """The study file an argument names (study/locate.py's rule), or None for a name without a file."""
+    if names_a_file(argument):
+        return study_file(argument)
+    try:
+        return study_file(argument)
+    except StudyError:
+        return None
 
 
 def metric_history(store: StudyStore, frame: pd.DataFrame, metric: str) -> pd.DataFrame:

@@ -10,14 +10,18 @@ MLflow): an embedded SQLite store then has exactly one writer.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.tracking import MlflowClient
 
+from . import dashboard
 from .client import ReachabilityCheckedClient
-from .uri import sqlite_path, store_missing
+from .lookup import StudyNotFound, no_experiment, require_store  # noqa: F401  (their home before lookup.py)
+from .params import flatten  # noqa: F401  (its home before params.py)
+from .uri import sqlite_path
 
 ROLE_TAG = "orchestrator.role"
 TRIAL_ID_TAG = "orchestrator.trial_id"
@@ -25,33 +29,6 @@ STUDY_TAG = "orchestrator.study"
 PARENT_TAG = "mlflow.parentRunId"
 STOPPED_EARLY_TAG = "stopped_early"  # a scheduler (ASHA) ended the trial before its last step
 SWEPT_TAG_PREFIX = "swept."  # swept.<dotted key> = the value a trial's row sets (variant override or axis point)
-
-
-class StudyNotFound(LookupError):
-    """The tracking store has no experiment for the study (never run there, or the wrong store)."""
-
-
-def require_store(tracking_uri: str) -> None:
-    """Raises StudyNotFound where an embedded store does not exist yet (reading must not create it)."""
-    missing = store_missing(tracking_uri)
-    if missing is not None:
-        raise StudyNotFound(f"no tracking store at {missing}: run the study first or pass --tracking-uri")
-
-
-def no_experiment(tracking_uri: str, study_name: str) -> StudyNotFound:
-    return StudyNotFound(f"the tracking store {tracking_uri} has no experiment {study_name!r}: "
-                         f"run the study there first or pass the store it ran in with --tracking-uri")
-
-
-def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
-    flat = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
 
 
 class StudyStore:
@@ -70,20 +47,25 @@ class StudyStore:
         client = _client(tracking_uri)
         existing = client.get_experiment_by_name(study_name)
         if existing is not None:
+            if existing.tags.get(dashboard.EXPERIMENT_KIND_TAG) != dashboard.TRAINING_KIND:
+                client.set_experiment_tag(existing.experiment_id, dashboard.EXPERIMENT_KIND_TAG, dashboard.TRAINING_KIND)
             return cls(tracking_uri, study_name, existing.experiment_id, client)
         # Keep a SQLite store's artifacts beside its file rather than in the current directory.
         artifact_location = (path.parent / "artifacts").as_uri() if path is not None else None
-        return cls(tracking_uri, study_name, client.create_experiment(study_name, artifact_location=artifact_location),
-                   client)
+        # The machine-learning kind: MLflow's UI then opens the experiment on its runs (tracking/dashboard.py).
+        return cls(tracking_uri, study_name, client.create_experiment(
+            study_name, artifact_location=artifact_location,
+            tags={dashboard.EXPERIMENT_KIND_TAG: dashboard.TRAINING_KIND}), client)
 
     @classmethod
-    def open(cls, tracking_uri: str, study_name: str) -> "StudyStore":
-        """The study's experiment in an existing store; never creates either. Raises StudyNotFound."""
-        require_store(tracking_uri)
+    def open(cls, tracking_uri: str, study_name: str, chosen: str = "") -> "StudyStore":
+        """The study's experiment in an existing store; never creates either. Raises StudyNotFound, whose
+        message says how the store was `chosen` (tracking/uri.py's StoreChoice.how)."""
+        require_store(tracking_uri, chosen)
         client = _client(tracking_uri)
         existing = client.get_experiment_by_name(study_name)
         if existing is None:
-            raise no_experiment(tracking_uri, study_name)
+            raise no_experiment(tracking_uri, study_name, chosen)
         return cls(tracking_uri, study_name, existing.experiment_id, client)
 
     # --- the study's parent run ---------------------------------------------------------------------------
@@ -107,6 +89,14 @@ class StudyStore:
     def end_parent(self, status: str = "FINISHED") -> None:
         if self.parent_run_id:
             self.client.set_terminated(self.parent_run_id, status=status)
+
+    def refresh_dashboard(self) -> None:
+        """(Re)write the experiment tags of the study's MLflow dashboard from the trials' metrics: the
+        machine-learning kind and the saved view that `orchestrator ui` opens (tracking/dashboard.py)."""
+        runs = [(set(run.data.metrics), run.data.tags) for run in self.trial_runs()]
+        now = int(time.time() * 1000)
+        for key, value in dashboard.dashboard_tags(dashboard.study_metrics(runs), now).items():
+            self.client.set_experiment_tag(self.experiment_id, key, value)
 
     def log_artifacts(self, folder: Path) -> None:
         if self.parent_run_id:
@@ -158,6 +148,15 @@ class StudyStore:
     def log_series(self, run_id: str, name: str, points: dict[int, float], timestamp_ms: int) -> None:
         """One metric whose step is the x value (e.g. perplexity by evaluation length)."""
         self.client.log_batch(run_id, metrics=[Metric(name, float(v), timestamp_ms, int(x)) for x, v in points.items()])
+
+    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        if params:
+            self.client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()])
+
+    def log_inputs(self, run_id: str, datasets: list) -> None:
+        """MLflow dataset inputs (mlflow.entities.DatasetInput) of a trial's run."""
+        if datasets:
+            self.client.log_inputs(run_id, datasets=datasets)
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
         self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
