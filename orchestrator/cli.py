@@ -126,7 +126,7 @@ def run(
         from .execution.runner import run_study
 
         outcome = run_study(study, uri, address=address, reports_dir=reports_dir, storage_dir=storage_dir,
-                            local=local, failed_only=failed_only)
+                            local=local, failed_only=failed_only, study_path=study_path)
     except ServiceUnreachable:
         raise  # reported by main() as one paragraph with its exit code
     except KeyboardInterrupt:
@@ -140,8 +140,9 @@ def run(
                   "to resume without repeating them. Add --debug for the traceback.")
         raise typer.Exit(EXIT_INTERRUPTED)
     console.print()
-    console.print(outcome.report_markdown, markup=False)
-    console.print(f"Report: {outcome.report_dir / 'report.md'} (also attached to the study's parent run in MLflow)")
+    console.print(outcome.report_summary, markup=False)
+    console.print(f"Report: {outcome.report_dir / 'report.html'} (also report.md, tables.tex, CSV, plots/; attached "
+                  "to the study's parent run in MLflow)")
     console.print(f"{_browse_hint(study_path, tracking_uri)}  (or: {ui_command(uri)})")
     overhead = f"; orchestration overhead {outcome.overhead:.1%}" if outcome.overhead is not None else ""
     console.print(f"Wall time {outcome.wall_seconds:.0f}s; {len(outcome.skipped)} trial(s) reused, "
@@ -262,28 +263,33 @@ def report(
     tracking_uri: TrackingOpt = None,
     reports_dir: ReportsDirOpt = None,
     value: Annotated[str, typer.Option(help="Which value of each run's metrics the cells show: final, best or step:N.")] = "final",
+    full: Annotated[bool, typer.Option("--print", help="Print the whole report (report.md), not only its summary.")] = False,
+    attach: Annotated[bool, typer.Option("--attach", help="Also attach the report to the study's parent run in "
+                                         "MLflow (`orchestrator run` always does).")] = False,
 ) -> None:
     """Build the study's report from the MLflow store: tables, significance, plots (Markdown, HTML, LaTeX, CSV)."""
     study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path)
-    from .reporting import ValueChoice, build_report
-    from .tracking.store import StudyNotFound, StudyStore
-    from .tracking.uri import choose_store
-
     try:
+        from .reporting.results import ValueChoice
+
         choice = ValueChoice.parse(value)
     except ValueError as error:
         err.print(f"[red]Invalid option[/red] --{error}")
         raise typer.Exit(EXIT_INVALID)
+    from .reporting import build_report, render_md
+    from .tracking.store import StudyNotFound, StudyStore
+    from .tracking.uri import choose_store
+
     chosen = choose_store(tracking_uri, study_path)
     try:
         store = StudyStore.open(chosen.uri, study.name, chosen.how)
     except StudyNotFound as error:
         err.print(f"[red]No results[/red] {escape(error.describe(TRACKING_FLAG))}")
         raise typer.Exit(EXIT_INTERRUPTED)
-    built = build_report(study, store, _project_path(study_path, reports_dir, "reports"), choice)
-    console.print(built.markdown, markup=False)
-    attached = "; attached to the study's parent run in MLflow" if store.parent_run_id else ""
+    built = build_report(study, store, _project_path(study_path, reports_dir, "reports"), choice, study_path, attach)
+    console.print(built.markdown if full else render_md.summary(built.document), markup=False)
+    attached = "; attached to the study's parent run in MLflow" if attach and store.parent_run_id else ""
     console.print(f"Report: {built.folder / 'report.html'} (also report.md, tables.tex, CSV, plots/){attached}")
     console.print(_browse_hint(study_path, tracking_uri))
 

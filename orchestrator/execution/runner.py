@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import TrackingServerUnreachable, exception_chain
 from ..planning.trials import Trial, expand
-from ..reporting import write_report
+from ..reporting import build_report, render_md
 from ..study import Study
 from ..tracking.console import ConsoleProgress
 from ..tracking.events import Tally, TrialEvents
@@ -26,6 +26,7 @@ class StudyOutcome:
     failed: dict[str, str] = field(default_factory=dict)
     report_dir: Path | None = None
     report_markdown: str = ""
+    report_summary: str = ""  # what the command line prints (render_md.summary)
     wall_seconds: float = 0.0
     trial_seconds: float = 0.0  # the trials' own training and evaluation time, summed
     concurrency: int = 1
@@ -69,7 +70,8 @@ def select_trials(study: Study, store: StudyStore, failed_only: bool = False) ->
 
 def run_study(study: Study, tracking_uri: str, address: str | None = None, reports_dir: Path = Path("reports"),
               storage_dir: Path = Path(".orchestrator"), progress: ConsoleProgress | None = None, local: bool = False,
-              failed_only: bool = False) -> StudyOutcome:
+              failed_only: bool = False, study_path: Path | None = None) -> StudyOutcome:
+    """`study_path`: the study file, for the parts of the report that read it again (a search's grid profile)."""
     started = time.monotonic()
     store = StudyStore.create(tracking_uri, study.name)
     todo, skipped = select_trials(study, store, failed_only)
@@ -107,7 +109,9 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
                 store.end_parent(status)
             except Exception:  # the store may be the thing that failed; the original error matters more
                 logging.getLogger(__name__).debug("could not close the parent run", exc_info=True)
-    outcome.report_dir, outcome.report_markdown = write_report(study, store, reports_dir)
+    report = build_report(study, store, reports_dir, study_path=study_path)
+    outcome.report_dir, outcome.report_markdown = report.folder, report.markdown
+    outcome.report_summary = render_md.summary(report.document)
     outcome.wall_seconds = time.monotonic() - started
     return outcome
 

@@ -24,7 +24,7 @@ from ..execution.protocol import DATA_RECORD_KEY, LOG_KEY, PERIODIC_KEYS, SERIES
 from . import run_files
 from .events import TrialFailed, TrialFinished, TrialListener, TrialResult, TrialRetried, TrialStarted
 from .params import resolved_params, start_params
-from .store import STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TRIAL_ID_TAG, StudyStore
+from .store import STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG, StudyStore
 
 _TAG_LIMIT = 4000  # MLflow's tag values are bounded; reasons are cut to this
 
@@ -55,6 +55,8 @@ class MLflowRecorder(TrialListener):
         # What this row changes on top of base (`swept.model.kernel_size` = "3"): MLflow's run table can
         # then be filtered and grouped by the swept values.
         tags.update({f"{SWEPT_TAG_PREFIX}{key}": str(value) for key, value in trial.overrides.items()})
+        if trial.template_id:
+            tags[TEMPLATE_TAG] = trial.template_id
         run_id = self.store.create_trial_run(trial.run_name, tags, start_params(trial.config))
         self.run_ids[event.key] = run_id
         unused = sorted(unused_settings(ExperimentConfig(**trial.config)))

@@ -14,17 +14,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Metric, Param, Run, RunTag
-from mlflow.tracking import MlflowClient
-
 from . import dashboard
-from .client import ReachabilityCheckedClient
 from .lookup import StudyNotFound, no_experiment, require_store  # noqa: F401  (their home before lookup.py)
 from .params import flatten  # noqa: F401  (its home before params.py)
+from .readers import ClientReader, SQLiteReader
 from .uri import sqlite_path
 
 ROLE_TAG = "orchestrator.role"
 TRIAL_ID_TAG = "orchestrator.trial_id"
+TEMPLATE_TAG = "orchestrator.template_id"  # a sampled trial's row before sampling (its search's template)
 STUDY_TAG = "orchestrator.study"
 PARENT_TAG = "mlflow.parentRunId"
 STOPPED_EARLY_TAG = "stopped_early"  # a scheduler (ASHA) ended the trial before its last step
@@ -32,11 +30,20 @@ SWEPT_TAG_PREFIX = "swept."  # swept.<dotted key> = the value a trial's row sets
 
 
 class StudyStore:
-    def __init__(self, tracking_uri: str, study_name: str, experiment_id: str, client: ReachabilityCheckedClient):
-        """Use `create` or `open`."""
+    def __init__(self, tracking_uri: str, study_name: str, experiment_id: str, client=None, reader=None):
+        """Use `create` or `open`. Reads go through `reader` (readers.py); MLflow's client, which every write
+        uses, is made on first use, so that a read-only command on a SQLite store never imports MLflow."""
         self.tracking_uri, self.study_name, self.experiment_id = tracking_uri, study_name, experiment_id
-        self.client = client
+        self._client = client
+        self.reader = reader or ClientReader(self.client)
         self.parent_run_id: str | None = self._find_parent()
+
+    @property
+    def client(self):
+        """MLflow's client (ReachabilityCheckedClient), made on first use."""
+        if self._client is None:
+            self._client = _client(self.tracking_uri)
+        return self._client
 
     @classmethod
     def create(cls, tracking_uri: str, study_name: str) -> "StudyStore":
@@ -60,18 +67,20 @@ class StudyStore:
     @classmethod
     def open(cls, tracking_uri: str, study_name: str, chosen: str = "") -> "StudyStore":
         """The study's experiment in an existing store; never creates either. Raises StudyNotFound, whose
-        message says how the store was `chosen` (tracking/uri.py's StoreChoice.how)."""
+        message says how the store was `chosen` (tracking/uri.py's StoreChoice.how). A SQLite store is read
+        without MLflow (readers.py)."""
         require_store(tracking_uri, chosen)
-        client = _client(tracking_uri)
-        existing = client.get_experiment_by_name(study_name)
+        path = sqlite_path(tracking_uri)
+        client = None if path is not None else _client(tracking_uri)
+        reader = SQLiteReader(path) if path is not None else ClientReader(client)
+        existing = reader.experiment(study_name)
         if existing is None:
             raise no_experiment(tracking_uri, study_name, chosen)
-        return cls(tracking_uri, study_name, existing.experiment_id, client)
+        return cls(tracking_uri, study_name, existing[0], client, reader)
 
     # --- the study's parent run ---------------------------------------------------------------------------
     def _find_parent(self) -> str | None:
-        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'study'",
-                                       max_results=1, order_by=["attributes.start_time DESC"])
+        runs = self.reader.runs(self.experiment_id, ROLE_TAG, "study")
         return runs[0].info.run_id if runs else None
 
     def start_parent(self, tags: dict[str, str]) -> str:
@@ -103,14 +112,17 @@ class StudyStore:
             self.client.log_artifacts(self.parent_run_id, str(folder))
 
     # --- reading the trials' runs ---------------------------------------------------------------------------
-    def trial_runs(self) -> list[Run]:
-        return self.client.search_runs(
-            [self.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'trial'", max_results=10000,
-        )
+    def trial_runs(self) -> list:
+        """Every trial run of the study (mlflow.entities.Run, or readers.StoredRun: the same fields)."""
+        return self.reader.runs(self.experiment_id, ROLE_TAG, "trial")
 
-    def latest_runs(self) -> dict[str, Run]:
+    def metric_history(self, run_id: str, key: str) -> list:
+        """A metric's every logged point (value, step, timestamp)."""
+        return self.reader.metric_history(run_id, key)
+
+    def latest_runs(self) -> dict:
         """Each trial identity's most recent run (a trial redone after a failure or a kill has several)."""
-        latest: dict[str, Run] = {}
+        latest: dict = {}
         for run in sorted(self.trial_runs(), key=lambda r: r.info.start_time or 0):
             latest[run.data.tags.get(TRIAL_ID_TAG)] = run
         return latest
@@ -135,6 +147,8 @@ class StudyStore:
         return len(stale)
 
     def create_trial_run(self, run_name: str, tags: dict[str, str], params: dict[str, Any]) -> str:
+        from mlflow.entities import Param
+
         run = self.client.create_run(self.experiment_id, run_name=run_name,
                                      tags={ROLE_TAG: "trial", STUDY_TAG: self.study_name,
                                            PARENT_TAG: self.parent_run_id, **tags})
@@ -142,14 +156,20 @@ class StudyStore:
         return run.info.run_id
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int, timestamp_ms: int) -> None:
+        from mlflow.entities import Metric
+
         if metrics:
             self.client.log_batch(run_id, metrics=[Metric(k, float(v), timestamp_ms, step) for k, v in metrics.items()])
 
     def log_series(self, run_id: str, name: str, points: dict[int, float], timestamp_ms: int) -> None:
         """One metric whose step is the x value (e.g. perplexity by evaluation length)."""
+        from mlflow.entities import Metric
+
         self.client.log_batch(run_id, metrics=[Metric(name, float(v), timestamp_ms, int(x)) for x, v in points.items()])
 
     def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
         if params:
             self.client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()])
 
@@ -159,6 +179,8 @@ class StudyStore:
             self.client.log_inputs(run_id, datasets=datasets)
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
         self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     def end_trial_run(self, run_id: str, status: str) -> None:
@@ -168,7 +190,11 @@ class StudyStore:
         self.client.log_artifact(run_id, str(path), folder)
 
 
-def _client(tracking_uri: str) -> ReachabilityCheckedClient:
+def _client(tracking_uri: str):
+    from mlflow.tracking import MlflowClient
+
+    from .client import ReachabilityCheckedClient
+
     # With a server, MLflow prints a "View run at" link per finished run, which would interleave with the progress.
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     return ReachabilityCheckedClient(MlflowClient(tracking_uri), tracking_uri)
