@@ -1,10 +1,16 @@
 """Causal self-attention with a position encoding and an optional score processor (SPEC §1).
 
 Per layer: S = QKᵀ/√d (Q, K rotated for the rotary family) -> bias B -> processor (S, B) -> A -> causal
-mask -> softmax -> ·V. Three ways to compute it, all giving the same result:
+mask -> softmax -> ·V. Four ways to compute it, all giving the same result:
 
 - fused: no processor. PyTorch's `scaled_dot_product_attention`, with `is_causal` when there is no bias and
   with the bias as an additive mask (−inf above the diagonal) otherwise.
+- fused processor (`dape_core.fused`): Triton kernels that compute the processor, the mask, the softmax and
+  ·V tile by tile on chip, FlashAttention-style, in training and in evaluation; nothing of size T² is kept.
+  Chosen automatically on CUDA when Triton is installed and the layer is supported (1 x k kernels, biases
+  that depend on the distance only: all but FIRE; see `dape_core.fused.unsupported`). `DAPE_FUSED_ATTENTION`
+  (or a layer's `fused` attribute) forces it on ("1"; on CPU it then runs in Triton's interpreter,
+  TRITON_INTERPRET=1, for tests) or off ("0").
 - direct: the reference formulation with a processor: the full [B, C, T, T] maps, as the authors compute it.
 - block: query rows in blocks. Rows of a 1xk processor are independent, and a block of rows r0..r1−1 needs
   only the keys up to r1 − 1 plus the processor's key halo (k//2 columns, clipped at T, where the full
@@ -13,10 +19,19 @@ mask -> softmax -> ·V. Three ways to compute it, all giving the same result:
   With gradients each block is recomputed in backward (`torch.utils.checkpoint`), so a layer keeps only
   q, k and v. Without a processor, blocks call the fused kernel with the block's part of the bias.
 
-Which path runs (see `ModelConfig.attention_block_size` and `eval_block_size`): training with a processor
-uses the block path when `attention_block_size` is set, the direct path otherwise; training without one
-uses the fused kernel; without gradients the block path is used automatically once T exceeds
-`eval_block_size` (and with a bias but no processor, blocks call the fused kernel with their part of it).
+Which path runs (see `ModelConfig.attention_block_size` and `eval_block_size`): the fused processor path
+where it applies; otherwise training with a processor uses the block path when `attention_block_size` is
+set, the direct path otherwise; training without one uses the fused kernel; without gradients the block
+path is used automatically once T exceeds `eval_block_size` (and with a bias but no processor, blocks call
+the fused kernel with their part of it).
+
+Training blocks on CUDA: `attention_block_size` switches the block path on, but the rows per block come
+from a memory budget (`CUDA_BLOCK_BYTES` for one block's maps), as many as fit, and every block has one
+shape: all keys 0..T−1 (the masked upper part of a block is computed and discarded), the last block
+overlapping its predecessor instead of being shorter. Small blocks leave a GPU idle between launches (64
+rows measured 10x to 25x slower than the direct path), and blocks of changing shapes make torch.compile
+recompile and cuDNN re-plan; on CPU, blocks of `attention_block_size` rows that skip the upper triangle are
+fastest (tests/benchmarks/bench_attention.py).
 
 With `ModelConfig.causal=False` (a bidirectional encoder, SPEC §7) there is no causal mask: every path
 attends over all keys (a block then reads every key, not just those up to its last row).
@@ -25,12 +40,14 @@ attends over all keys (a block then reads every key, not just those up to its la
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
+from . import fused
 from .config import ModelConfig
 from .position import PositionEncoding
 from .processors import ScoreProcessor, build_processor
@@ -38,6 +55,21 @@ from .processors import ScoreProcessor, build_processor
 # Evaluation blocks hold at most this many score entries per batch (times ~100 floats of maps per entry).
 EVAL_BLOCK_ELEMENTS = 2**22
 MIN_BLOCK_ROWS = 16
+# Training blocks on CUDA: one block's maps (forward, and backward's recomputation) stay under this many bytes.
+CUDA_BLOCK_BYTES = 2**31
+FUSED_ENV = "DAPE_FUSED_ATTENTION"  # "1": the fused processor path wherever supported, "0": never; unset: on CUDA
+
+
+def fused_setting() -> bool | None:
+    """The `DAPE_FUSED_ATTENTION` setting: True, False, or None (automatic)."""
+    value = os.environ.get(FUSED_ENV, "").strip().lower()
+    if value in ("", "auto"):
+        return None
+    if value in ("1", "true", "on"):
+        return True
+    if value in ("0", "false", "off"):
+        return False
+    raise ValueError(f"{FUSED_ENV}={value!r}: expected 1, 0 or auto")
 
 
 class CausalSelfAttention(nn.Module):
@@ -51,6 +83,7 @@ class CausalSelfAttention(nn.Module):
         self.train_block_rows = cfg.attention_block_size
         self.eval_block_rows = cfg.eval_block_size
         self.causal = cfg.causal
+        self.fused: bool | None = None  # the fused processor path: None = automatic (see the module doc)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         batch, length, width = x.shape
@@ -63,40 +96,82 @@ class CausalSelfAttention(nn.Module):
         """q, k, v: [B, H, T, d] (already rotated) -> [B, H, T, d], choosing the path as the module doc says."""
         if self.processor is None and not self.pos.has_bias:
             return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
-        rows = self.block_rows(q.shape[0], q.shape[2])
+        if self.uses_fused(q):
+            return fused.fused_attention(self, q, k, v)
+        training = self.training and torch.is_grad_enabled()
+        uniform = training and q.is_cuda
+        rows = self.block_rows(q.shape[0], q.shape[2], cuda=q.is_cuda, element_size=q.element_size())
         if rows is None:
             return self.attend_rows(q, k, v, positions, 0, q.shape[2])
-        return self.attend_blocks(q, k, v, positions, rows)
+        return self.attend_blocks(q, k, v, positions, rows, uniform=uniform)
 
-    def block_rows(self, batch: int, length: int) -> int | None:
+    def uses_fused(self, q: torch.Tensor) -> bool:
+        """Whether the fused processor path computes this call (see the module doc). Forcing it on where it
+        cannot run is an error that says why."""
+        setting = self.fused if self.fused is not None else fused_setting()
+        if self.processor is None or setting is False or (setting is None and not q.is_cuda):
+            return False
+        if fused.unsupported(self, q) is not None:
+            return False
+        problem = fused.cannot_run(q.device)
+        if problem is not None and setting is True:
+            raise RuntimeError(f"the fused attention path was forced on ({FUSED_ENV}=1) but cannot run: {problem}")
+        return problem is None
+
+    def block_rows(self, batch: int, length: int, cuda: bool = False, element_size: int = 4) -> int | None:
         """Rows per block, or None for the direct path. Without a processor, training always takes the fused
-        kernel over the whole sequence: its only T x T tensor is the bias, shared by the batch."""
+        kernel over the whole sequence: its only T x T tensor is the bias, shared by the batch. Training
+        blocks on CUDA take their rows from the memory budget (`cuda_block_rows`)."""
         if self.training and torch.is_grad_enabled():
-            return self.train_block_rows if self.processor is not None else None
+            if self.processor is None or self.train_block_rows is None:
+                return None
+            return self.cuda_block_rows(batch, length, element_size) if cuda else self.train_block_rows
         if self.eval_block_rows is None or length <= self.eval_block_rows:
             return None
         return max(MIN_BLOCK_ROWS, min(self.eval_block_rows, EVAL_BLOCK_ELEMENTS // (batch * length)))
 
-    def attend_blocks(self, q, k, v, positions, rows: int) -> torch.Tensor:
+    def cuda_block_rows(self, batch: int, length: int, element_size: int) -> int:
+        """As many rows as keep one block's maps (over all T keys) within CUDA_BLOCK_BYTES, evened out over
+        the blocks and rounded up to MIN_BLOCK_ROWS. Per score entry a block holds z and the hidden map and
+        their gradients (2·(C + D)), and S, the bias, the logits and their gradients (about 4·H), plus the
+        float32 softmax."""
+        conv = self.processor.conv_in
+        per_entry = element_size * (2 * (conv.in_channels + conv.out_channels) + 4 * self.n_head) + 4 * self.n_head
+        rows = max(MIN_BLOCK_ROWS, CUDA_BLOCK_BYTES // (per_entry * batch * length) // MIN_BLOCK_ROWS * MIN_BLOCK_ROWS)
+        if rows >= length:
+            return length
+        blocks = math.ceil(length / rows)
+        return math.ceil(length / blocks / MIN_BLOCK_ROWS) * MIN_BLOCK_ROWS
+
+    def attend_blocks(self, q, k, v, positions, rows: int, uniform: bool = False) -> torch.Tensor:
+        """Blocks of `rows` query rows. `uniform`: every block the same shape (all keys; the last block ends
+        at T and overlaps the one before, whose rows it does not return again)."""
         length = q.shape[2]
         recompute = torch.is_grad_enabled()
-        outs = []
+        outs, done = [], 0
+        keys = {"all_keys": True} if uniform else {}
         for start in range(0, length, rows):
+            if uniform:
+                start = max(0, min(start, length - rows))
             stop = min(length, start + rows)
             if recompute:
                 # No random ops inside a block, so the RNG state need not be saved for the recomputation.
-                outs.append(checkpoint(self.attend_rows, q, k, v, positions, start, stop,
-                                       use_reentrant=False, preserve_rng_state=False))
+                out = checkpoint(self.attend_rows, q, k, v, positions, start, stop, **keys,
+                                 use_reentrant=False, preserve_rng_state=False)
             else:
-                outs.append(self.attend_rows(q, k, v, positions, start, stop))
+                out = self.attend_rows(q, k, v, positions, start, stop, **keys)
+            outs.append(out[:, :, done - start :])
+            done = stop
         return torch.cat(outs, dim=2)
 
-    def attend_rows(self, q, k, v, positions, start: int, stop: int) -> torch.Tensor:
-        """Attention output of query rows start..stop−1: exactly those rows of the full formulation."""
+    def attend_rows(self, q, k, v, positions, start: int, stop: int, all_keys: bool = False) -> torch.Tensor:
+        """Attention output of query rows start..stop−1: exactly those rows of the full formulation.
+        `all_keys`: read every key, not just those up to the rows' diagonal and the halo."""
         length = q.shape[2]
         processor = self.processor
         first = max(0, start - processor.row_halo) if processor is not None else start
-        end = min(length, stop + (processor.key_halo if processor is not None else 0)) if self.causal else length
+        causal_end = min(length, stop + (processor.key_halo if processor is not None else 0))
+        end = causal_end if self.causal and not all_keys else length
         q_pos, k_pos = positions[first:stop], positions[:end]
         future = k_pos[None, :] > positions[start:stop, None]  # [rows, keys]
         bias = self.pos.bias(q_pos, k_pos)

@@ -86,7 +86,8 @@ class ModelConfig:
         125M-shaped layer's training step at T = 1024 with 64 rows takes about 0.3x the time of the reference
         formulation: tests/benchmarks/bench_attention.py). None trains on the direct path (the reference
         formulation over the full map). Both give the same logits and gradients. Without a processor,
-        training always uses PyTorch's fused kernel.
+        training always uses PyTorch's fused kernel. On CUDA the fused Triton path takes precedence where it
+        applies (dape_core/attention.py), and blocks take their rows from a memory budget instead.
     causal: True (default) for the causal LM. False builds a bidirectional encoder (the CHE protocol, SPEC §7):
         no causal mask, every query attends to all keys, position biases are taken at the symmetric distance
         Δ = |i − j| (instead of i − j clamped at 0), and the processor runs without its `tril` (a bidirectional

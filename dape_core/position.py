@@ -40,6 +40,7 @@ class PositionEncoding(nn.Module):
 
     has_bias = False
     symmetric = False  # set by `build_position_encodings` for a bidirectional model
+    toeplitz = False  # the bias depends on the distance Δ alone (the fused attention path reads it from a table)
 
     def distance(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """The Δ a bias is evaluated at: i − j clamped at 0 (causal) or |i − j| (symmetric)."""
@@ -158,6 +159,7 @@ class ALiBi(PositionEncoding):
     """B = −m_h · Δ with fixed (not learnable) slopes."""
 
     has_bias = True
+    toeplitz = True
 
     def __init__(self, n_head: int):
         super().__init__()
@@ -176,6 +178,7 @@ class _Kerple(PositionEncoding):
     """
 
     has_bias = True
+    toeplitz = True
     EPS = 0.01
     P_MAX: float | None = None
 
@@ -254,6 +257,7 @@ class T5Bias(PositionEncoding):
     init of the model's other embeddings (the spec is silent)."""
 
     has_bias = True
+    toeplitz = True
 
     def __init__(self, n_head: int, head_dim: int, buckets: int = T5_BUCKETS, max_distance: int = T5_MAX_DISTANCE):
         super().__init__()

@@ -172,3 +172,42 @@ def test_training_uses_the_direct_path_unless_a_block_size_is_set():
     assert layer.block_rows(batch=4, length=4096) == 64
     with torch.no_grad():  # evaluation: bounded by the per-block element budget
         assert layer.block_rows(batch=64, length=8192) == 16
+
+
+def test_cuda_training_blocks_take_their_rows_from_the_memory_budget(monkeypatch):
+    """On CUDA the rows per training block come from CUDA_BLOCK_BYTES (as many as fit, evened out over the
+    blocks, a multiple of 16), not from attention_block_size; on CPU they stay attention_block_size."""
+    from dape_core import attention
+
+    layer = _layer(processor="dapev2", kernel_size=3).train()
+    layer.train_block_rows = 64
+    assert layer.block_rows(batch=4, length=4096) == 64
+    conv = layer.processor.conv_in
+    per_entry = 2 * (2 * (conv.in_channels + conv.out_channels) + 4 * 4) + 4 * 4  # bf16, 4 heads
+    for budget in (2**26, 2**28, 2**30):
+        monkeypatch.setattr(attention, "CUDA_BLOCK_BYTES", budget)
+        rows = layer.block_rows(batch=4, length=4096, cuda=True, element_size=2)
+        blocks = math.ceil(4096 / rows)
+        assert rows % 16 == 0 and rows * per_entry * 4 * 4096 <= budget
+        fitting = budget // (per_entry * 4 * 4096) // 16 * 16  # the most rows within budget, a multiple of 16
+        assert blocks == math.ceil(4096 / fitting)  # no more blocks than the budget needs
+    monkeypatch.setattr(attention, "CUDA_BLOCK_BYTES", 2**40)
+    assert layer.block_rows(batch=4, length=4096, cuda=True, element_size=2) == 4096  # all fits: one block
+
+
+@pytest.mark.parametrize("params", [{"kernel_size": 3}, {"kernel_size": 3, "leak": True}, {"kernel_size": (2, 3)},
+                                    {"kernel_size": 5, "causal": False}], ids=_id)
+def test_uniform_blocks_match_the_direct_path(params):
+    """Blocks of one shape (all keys, the last block overlapping the one before) give the direct path's
+    output and gradients."""
+    layer = _layer(processor="dapev2", **params).double().train()
+    q, k, v = (torch.randn(2, 4, 40, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(i))
+               .requires_grad_() for i in range(3))
+    positions = torch.arange(40)
+    results = []
+    for attend in (lambda: layer.attend_rows(q, k, v, positions, 0, 40),
+                   lambda: layer.attend_blocks(q, k, v, positions, rows=16, uniform=True)):
+        out = attend()
+        results.append([out, *torch.autograd.grad(out.square().sum(), [q, k, v, *layer.processor.parameters()])])
+    for direct, blocked in zip(*results):
+        assert (direct - blocked).abs().max() <= 1e-12

@@ -1,37 +1,43 @@
 """Speed and memory of dape_core's attention against the reference formulation, measured in the same run.
 
-    python tests/benchmarks/bench_attention.py                  # CPU, float32, all tables
+    python tests/benchmarks/bench_attention.py                  # CPU, float32, all tables, scaled down
     python tests/benchmarks/bench_attention.py --threads 1 --clock cpu   # steadier on a machine shared with others
-    python tests/benchmarks/bench_attention.py --device cuda --dtype bfloat16 --train-lengths 512 1024 2048 \
-        --eval-lengths 2048 4096 8192 --model-lengths 512 1024 2048
+    python tests/benchmarks/bench_attention.py --device cuda --dtype bfloat16 --no-float64-check \
+        --train-lengths 512 1024 2048 --eval-lengths 8192 16384   # a GPU: the issue's tables (~10 min on an H200)
 
-Three tables:
+Four tables:
 1. One attention layer (qkv projection, position encoding, processor, softmax, ·V, output projection) for
-   each shape, training step (forward + backward), batch 1: time and peak memory. dape_core runs its training
-   block path (`attention_block_size`, per-block recomputation). The reference formulation is re-implemented
-   here with the same weights: concat over heads, tril, two Conv2d over the full T x T map (for Kerple alone:
-   S + B materialised, mask, softmax). Ratios are ours / reference. `out max|Δ|` is the largest difference
-   of the layer's outputs, `grad rel` the largest relative difference (by norm) of the gradients of the
-   input and every parameter (see `difference`), `f64 max|Δ|` the largest difference of outputs and all
-   gradients when both run in float64 (--no-float64-check skips it): the two compute the same function.
+   each shape, training step (forward + backward), batch 1: time and peak memory. dape_core runs the path it
+   chooses: on CUDA with Triton the fused kernels (`dape_core.fused`), elsewhere its training block path
+   (`attention_block_size`, per-block recomputation). The reference formulation is re-implemented here
+   (reference_formulation.py) with the same weights: concat over heads, tril, two Conv2d over the full T x T
+   map (for Kerple alone: S + B materialised, mask, softmax). Ratios are ours / reference. `out max|Δ|` is
+   the largest difference of the layer's outputs, `grad rel` the largest relative difference (by norm) of
+   the gradients of the input and every parameter (see `difference`), `f64 max|Δ|` the largest difference of
+   outputs and all gradients when both run in float64 (--no-float64-check skips it): the two compute the
+   same function.
 2. The same layer, forward without gradients (evaluation): peak memory, where dape_core switches to its block
-   path by itself. The reference is skipped where its projected peak exceeds --max-reference-gib.
-3. A whole model (batch 1), training step: DAPE 1x3-Kerple against the same model with Kerple alone, both on
-   the block path, and DAPE 1x3 on the direct path.
+   path (or the fused kernels) by itself. The reference is skipped where its projected peak exceeds
+   --max-reference-gib.
+3. A whole model (vocab 50257; 125M on CUDA), training step with AdamW, batch > 1, weights in float32 and a
+   bfloat16 --dtype as autocast: Kerple against DAPE 1x3-Kerple on dape_core's direct, block and fused paths
+   and against the papers' formulation at model level, eager and torch.compile'd, median of 10 steps after 3
+   warm-ups (on CUDA), time and peak memory with ratios to Kerple (model_tables.py).
+4. The same models evaluating (no gradients), batch 1, long sequences (8192 and 16384 on CUDA).
 
-Peak memory is measured in a second process started by this one: on CUDA `torch.cuda.max_memory_allocated`;
-on CPU the peak resident set size (Linux VmHWM, reset through /proc/self/clear_refs before each
-measurement) above the resident size before it, with glibc told to return every allocation over 64 KiB to
-the system on free (MALLOC_MMAP_THRESHOLD_), so that the resident size follows the live tensors. That
-setting makes every allocation a fresh mapping, which slows small allocations down, so times are measured
-in this process, with the default allocator.
+Peak memory: on CUDA `torch.cuda.max_memory_allocated` (tables 1 and 2 above the memory in use before the
+step, in a second process started by this one; tables 3 and 4 in this process, the whole peak); on CPU
+the peak resident set size (Linux VmHWM, reset through /proc/self/clear_refs before each measurement)
+above the resident size before it, measured in a second process started by this one with glibc told to
+return every allocation over 64 KiB to the system on free (MALLOC_MMAP_THRESHOLD_), so that the resident
+size follows the live tensors. That setting makes every allocation a fresh mapping, which slows small
+allocations down, so times are measured in this process, with the default allocator.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import statistics
@@ -41,11 +47,12 @@ import time
 
 import torch
 from tabulate import tabulate
-from torch.nn import functional as F
 
-from dape_core import ModelConfig, build_model
+import model_tables
+from dape_core import ModelConfig
 from dape_core.attention import CausalSelfAttention
 from dape_core.position import build_position_encoding
+from reference_formulation import reference_attention
 
 GIB, MIB = 2**30, 2**20
 VARIANTS = {  # label -> ModelConfig overrides
@@ -53,11 +60,6 @@ VARIANTS = {  # label -> ModelConfig overrides
     "DAPE": {"processor": "dape"},
     "DAPE 1x3": {"processor": "dapev2", "kernel_size": 3},
     "DAPE 1x5": {"processor": "dapev2", "kernel_size": 5},
-}
-MODEL_VARIANTS = {  # label -> (ModelConfig overrides, use the block path)
-    "Kerple": ({"processor": "none"}, True),
-    "DAPE 1x3": ({"processor": "dapev2", "kernel_size": 3}, True),
-    "DAPE 1x3 direct": ({"processor": "dapev2", "kernel_size": 3}, False),
 }
 SHAPES = ("125M", "small")  # 125M-shaped (H=12, d=64) and the CPU preset (H=4, d=32); D = 32 for both
 CLOCK = time.perf_counter
@@ -118,25 +120,6 @@ def peak_bytes(fn, device: torch.device) -> int:
     with PeakMemory(device) as memory:
         fn()
     return memory.peak
-
-
-# ---------------------------------------------------------------- the reference formulation
-def reference_attention(layer: CausalSelfAttention, x: torch.Tensor) -> torch.Tensor:
-    """SPEC §1/§3/§4 as the authors compute it, with `layer`'s weights: full [B, 2H, T, T] and [B, D, T, T]."""
-    batch, length, width = x.shape
-    q, k, v = layer.qkv(x).view(batch, length, 3, layer.n_head, layer.head_dim).permute(2, 0, 3, 1, 4)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(layer.head_dim)
-    positions = torch.arange(length, device=x.device)
-    bias = layer.pos.bias(positions, positions).to(scores.dtype)
-    future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)
-    logits = scores + bias
-    proc = layer.processor
-    if proc is not None:
-        z = torch.cat([scores, bias.expand_as(scores)], dim=1).masked_fill(future, 0.0)  # concat, tril
-        logits = logits + proc.conv_out(F.leaky_relu(proc.conv_in(z), negative_slope=0.01))  # two Conv2d
-    weights = logits.masked_fill(future, float("-inf")).softmax(dim=-1)
-    out = weights @ v
-    return layer.proj(out.transpose(1, 2).reshape(batch, length, width))
 
 
 def make_layer(shape: str, variant: str, block: int, device, dtype) -> CausalSelfAttention:
@@ -212,24 +195,6 @@ def layer_eval_case(args, shape, length, variant, memory: bool, with_reference: 
         return result
 
 
-def model_case(args, length, label, memory: bool) -> dict:
-    overrides, blocks = MODEL_VARIANTS[label]
-    cfg = ModelConfig(preset=args.model_preset, vocab_size=50257, pos_encoding="kerple", d_dape=32,
-                      attention_block_size=args.block_size if blocks else None, **overrides)
-    torch.manual_seed(0)
-    model = build_model(cfg).to(args.device, args.dtype).train()
-    tokens = torch.randint(0, cfg.vocab_size, (1, length + 1), device=args.device)
-
-    def step():
-        model.zero_grad(set_to_none=True)
-        _, loss = model(tokens[:, :-1], tokens[:, 1:])
-        loss.backward()
-
-    if memory:
-        return {"ours": peak_bytes(step, args.device)}
-    return {"ours": timed(step, args.device, max(1, args.reps - 1))[0]}
-
-
 def reference_fits(args, shape: str, length: int, variant: str, measured: dict[int, int]) -> bool:
     """Whether the evaluation reference's projected peak stays under --max-reference-gib. Its maps grow as
     T², so the projection is its measured peak at the previous length times the squared length ratio; with
@@ -267,10 +232,11 @@ def run_cases(args, peaks: dict | None = None) -> dict[str, dict]:
                 if memory and with_reference:
                     measured[length] = results[key]["ref"]
                 progress("eval", shape, length, variant, results, memory)
-    for length in args.model_lengths:
-        for label in MODEL_VARIANTS:
-            results[f"model|{args.model_preset}|{length}|{label}"] = model_case(args, length, label, memory)
-            progress("model", args.model_preset, length, label, results, memory)
+    if memory and args.device.type == "cuda":
+        return results  # the whole-model cases measure their CUDA peaks in the timing process
+    peak_memory = (lambda fn: peak_bytes(fn, args.device)) if memory else None
+    for key, result in model_tables.run(args, peak_memory, progress=model_progress).items():
+        results[f"model|{key}"] = result
     return results
 
 
@@ -287,6 +253,13 @@ def progress(table, shape, length, variant, results, memory: bool) -> None:
     unit = (lambda b: f"{b / MIB:.0f} MiB") if memory else (lambda s: f"{1e3 * s:.0f} ms")
     text = ", ".join(f"{who} {unit(value)}" for who, value in result.items() if who in ("ours", "ref"))
     print(f"  [{'memory' if memory else 'time'}] {table} {shape} T={length} {variant}: {text}", file=sys.stderr, flush=True)
+
+
+def model_progress(key: str, result: dict) -> None:
+    text = ", ".join(f"{name} {1e3 * value:.0f} ms" if name == "time" else
+                     f"{name} {value / MIB:.0f} MiB" if name == "peak" else f"{name}: {value}"
+                     for name, value in result.items())
+    print(f"  [model] {key}: {text}", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------- tables
@@ -325,18 +298,9 @@ def print_tables(args, times: dict, peaks: dict) -> None:
         print(tabulate(table, floatfmt=".3g", missingval="-", headers=[
             "shape", "T", "variant", "ours ms", "ref ms", "ours MiB", "ref MiB", "memory ratio", "out max|Δ|", "note"]))
         print()
-    if args.model_lengths:
-        print(f"## Whole {args.model_preset} model (vocab 50257), training step (forward + backward), batch 1\n")
-        table = []
-        for length in args.model_lengths:
-            t = {label: times[f"model|{args.model_preset}|{length}|{label}"]["ours"] for label in MODEL_VARIANTS}
-            m = {label: peaks[f"model|{args.model_preset}|{length}|{label}"]["ours"] for label in MODEL_VARIANTS}
-            table.append([length, 1e3 * t["Kerple"], 1e3 * t["DAPE 1x3"], t["DAPE 1x3"] / t["Kerple"],
-                          1e3 * t["DAPE 1x3 direct"], t["DAPE 1x3 direct"] / t["Kerple"],
-                          m["Kerple"] / MIB, m["DAPE 1x3"] / MIB, m["DAPE 1x3 direct"] / MIB])
-        print(tabulate(table, floatfmt=".3g", headers=[
-            "T", "Kerple ms", "DAPE 1x3 ms", "ratio", "DAPE 1x3 direct ms", "direct ratio",
-            "Kerple MiB", "DAPE 1x3 MiB", "direct MiB"]))
+    model_keys = [key for key in times if key.startswith("model|")]
+    model_tables.print_tables(args, {key[6:]: times[key] for key in model_keys},
+                              {key[6:]: peaks[key] for key in model_keys if key in peaks})
 
 
 # ---------------------------------------------------------------- entry point
@@ -351,8 +315,18 @@ def parse_args(argv=None):
                         help="cpu: this process's CPU time (with --threads 1 on a machine shared with other jobs)")
     parser.add_argument("--train-lengths", type=int, nargs="*", default=[256, 512, 1024])
     parser.add_argument("--eval-lengths", type=int, nargs="*", default=[2048, 4096, 8192])
-    parser.add_argument("--model-lengths", type=int, nargs="*", default=[256, 512, 1024])
-    parser.add_argument("--model-preset", default="125M")
+    parser.add_argument("--model-preset", default=None, help="whole-model tables (default: 125M on CUDA, small on CPU)")
+    parser.add_argument("--model-shapes", nargs="*", default=None, metavar="BxT",
+                        help="training batch x length (default: 16x512 8x1024 8x2048 on CUDA, 4x256 2x512 on CPU)")
+    parser.add_argument("--model-eval-lengths", type=int, nargs="*", default=None,
+                        help="evaluation lengths, batch 1 (default: 8192 16384 on CUDA, 2048 4096 on CPU)")
+    parser.add_argument("--model-modes", nargs="*", default=None, choices=["eager", "compiled"],
+                        help="eager and/or torch.compile (default: both on CUDA, eager on CPU)")
+    parser.add_argument("--compile-variants", nargs="*", default=["Kerple", "DAPE1x3 fused", "DAPE1x3 direct"],
+                        choices=list(model_tables.TRAIN_VARIANTS), help="the variants compiled in 'compiled' mode "
+                        "(compiling a 125M model takes about a minute each)")
+    parser.add_argument("--model-reps", type=int, default=None, help="timed steps (default: 10 on CUDA, 3 on CPU)")
+    parser.add_argument("--model-warmup", type=int, default=None, help="warm-up steps (default: 3 on CUDA, 1 on CPU)")
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--max-reference-gib", type=float, default=10.0,
@@ -364,6 +338,19 @@ def parse_args(argv=None):
     if args.clock == "cpu" and args.device != "cpu":
         parser.error("--clock cpu measures CPU time: only with --device cpu")
     args.device, args.dtype = torch.device(args.device), getattr(torch, args.dtype)
+    cuda = args.device.type == "cuda"
+    defaults = {"model_preset": "125M" if cuda else "small",
+                "model_shapes": ["16x512", "8x1024", "8x2048"] if cuda else ["4x256", "2x512"],
+                "model_eval_lengths": [8192, 16384] if cuda else [2048, 4096],
+                "model_modes": ["eager", "compiled"] if cuda else ["eager"],
+                "model_reps": 10 if cuda else 3, "model_warmup": 3 if cuda else 1}
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    try:
+        args.model_shapes = [tuple(int(n) for n in shape.lower().split("x")) for shape in args.model_shapes]
+    except ValueError:
+        parser.error(f"--model-shapes: expected BATCHxLENGTH items such as 16x512, got {args.model_shapes}")
     return args
 
 
