@@ -256,7 +256,7 @@ def test_report_files_plots_latex_and_artifacts(built):
     tex = (folder / "tables.tex").read_text()
     assert tex.count(r"\begin{table}") == tex.count(r"\end{table}") == 3  # perplexity, ΔP and time cost
     assert tex.count(r"\toprule") == tex.count(r"\bottomrule") == 3
-    assert r"& ratio & $\Delta$ \\" in tex and "ratio: the row's mean over the baseline's at L=128" in tex
+    assert r"& ratio & $\Delta$ \\" in tex and "ratio: the row's mean over its baseline's at L=128" in tex
     assert r"\label{tab:tiny-report-perplexity}" in tex
     perplexity = tex.split(r"\end{table}")[0]
     assert perplexity.count(r"\mathbf{") == 3  # one best per evaluation length
