@@ -1,7 +1,9 @@
 """`orchestrator` command line: validate, plan, run, status, report, ui and schema of study files.
 
 Exit codes: 0 every trial succeeded; 1 some trials failed (the rest completed); 2 invalid study or
-argument; 3 interrupted and resumable (re-run the same command); 130 interrupted by Ctrl-C.
+argument; 3 interrupted and resumable (re-run the same command); 4 a claim of the study's `expect:`
+section fails (only with --strict-claims; claims are findings, so without it they never change the code);
+130 interrupted by Ctrl-C.
 Errors are one clear paragraph, never a traceback, unless --debug.
 """
 
@@ -31,7 +33,7 @@ _WIDTH = None if sys.stdout.isatty() else 160
 console = Console(highlight=False, soft_wrap=True, width=_WIDTH)
 err = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
 
-EXIT_OK, EXIT_TRIALS_FAILED, EXIT_INVALID, EXIT_INTERRUPTED, EXIT_CTRL_C = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_TRIALS_FAILED, EXIT_INVALID, EXIT_INTERRUPTED, EXIT_CLAIMS_FAILED, EXIT_CTRL_C = 0, 1, 2, 3, 4, 130
 
 StudyArg = Annotated[str, typer.Argument(metavar="STUDY", help="A study file, or a study's name (studies/NAME.yaml).")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", "-p", help="A named profile of the study (e.g. paper).")]
@@ -40,6 +42,8 @@ TrackingOpt = Annotated[Optional[str], typer.Option(help="MLflow tracking URI; d
                                                      "mlruns/mlflow.db in the study's project folder.")]
 ReportsDirOpt = Annotated[Optional[Path], typer.Option(help="Where reports are written; default: reports/ in the study's "
                                                        "project folder.")]
+StrictClaimsOpt = Annotated[bool, typer.Option("--strict-claims", help="Exit with code 4 if a claim of the study's "
+                                               "expect: section fails (inconclusive is not a failure).")]
 TRACKING_FLAG = "--tracking-uri "  # how StudyNotFound names the option on the command line
 
 
@@ -62,7 +66,9 @@ def _project_path(study_path: Path, given: Path | None, name: str) -> Path:
     return given if given is not None else project_folder(study_path) / name
 
 
-def _load_or_exit(path: Path, profile: str | None = None, overrides: list[str] | None = None):
+def _load_or_exit(path: Path, profile: str | None = None, overrides: list[str] | None = None, check_data: bool = False):
+    """The validated study, or exit 2 with every problem. `check_data` (run, plan, validate): the data files the
+    trials would read must exist too."""
     from .study import StudyError, load_study, parse_override
 
     try:
@@ -71,30 +77,34 @@ def _load_or_exit(path: Path, profile: str | None = None, overrides: list[str] |
         err.print(f"[red]Invalid argument[/red]: {error}")
         raise typer.Exit(EXIT_INVALID)
     try:
-        return load_study(path, profile=profile, overrides=parsed)
+        return load_study(path, profile=profile, overrides=parsed, check_data=check_data)
     except StudyError as error:
-        err.print(f"[red]Invalid study[/red] {error}")
+        err.print(f"[red]Invalid study[/red] {escape(str(error))}")
         raise typer.Exit(EXIT_INVALID)
 
 
 @app.command()
 def validate(studies: Annotated[list[str], typer.Argument(metavar="STUDY...", help="Study files (or names) to check.")],
              profile: ProfileOpt = None) -> None:
-    """Check study files (and their profiles) without running anything."""
+    """Check study files without running anything: the chosen profile (default: none) with its data, and
+    every other profile of the file (their missing data is a note: it is needed only where they run)."""
     from .planning import expand
-    from .study import StudyError, load_study
+    from .study import StudyError, load_study, profile_data_notes, read_study
     from .study.locate import study_file
 
     invalid = 0
     for path in studies:
         try:
-            study = load_study(study_file(path), profile=profile)
+            file = study_file(path)
+            study = load_study(file, profile=profile, check_data=True)
         except StudyError as error:
             invalid += 1
-            err.print(f"[red]Invalid study[/red] {error}")
+            err.print(f"[red]Invalid study[/red] {escape(str(error))}")
             continue
         profiles = f"; profiles: {', '.join(study.profiles)}" if study.profiles else ""
         console.print(f"{path}: valid, {len(expand(study))} trial(s){profiles}")
+        for note in profile_data_notes(read_study(file)[0], profile):
+            console.print(f"  note: {escape(note)}")
     if invalid:
         raise typer.Exit(EXIT_INVALID)
 
@@ -112,10 +122,11 @@ def run(
     local: Annotated[bool, typer.Option("--local", help="Run trials in this process one by one, without Ray (debugging).")] = False,
     failed_only: Annotated[bool, typer.Option("--failed-only", help="Rerun only the trials whose last run failed.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+    strict_claims: StrictClaimsOpt = False,
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
     study_path = _locate_or_exit(study_path)
-    study = _load_or_exit(study_path, profile, overrides)
+    study = _load_or_exit(study_path, profile, overrides, check_data=True)
     from .tracking.uri import resolve_tracking_uri, ui_command
 
     uri = resolve_tracking_uri(tracking_uri, study_path)
@@ -148,8 +159,29 @@ def run(
     console.print(f"Wall time {outcome.wall_seconds:.0f}s; {len(outcome.skipped)} trial(s) reused, "
                   f"{outcome.trials_run} run, {len(outcome.failed)} failed; "
                   f"{outcome.steps_run} training steps{overhead}")
+    _claims_line(outcome.claims)
     if outcome.failed:
         raise typer.Exit(EXIT_TRIALS_FAILED)
+    _exit_on_failed_claims(outcome.claims, strict_claims)
+
+
+def _claims_line(claims: list) -> None:
+    if claims:
+        from .reporting.claims import summary
+
+        counts = summary(claims)
+        console.print("Claims: " + ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
+                      + " (the report's Claims section; MLflow tags claim.<id> on the study's run)")
+
+
+def _exit_on_failed_claims(claims: list, strict: bool) -> None:
+    """Claims are findings: they change the exit code only when asked to (--strict-claims)."""
+    from .reporting.claims import FAILS
+
+    failing = [claim.claim.id for claim in claims if claim.verdict == FAILS]
+    if strict and failing:
+        err.print(f"--strict-claims: {len(failing)} claim(s) fail: {', '.join(failing)}")
+        raise typer.Exit(EXIT_CLAIMS_FAILED)
 
 
 def _browse_hint(study_path: Path, tracking_uri: str | None) -> str:
@@ -171,34 +203,43 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
          tracking_uri: TrackingOpt = None) -> None:
     """Show the expanded trial table with costs and what is already finished; launches nothing."""
     study_path = _locate_or_exit(study_path)
-    study = _load_or_exit(study_path, profile, overrides)
-    from dape_core import ExperimentConfig
-
-    from .planning import expand
-    from .planning.estimate import estimate
+    study = _load_or_exit(study_path, profile, overrides, check_data=True)
+    from .planning.plan_view import legend, plan_rows
     from .tracking.uri import resolve_tracking_uri
 
     store = _open_store(study, resolve_tracking_uri(tracking_uri, study_path))
     finished = store.finished_trial_ids() if store else set()
+    rows = plan_rows(study, _measured_steps(tracking_uri, study_path), finished)
     table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}")
-    for column in ("#", "trial", "id", "params", "GFLOP/step", "peak mem", "fits", "est. time", "status"):
+    for column in ("#", "trial", "id", "params", "GFLOP/step", "peak mem", "fits", "est. time", "basis", "status"):
         table.add_column(column)
-    total = 0.0
     gpu_memory = study.resources.gpu_memory_gb
-    for number, trial in enumerate(expand(study), 1):
-        cost = estimate(ExperimentConfig(**trial.config), study.resources.gpus, study.resources.cpus)
-        total += cost.seconds
+    for number, row in enumerate(rows, 1):
+        cost = row.cost
         fits = "-" if gpu_memory is None else ("yes" if cost.peak_memory_bytes <= gpu_memory * 2**30 else "NO")
-        table.add_row(str(number), trial.run_name, trial.trial_id, f"{cost.parameters / 1e6:.2f}M",
+        time_text = _duration(row.seconds) + (f"–{_duration(row.seconds_high)}" if row.seconds_high else "")
+        table.add_row(str(number), escape(row.name), row.trial_id, f"{cost.parameters / 1e6:.2f}M",
                       f"{cost.flops_per_step / 1e9:.1f}", f"{cost.peak_memory_bytes / 2**30:.2f} GiB", fits,
-                      _duration(cost.seconds), "finished" if trial.trial_id in finished else "to run")
+                      time_text, row.basis, row.status)
     console.print(table)
     device = f"{study.resources.gpus:g} GPU" if study.resources.gpus else f"{study.resources.cpus:g} CPU"
-    console.print(f"Estimated training time, one trial at a time on {device} per trial: {_duration(total)} "
-                  "(an analytic order-of-magnitude estimate).")
-    if study.search.algorithm != "grid":
-        console.print(f"Search: {study.search.algorithm}, {study.search.num_samples} sample(s) per row over "
-                      f"{', '.join(study.search.space)}; scheduler {study.scheduler.type}.")
+    total = sum(row.seconds for row in rows)
+    high = sum(row.seconds_high or row.seconds for row in rows)
+    spread = f"–{_duration(high)}" if high > total else ""
+    measured = sum(row.basis.startswith("measured") for row in rows)
+    console.print(f"Estimated training time, one trial at a time on {device} per trial: {_duration(total)}{spread} "
+                  f"({measured} of {len(rows)} estimate(s) measured in the store, the rest analytic).")
+    for line in legend(study):
+        console.print(line)
+
+
+def _measured_steps(tracking_uri: str | None, study_path: Path):
+    """ms per step of the store's finished runs (any experiment), or None where there is no store yet."""
+    from .planning.learned import load_measured
+    from .tracking.uri import resolve_tracking_uri, store_missing
+
+    uri = resolve_tracking_uri(tracking_uri, study_path)
+    return None if store_missing(uri) is not None else load_measured(uri)
 
 
 def _duration(seconds: float) -> str:
@@ -264,8 +305,9 @@ def report(
     reports_dir: ReportsDirOpt = None,
     value: Annotated[str, typer.Option(help="Which value of each run's metrics the cells show: final, best or step:N.")] = "final",
     full: Annotated[bool, typer.Option("--print", help="Print the whole report (report.md), not only its summary.")] = False,
-    attach: Annotated[bool, typer.Option("--attach", help="Also attach the report to the study's parent run in "
-                                         "MLflow (`orchestrator run` always does).")] = False,
+    attach: Annotated[bool, typer.Option("--attach", help="Also attach the report (and the claims' "
+                                         "verdicts) to the study's parent run in MLflow (`orchestrator run` always does).")] = False,
+    strict_claims: StrictClaimsOpt = False,
 ) -> None:
     """Build the study's report from the MLflow store: tables, significance, plots (Markdown, HTML, LaTeX, CSV)."""
     study_path = _locate_or_exit(study_path)
@@ -292,6 +334,8 @@ def report(
     attached = "; attached to the study's parent run in MLflow" if attach and store.parent_run_id else ""
     console.print(f"Report: {built.folder / 'report.html'} (also report.md, tables.tex, CSV, plots/){attached}")
     console.print(_browse_hint(study_path, tracking_uri))
+    _claims_line(built.claims)
+    _exit_on_failed_claims(built.claims, strict_claims)
 
 
 @app.command()

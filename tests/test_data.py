@@ -144,6 +144,19 @@ def test_empty_folder_and_missing_path_are_clear_errors(tmp_path):
         DataConfig(source="the_pile")
 
 
+def test_files_that_are_not_text_are_skipped_and_counted(tmp_path):
+    _write_texts(tmp_path, {"a.txt": "alpha " * 50, "b.txt": "beta " * 50})
+    for name in ("c.txt", "d.txt"):
+        (tmp_path / name).write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00" + bytes(range(256)) * 4)
+    with pytest.warns(UserWarning, match=r"skipped 2 of 4 file\(s\) .* not text"):
+        corpus = load_corpus(DataConfig(source="text", path=str(tmp_path), val_fraction=0.3))
+    assert sum(corpus.record["documents"].values()) == 2
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).unlink()
+    with pytest.raises(ValueError, match=r"none of the 2 file\(s\) .* is text"):
+        load_corpus(DataConfig(source="text", path=str(tmp_path)))
+
+
 # Tokenizers ------------------------------------------------------------------------------------------------
 
 def test_tokenizer_json_encodes_documents_with_an_end_of_text_separator(tmp_path, bpe_json):

@@ -28,6 +28,11 @@ def test_leakage_study_runs_end_to_end_and_shows_the_leak(tmp_path):
         causal, leaky = by_row[(encoding, "False")], by_row[(encoding, "True")]
         # Without the tril the model reads the next token: its training loss falls far below the causal one.
         assert leaky.data.metrics["train_loss"] < 0.6 * causal.data.metrics["train_loss"]
+    # The study's claims are judged: the collapse is certain at this scale, so its claim holds.
+    parent = client.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'study'")[0]
+    assert parent.data.tags["claim.leak_collapses_train_loss"] == "holds"
+    assert "Claims: " in proc.stdout
     report = (tmp_path / "reports" / "leakage" / "report.md").read_text()
+    assert report.index("## Claims") < report.index("## Perplexity")
     assert "tril off (leak)" in report and "tril on" in report
     assert (tmp_path / "reports" / "leakage" / "report.html").is_file()

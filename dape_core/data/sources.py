@@ -11,6 +11,7 @@ import functools
 import glob
 import hashlib
 import sysconfig
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -80,13 +81,28 @@ def _split_on(key: str, content: bytes, separator: str | None) -> list[Document]
     return [(f"{key}#{i}", part) for i, part in enumerate(parts) if part.strip()]
 
 
+BINARY_PROBE = 8192  # bytes of a file looked at for a NUL byte, as git decides that a file is binary
+
+
 def text_documents(cfg: DataConfig) -> list[Document]:
+    """The text files' documents. Files that are not text (a NUL byte in their first 8 KB: images, archives,
+    compiled files in a source tree) are skipped with a warning that counts them; none left is an error."""
     root, files = text_files(cfg)
     if cfg.max_files is not None:
         files = files[: cfg.max_files]
-    documents = []
+    documents, skipped = [], []
     for path in files:
-        documents.extend(_split_on(path.relative_to(root).as_posix(), path.read_bytes(), cfg.separator))
+        content = path.read_bytes()
+        if b"\x00" in content[:BINARY_PROBE]:
+            skipped.append(path)
+            continue
+        documents.extend(_split_on(path.relative_to(root).as_posix(), content, cfg.separator))
+    if skipped and len(skipped) == len(files):
+        raise ValueError(f"data.path: none of the {len(files)} file(s) of {cfg.path} is text (each holds NUL "
+                         f"bytes, e.g. {skipped[0]}); point data.path or data.pattern at text files")
+    if skipped:
+        warnings.warn(f"data.path: skipped {len(skipped)} of {len(files)} file(s) of {cfg.path} that are not text "
+                      f"(NUL bytes), e.g. {skipped[0]}; narrow data.pattern to leave them out", stacklevel=2)
     return documents
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import TrackingServerUnreachable, exception_chain
+from ..planning.learned import load_measured
+from ..planning.schedule import longest_first
 from ..planning.trials import Trial, expand
 from ..reporting import build_report, render_md
 from ..study import Study
@@ -32,6 +34,7 @@ class StudyOutcome:
     concurrency: int = 1
     steps_run: int = 0
     trials_run: int = 0
+    claims: list = field(default_factory=list)  # reporting.claims.ClaimResult, one per claim of `expect:`
 
     @property
     def ok(self) -> bool:
@@ -75,6 +78,7 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
     started = time.monotonic()
     store = StudyStore.create(tracking_uri, study.name)
     todo, skipped = select_trials(study, store, failed_only)
+    todo = longest_first(todo, study, load_measured(tracking_uri))  # so that no long trial ends the study alone
     progress = progress or ConsoleProgress(len(todo))
     progress.total = len(todo) if study.search.algorithm == "grid" else study.search.num_samples * len(todo)
     version = code_version()
@@ -110,7 +114,7 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
             except Exception:  # the store may be the thing that failed; the original error matters more
                 logging.getLogger(__name__).debug("could not close the parent run", exc_info=True)
     report = build_report(study, store, reports_dir, study_path=study_path)
-    outcome.report_dir, outcome.report_markdown = report.folder, report.markdown
+    outcome.report_dir, outcome.report_markdown, outcome.claims = report.folder, report.markdown, report.claims
     outcome.report_summary = render_md.summary(report.document)
     outcome.wall_seconds = time.monotonic() - started
     return outcome

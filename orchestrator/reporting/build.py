@@ -7,6 +7,7 @@ table_<family>.csv (every number behind each table), plots/*.png.
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pandas as pd
 from ..study import Study
 from ..tracking.store import StudyStore
 from . import plots, render_html, render_latex, render_md
+from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .document import ReportDocument
 from .results import ValueChoice, metric_history, study_results
 from .search import is_search, search_section
@@ -27,6 +29,7 @@ class Report:
     markdown: str
     document: ReportDocument
     files: list[Path]
+    claims: list[ClaimResult]
 
 
 def _distinct(frame: pd.DataFrame, column: str) -> str:
@@ -62,7 +65,7 @@ def build_report(study: Study, store: StudyStore, reports_dir: Path, value: Valu
     document = ReportDocument(study_name=study.name, description=study.description,
                               tracking_uri=store.tracking_uri, experiment_id=store.experiment_id,
                               value_text=value_text, trials=trials, outside=outside, tables=tables, plots=figures,
-                              search=search)
+                              search=search, claims=evaluate_claims(study, trials))
     markdown = render_md.render(document)
     files = _write(folder, {"report.md": markdown, "report.html": render_html.render(document),
                             "tables.tex": render_latex.render(document)}, frame, tables)
@@ -70,7 +73,8 @@ def build_report(study: Study, store: StudyStore, reports_dir: Path, value: Valu
     if attach:
         store.log_artifacts(folder)
         store.refresh_dashboard()  # the saved view `orchestrator ui` opens, with the charts of these metrics
-    return Report(folder, markdown, document, files)
+        _record_claims(store, document.claims)
+    return Report(folder, markdown, document, files, document.claims)
 
 
 def _figures(tables: list, trials: pd.DataFrame, store: StudyStore, plot_dir: Path) -> list:
@@ -101,6 +105,15 @@ def _write(folder: Path, texts: dict[str, str], frame: pd.DataFrame, tables: lis
         table.to_frame().to_csv(path, index=False)
         files.append(path)
     return files
+
+
+def _record_claims(store: StudyStore, claims: list[ClaimResult]) -> None:
+    """The verdicts on the parent run: tag claim.<id> = holds|fails|inconclusive, metrics claims_holding, ..."""
+    if not claims or not store.parent_run_id:
+        return
+    tags, metrics = mlflow_record(claims)
+    store.set_tags(store.parent_run_id, tags)
+    store.log_metrics(store.parent_run_id, metrics, step=0, timestamp_ms=int(time.time() * 1000))
 
 
 def write_report(study: Study, store: StudyStore, reports_dir: Path, value: ValueChoice = ValueChoice(),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -35,6 +35,7 @@ class ReportDocument:
     tables: list[Table] = field(default_factory=list)
     plots: list[Plot] = field(default_factory=list)
     search: "SearchSection | None" = None  # a sampling search's own section (search.py)
+    claims: list[Any] = field(default_factory=list)  # claims.ClaimResult: the study's expect: section, judged
 
     def unfinished(self) -> list[str]:
         """"Label · sN: STATUS: reason" for every trial that has no finished run."""

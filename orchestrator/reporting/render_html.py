@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from . import cells, render_md, render_search
+from . import cells, render_claims, render_md, render_search
 from .document import ReportDocument
 from .tables import Table
 
@@ -33,6 +33,10 @@ figure { margin: 1.2em 0 2em; }
 figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 0.88em; color: #333; }
 li.problem { color: #a00; }
+table.claims td, table.claims th { text-align: left; font-size: 0.88em; white-space: normal; }
+tr.claim-holds td:nth-child(4) { color: #070; font-weight: bold; }
+tr.claim-fails td:nth-child(4) { color: #b00; font-weight: bold; }
+tr.claim-inconclusive td:nth-child(4) { color: #a60; font-weight: bold; }
 """
 
 
@@ -98,6 +102,7 @@ def render(document: ReportDocument) -> str:
     facts = document.provenance()
     if facts:
         parts.append('<ul class="meta">' + "".join(f"<li>{escape(k)}: <code>{escape(v)}</code></li>" for k, v in facts) + "</ul>")
+    parts.append(render_claims.html(document.claims))
     if document.search is not None:
         parts.append(render_search.html(document.search))
     if not document.tables:

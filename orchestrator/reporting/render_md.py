@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from . import cells, render_search
+from . import cells, render_claims, render_search
 from .document import ReportDocument
 from .tables import Table
 
@@ -74,6 +74,7 @@ def render(document: ReportDocument) -> str:
             f"{document.experiment_id})."]
     out += [f"- {name}: {value}" for name, value in document.provenance()]
     out.append("")
+    out += render_claims.markdown(document.claims)
     if document.search is not None:
         out += render_search.markdown(document.search)
     if not document.tables:

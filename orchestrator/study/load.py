@@ -1,7 +1,11 @@
-"""Loading a study: YAML read with `safe_load`, a profile and command-line overrides applied, the study
-validated by pydantic, then every resolved trial config validated by dape_core, so that a bad value in a
-variant, a search space or a profile is reported with its name and field path before anything is launched.
-Every problem is collected and reported at once (StudyError)."""
+"""Loading a study: its YAML read so that it means one thing (yaml_loader.py), a profile and command-line
+overrides applied, the study validated by pydantic, then every check that needs no data over every resolved
+trial (trial_checks.py, sweeps.py, search_checks.py), for the chosen profile and for every other profile of
+the file, and, where the caller asks (run, plan, validate), the data the chosen profile's trials would read
+(data_paths.py). Every problem is collected and reported at once (StudyError), each with its field path;
+problems of a profile that was not chosen are prefixed `profiles.<name>:`, and the error of a chosen profile
+names it in its first line.
+"""
 
 from __future__ import annotations
 
@@ -14,18 +18,18 @@ from pydantic import ValidationError
 
 from dape_core import ExperimentConfig
 
+from .claim_checks import claim_problems
+from .data_paths import study_data_problems
 from .model import Study
-from .overrides import apply_study_overrides, resolve
+from .overrides import apply_study_overrides
 from .problems import StudyError, format_pydantic
+from .search_checks import search_problems
+from .sweeps import sweep_problems
+from .trial_checks import (MAX_ROWS, ResolvedTrial, identity_problems, resolved_trials, row_count,
+                           run_name_problems, validate_config)
+from .yaml_loader import load_yaml
 
-
-def validate_config(config: dict, where: str) -> tuple[ExperimentConfig | None, list[str]]:
-    try:
-        return ExperimentConfig(**config), []
-    except ValidationError as error:
-        return None, format_pydantic(error, where, ExperimentConfig)
-    except TypeError as error:  # a section that is not a mapping
-        return None, [f"{where}: {error}"]
+__all__ = ["load_study", "parse_study", "profile_data_notes", "read_study", "read_study_yaml", "validate_config"]
 
 
 def _apply(raw: dict, source: str, profile: str | None, overrides: dict[str, Any] | None) -> dict:
@@ -47,75 +51,121 @@ def _apply(raw: dict, source: str, profile: str | None, overrides: dict[str, Any
     return raw
 
 
-def _trial_problems(study: Study) -> list[str]:
-    """Every row's and every search dimension's resolved trial config, validated by dape_core."""
-    _, problems = validate_config(study.base, "base")
-    if problems:
-        return problems
-    for cell in study.cells():
-        try:
-            config = resolve(study.base, cell.overrides)
-        except ValueError as error:
-            problems.append(f"{cell.where}: {error}")
-            continue
-        _, found = validate_config(config, cell.where)
-        problems += [p for p in found if p not in problems]
-    for key, dist in study.search.space.items():
-        sample = dist.values[0] if dist.type == "choice" else (int(dist.low) if dist.type == "int" else dist.low)
-        _, found = validate_config(resolve(study.base, {key: sample}), f"search.space.{key}")
-        problems += [p for p in found if p not in problems]
-    if not study.cells():
-        problems.append("exclude: every combination is excluded; nothing would run")
-    return problems
+def study_problems(study: Study) -> tuple[list[str], list[ResolvedTrial]]:
+    """Every problem that needs no data, and the valid resolved trials (for the data check)."""
+    if row_count(study) > MAX_ROWS:
+        return resolved_trials(study)[1], []
+    trials, trial_problems = resolved_trials(study)
+    claims = claim_problems(study) if not trial_problems else []  # claims resolve against valid rows only
+    problems = (sweep_problems(study) + trial_problems + identity_problems(trials) + run_name_problems(study)
+                + search_problems(study, trials) + claims)
+    return problems, trials
 
 
-def _profile_problems(original: dict, study: Study, chosen: str | None) -> list[str]:
-    """The profiles not chosen, each applied to the file as written (not on top of another profile)."""
+def _profiled(original: dict, name: str) -> tuple[Study | None, list[str]]:
+    """A profile applied to the file as written (not on top of another profile), validated as a Study."""
+    try:
+        return Study.model_validate(apply_study_overrides(copy.deepcopy(original), original["profiles"][name] or {})), []
+    except ValidationError as error:
+        return None, format_pydantic(error, "study", Study)
+    except (ValueError, AttributeError) as error:
+        return None, [str(error)]
+
+
+def _profile_problems(original: dict, study: Study, chosen: str | None, known: list[str]) -> list[str]:
+    """The problems of the profiles not chosen, less those the chosen study already reports."""
     problems: list[str] = []
-    for name, overrides_of_profile in study.profiles.items():
+    for name in study.profiles:
         if name == chosen:
             continue  # validated as the study itself
-        try:
-            profiled = Study.model_validate(apply_study_overrides(copy.deepcopy(original), overrides_of_profile))
-        except (ValidationError, ValueError, AttributeError) as error:
-            detail = format_pydantic(error, "study", Study) if isinstance(error, ValidationError) else [str(error)]
-            problems += [f"profiles.{name}: {p}" for p in detail]
-            continue
-        _, found = validate_config(profiled.base, f"profiles.{name} -> base")
-        problems += found
+        profiled, found = _profiled(original, name)
+        if profiled is not None:
+            found = study_problems(profiled)[0]
+        problems += [f"profiles.{name}: {problem}" for problem in found if problem not in known]
     return problems
 
 
 def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
-                overrides: dict[str, Any] | None = None) -> Study:
+                overrides: dict[str, Any] | None = None, *, check_data: bool = False,
+                problems: list[str] | tuple[str, ...] = ()) -> Study:
     """Validate a loaded YAML document into a Study, or raise StudyError listing every problem.
 
     `profile` applies one of the study's named override sets; `overrides` (from the command line) come last.
+    `check_data`: also report the data files the trials would read that do not exist. `problems`: found
+    already (duplicate keys of the YAML), reported with the others.
     """
+    if profile is not None:
+        source = f"{source} (profile {profile})"
     if not isinstance(raw, dict):
-        raise StudyError(source, [f"(top level): expected a mapping of study fields, got {type(raw).__name__}"])
+        raise StudyError(source, [*problems, f"(top level): expected a mapping of study fields, got {type(raw).__name__}"])
     original = copy.deepcopy(raw)
     raw = _apply(copy.deepcopy(raw), source, profile, overrides)
     try:
         study = Study.model_validate(raw)
     except ValidationError as error:
-        raise StudyError(source, format_pydantic(error, "study", Study)) from None
-    problems = _trial_problems(study) + _profile_problems(original, study, profile)
-    if problems:
-        raise StudyError(source, problems)
+        raise StudyError(source, [*problems, *format_pydantic(error, "study", Study)]) from None
+    found, trials = study_problems(study)
+    found = [*problems, *found]
+    found += _profile_problems(original, study, profile, found)
+    if check_data and trials:
+        found += study_data_problems(ExperimentConfig(**study.base).data, trials)
+    if found:
+        raise StudyError(source, found)
     return study
 
 
-def read_study_yaml(path: str | Path) -> Any:
+def profile_data_notes(raw: Any, chosen: str | None) -> list[str]:
+    """The data problems of the profiles not chosen: notes for `validate` (that data is needed only when the
+    profile runs, perhaps on another machine), each prefixed `profiles.<name>:`."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("profiles"), dict):
+        return []
+    notes = []
+    for name in raw["profiles"]:
+        if name == chosen:
+            continue
+        profiled, _ = _profiled(raw, name)
+        if profiled is None:
+            continue
+        trials = study_problems(profiled)[1]
+        if trials:
+            base = ExperimentConfig(**profiled.base).data
+            notes += [f"profiles.{name}: {note}" for note in study_data_problems(base, trials)]
+    return notes
+
+
+def read_study(path: str | Path) -> tuple[Any, list[str]]:
+    """(the YAML document, its duplicate-key problems); StudyError for a file that cannot be read as YAML."""
     path = Path(path)
+    if path.is_dir():
+        found = sorted(p.name for p in path.glob("*.y*ml"))[:8]
+        inside = f" (it holds {', '.join(found)})" if found else ""
+        raise StudyError(str(path), [f"(file): {path} is a folder, not a study file; name a YAML file{inside}"])
     if not path.is_file():
         raise StudyError(str(path), ["(file): no such study file"])
     try:
-        return yaml.safe_load(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise StudyError(str(path), [f"(file): not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
+                                     f"{error.start}); save the study file as UTF-8"]) from None
+    except OSError as error:
+        raise StudyError(str(path), [f"(file): cannot be read: {error.strerror or error}"]) from None
+    try:
+        return load_yaml(text)
     except yaml.YAMLError as error:
         hint = " (tags that construct Python objects are refused: plain YAML only)" if "python/" in str(error) else ""
         raise StudyError(str(path), [f"(YAML): not valid YAML{hint}: {error}"]) from None
 
 
-def load_study(path: str | Path, profile: str | None = None, overrides: dict[str, Any] | None = None) -> Study:
-    return parse_study(read_study_yaml(path), str(path), profile=profile, overrides=overrides)
+def read_study_yaml(path: str | Path) -> Any:
+    """The study file's YAML document; StudyError when it cannot be read, or gives a key twice."""
+    document, duplicates = read_study(path)
+    if duplicates:
+        raise StudyError(str(path), duplicates)
+    return document
+
+
+def load_study(path: str | Path, profile: str | None = None, overrides: dict[str, Any] | None = None, *,
+               check_data: bool = False) -> Study:
+    document, duplicates = read_study(path)
+    return parse_study(document, str(path), profile=profile, overrides=overrides, check_data=check_data,
+                       problems=duplicates)

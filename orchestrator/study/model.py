@@ -10,21 +10,57 @@ the ways it is varied:
 - `seeds`: repeats of every row;
 - `search`: grid (the default: the rows above), random or Optuna TPE over declared distributions;
 - `profiles`: named dotted overrides of the study itself (`base.train.steps: 50000`, `resources.gpus: 1`);
-- `report`: the report's headline metric family and its baseline row.
-The rows these make are in `rows.py`; loading, profiles and per-trial validation in `load.py`.
+- `report`: the report's headline metric family and its baseline row;
+- `expect`: the paper's claims about the results, checked by the report (expect.py).
+The rows these make are in `rows.py`; loading and profiles in `load.py`, the checks that need every resolved
+trial in `trial_checks.py`, `sweeps.py` and `search_checks.py`, the claims' in `claim_checks.py`. Constraints
+on single fields are in the types.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dape_core.types import (FiniteFloat, NonEmptyStr, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
+                             Seed, StrictBool)
+
+from .expect import Claim
 from .rows import Cell, comparisons, study_cells
 
 SECTIONS = ("model", "data", "train", "eval", "che")  # dape_core.ExperimentConfig's sections
 # The report's metric families (orchestrator.reporting.metrics.FAMILIES), by the prefix of their columns.
 ReportMetric = Literal["ppl", "delta_p", "accuracy", "time"]
+
+# MLflow's limits (3.17): an experiment name may have 500 characters (mlflow/utils/validation.py,
+# MAX_EXPERIMENT_NAME_LENGTH) but its database column has 256, and a run name's column 250
+# (mlflow/store/tracking/dbmodels/models.py; PostgreSQL enforces them, SQLite does not). The study's name
+# is the experiment's and its parent run's name; a trial's run is named "<label> · s<seed>".
+MAX_RUN_NAME = 250
+MAX_LABEL = MAX_RUN_NAME - len(" · s4294967295")  # room for the seed suffix of the longest seed
+
+
+def _sweep_key(key: str) -> str:
+    if key.split(".")[0] not in SECTIONS or "." not in key:
+        raise ValueError(f"{key!r} must be a dotted key starting with one of the sections {', '.join(SECTIONS)}")
+    return key
+
+
+def _distinct(values: list) -> list:
+    repeated = [value for index, value in enumerate(values) if value in values[:index]]
+    if repeated:
+        raise ValueError(f"{repeated[0]!r} is listed more than once in {values}: each value runs once")
+    return values
+
+
+SweepKey = Annotated[str, AfterValidator(_sweep_key)]  # a dotted key of a trial config: model.kernel_size
+SweepValues = Annotated[list[Any], Field(min_length=1), AfterValidator(_distinct)]
+ZipValues = Annotated[list[Any], Field(min_length=1)]  # one key may repeat a value; a repeated point may not
+Seeds = Annotated[list[Seed], Field(min_length=1), AfterValidator(_distinct)]
+StudyName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=MAX_RUN_NAME)]
+Label = Annotated[str, Field(min_length=1, max_length=MAX_LABEL)]
+ReductionFactor = Annotated[FiniteFloat, Field(gt=1)]
 
 
 class _Strict(BaseModel):
@@ -32,26 +68,26 @@ class _Strict(BaseModel):
 
 
 class Variant(_Strict):
-    label: str = Field(min_length=1, description="Row name in the report, e.g. 'DAPE1x3-Kerple'.")
-    baseline: bool = Field(False, description="The variant other rows are compared against.")
-    set: dict[str, Any] = Field(default_factory=dict, description="Dotted-key overrides of `base`.")
+    label: Label = Field(description="Row name in the report, e.g. 'DAPE1x3-Kerple'.")
+    baseline: StrictBool = Field(False, description="The variant other rows are compared against.")
+    set: dict[SweepKey, Any] = Field(default_factory=dict, description="Dotted-key overrides of `base`.")
 
 
 class Resources(_Strict):
-    cpus: float = Field(1.0, gt=0, description="CPUs per trial (also the trial's torch threads).")
-    gpus: float = Field(0.0, ge=0, description="GPUs per trial; fractions share a GPU.")
-    max_concurrent: int | None = Field(None, ge=1, description="At most this many trials at once.")
-    max_retries: int = Field(1, ge=0, description="Times a crashed trial is retried.")
-    gpu_memory_gb: float | None = Field(None, gt=0, description="Device memory per GPU, for `plan`'s fit check.")
+    cpus: PositiveFloat = Field(1.0, description="CPUs per trial (also the trial's torch threads).")
+    gpus: NonNegativeFloat = Field(0.0, description="GPUs per trial; fractions share a GPU.")
+    max_concurrent: PositiveInt | None = Field(None, description="At most this many trials at once.")
+    max_retries: NonNegativeInt = Field(1, description="Times a crashed trial is retried.")
+    gpu_memory_gb: PositiveFloat | None = Field(None, description="Device memory per GPU, for `plan`'s fit check.")
 
 
 class Distribution(_Strict):
     """A search dimension: `choice` (values), `uniform`/`loguniform` (low, high), `int` (low, high)."""
 
     type: Literal["choice", "uniform", "loguniform", "int"]
-    values: list[Any] | None = None
-    low: float | None = None
-    high: float | None = None
+    values: SweepValues | None = None
+    low: FiniteFloat | None = None
+    high: FiniteFloat | None = None
 
     @model_validator(mode="after")
     def _complete(self) -> "Distribution":
@@ -65,16 +101,19 @@ class Distribution(_Strict):
                 raise ValueError(f"'low' ({self.low}) must be below 'high' ({self.high})")
             if self.type == "loguniform" and self.low <= 0:
                 raise ValueError("a 'loguniform' distribution needs low > 0")
+            if self.type == "int" and not (self.low.is_integer() and self.high.is_integer()):
+                raise ValueError(f"an 'int' distribution needs whole-number bounds (got {self.low}, {self.high})")
         return self
 
 
 class Search(_Strict):
     algorithm: Literal["grid", "random", "optuna"] = "grid"
-    num_samples: int = Field(1, ge=1, description="Configurations sampled (random/optuna).")
-    metric: str = Field("val_loss", description="Metric the searcher and scheduler optimise.")
+    num_samples: PositiveInt = Field(1, description="Configurations sampled (random/optuna).")
+    metric: NonEmptyStr = Field("val_loss", description="Metric the searcher and scheduler optimise "
+                                "(validation checks that every trial logs it).")
     mode: Literal["min", "max"] = "min"
-    space: dict[str, Distribution] = Field(default_factory=dict, description="Dotted key -> distribution.")
-    seed: int = 0
+    space: dict[SweepKey, Distribution] = Field(default_factory=dict, description="Dotted key -> distribution.")
+    seed: Seed = 0
 
     @model_validator(mode="after")
     def _space_for_samplers(self) -> "Search":
@@ -87,9 +126,11 @@ class Search(_Strict):
 
 class Scheduler(_Strict):
     type: Literal["none", "asha"] = "none"
-    metric: str | None = Field(None, description="Defaults to search.metric.")
-    grace_period: int = Field(100, ge=1, description="Steps every trial runs before it may be stopped.")
-    reduction_factor: float = Field(3, gt=1)
+    metric: NonEmptyStr | None = Field(None, description="Defaults to search.metric; one the trials report "
+                                       "while training (train_loss, or val_loss with train.eval_every).")
+    grace_period: PositiveInt = Field(100, description="Steps every trial runs before it may be stopped "
+                                      "(at most the trials' train.steps).")
+    reduction_factor: ReductionFactor = 3
 
 
 class ReportSpec(_Strict):
@@ -102,31 +143,25 @@ class ReportSpec(_Strict):
 
 
 class Study(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Experiment name in MLflow.")
+    name: StudyName = Field(description="Experiment name in MLflow (and its parent run's).")
     description: str = ""
     base: dict[str, Any] = Field(default_factory=dict, description="Shared trial config: model, data, train, eval (and che for CHE tasks).")
-    axes: dict[str, list[Any]] = Field(default_factory=dict, description="Grid over dotted keys.")
-    one_at_a_time: bool = Field(False, description="Vary each axis alone from the baseline instead of a grid.")
-    zip: dict[str, list[Any]] = Field(default_factory=dict, description="Dotted keys whose values vary together.")
-    exclude: list[dict[str, Any]] = Field(default_factory=list, description="Partial assignments to drop.")
-    variants: list[Variant] = Field(default_factory=list)
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    axes: dict[SweepKey, SweepValues] = Field(default_factory=dict, description="Grid over dotted keys.")
+    one_at_a_time: StrictBool = Field(False, description="Vary each axis alone from the baseline instead of a grid.")
+    zip: dict[SweepKey, ZipValues] = Field(default_factory=dict, description="Dotted keys whose values vary together.")
+    exclude: list[dict[SweepKey, Any]] = Field(default_factory=list, description="Partial assignments of axis/zip "
+                                               "values to drop.")
+    variants: list[Variant] = Field(default_factory=list, min_length=1, description="Named rows; leave the key "
+                                    "out to run the base alone.")
+    seeds: Seeds = Field(default_factory=lambda: [0], description="Every row runs once per seed (the only place "
+                         "train.seed is set).")
     search: Search = Field(default_factory=Search)
     scheduler: Scheduler = Field(default_factory=Scheduler)
     resources: Resources = Field(default_factory=Resources)
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Named dotted overrides of the study.")
     report: ReportSpec = Field(default_factory=ReportSpec)
-
-    @field_validator("axes", "zip")
-    @classmethod
-    def _non_empty_lists(cls, values: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        empty = [key for key, items in values.items() if not items]
-        if empty:
-            raise ValueError(f"{empty[0]!r} has no values; give at least one or remove it")
-        for key in values:
-            if key.split(".")[0] not in SECTIONS:
-                raise ValueError(f"{key!r} must start with one of the sections {', '.join(SECTIONS)}")
-        return values
+    expect: list[Claim] = Field(default_factory=list, description="Claims about the results (the paper's), "
+                                "each with its source; the report gives each a verdict.")
 
     @field_validator("zip")
     @classmethod
@@ -135,13 +170,6 @@ class Study(_Strict):
         if len(set(lengths.values())) > 1:
             raise ValueError(f"zipped lists must have equal lengths, got {lengths}")
         return values
-
-    @field_validator("seeds")
-    @classmethod
-    def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
-        if len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds repeat ({seeds}); each seed runs once")
-        return seeds
 
     @model_validator(mode="after")
     def _consistent(self) -> "Study":

@@ -37,8 +37,19 @@ def apply_study_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """`key=value` from the command line; the value is read as YAML (numbers, lists, booleans)."""
-    if "=" not in text:
+    """`key=value` from the command line; the value is read as YAML (numbers, lists, booleans), with the study
+    file's loader (no duplicate keys, bounded size)."""
+    from .yaml_loader import load_yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
         raise ValueError(f"override {text!r} is not of the form key=value")
-    key, value = text.split("=", 1)
-    return key.strip(), yaml.safe_load(value)
+    try:
+        parsed, duplicates = load_yaml(value)
+    except yaml.YAMLError as error:
+        reason = " ".join(str(getattr(error, "problem", None) or error).split())
+        raise ValueError(f"override {text!r}: the value {value!r} is not valid YAML ({reason}); quote it to "
+                         f"give it as text, e.g. {key.strip()}='\"{value}\"'") from None
+    if duplicates:
+        raise ValueError(f"override {text!r}: {'; '.join(duplicates)}")
+    return key.strip(), parsed

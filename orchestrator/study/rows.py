@@ -45,7 +45,7 @@ def study_cells(study: "Study", variants: list["Variant"]) -> list[Cell]:
             suffix = ", ".join(f"{key.split('.')[-1]}={value}" for key, value in point.items())
             label = f"{variant.label} ({suffix})" if suffix and study.variants else (suffix or variant.label)
             parts = [f"variants[{index}] ({variant.label})"] if study.variants else []
-            parts += [f"axes.{key}={value!r}" for key, value in point.items()]
+            parts += [f"{'zip' if key in study.zip else 'axes'}.{key}={value!r}" for key, value in point.items()]
             rows.append((variant, number, point, label, " with ".join(parts) or "base"))
     labels = {label for _, _, _, label, _ in rows}
     return [Cell(label=label, variant=variant.label, overrides={**variant.set, **point},

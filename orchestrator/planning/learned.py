@@ -1,0 +1,71 @@
+"""Duration estimates learned from the store: the measured ms per training step of finished runs of the same
+shape, which replaces the analytic estimate (estimate.py) wherever such runs exist.
+
+A run matches a trial when they share what sets the cost of a step: the model's shape (layers, width, heads,
+MLP ratio, vocabulary, position encoding, causality), its score processor (and, with one, its kernel, D_dape
+and form), the sequence length, batch, precision and accumulation, a CHE trial's task and batch, and the
+device kind (cpu, cuda). Learning rate, steps and seeds do not matter, so runs of any experiment in the store
+teach every study that trains the same shape. The CPU threads per trial are not logged and not matched.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+SHAPE_KEYS = ("model.n_layer", "model.d_model", "model.n_head", "model.mlp_ratio", "model.vocab_size",
+              "model.pos_encoding", "model.processor", "model.causal", "model.attention_block_size",
+              "train.seq_len", "train.batch_size", "train.precision", "train.grad_accum")
+PROCESSOR_KEYS = ("model.kernel_size", "model.d_dape", "model.form")
+CHE_KEYS = ("che.task", "che.form", "che.batch_size", "che.train_max_length")
+
+
+def device_kind(device: str) -> str:
+    """"cuda:0" -> "cuda"; "cpu" -> "cpu"."""
+    return (device or "cpu").split(":")[0]
+
+
+def shape_key(flat: dict[str, Any], device: str) -> tuple:
+    """What a trial's step cost depends on, from its flattened config (values compared as MLflow's text)."""
+    keys = list(SHAPE_KEYS)
+    if str(flat.get("model.processor", "none")) != "none":
+        keys += PROCESSOR_KEYS
+    if flat.get("che.task") not in (None, "None"):
+        keys += CHE_KEYS
+    return (device_kind(device),) + tuple((key, str(flat.get(key))) for key in keys)
+
+
+@dataclass
+class MeasuredSteps:
+    """ms_per_step of finished runs, by shape key; each entry keeps its run id (to leave a run out)."""
+
+    by_key: dict[tuple, list[tuple[str, float]]] = field(default_factory=dict)
+
+    def add(self, key: tuple, run_id: str, ms_per_step: float) -> None:
+        self.by_key.setdefault(key, []).append((run_id, ms_per_step))
+
+    def lookup(self, key: tuple, exclude_run: str | None = None) -> tuple[float, int] | None:
+        """(median ms per step, runs it comes from), or None where no other run of this shape finished."""
+        values = [ms for run_id, ms in self.by_key.get(key, []) if run_id != exclude_run]
+        return (statistics.median(values), len(values)) if values else None
+
+
+def load_measured(tracking_uri: str) -> MeasuredSteps:
+    """Every finished trial run of every experiment in the store that logged ms_per_step."""
+    from mlflow.tracking import MlflowClient
+
+    from ..tracking.store import ROLE_TAG
+
+    client = MlflowClient(tracking_uri)
+    measured = MeasuredSteps()
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    if not experiments:
+        return measured
+    runs = client.search_runs(experiments, filter_string=f"tags.`{ROLE_TAG}` = 'trial' and attributes.status = 'FINISHED'",
+                              max_results=50000)
+    for run in runs:
+        ms = run.data.metrics.get("ms_per_step")
+        if ms is not None and ms > 0:
+            measured.add(shape_key(run.data.params, run.data.tags.get("device", "cpu")), run.info.run_id, ms)
+    return measured

@@ -1,0 +1,101 @@
+"""What `orchestrator plan` shows: one row per trial (a sampling search: one per sample) with its costs, where
+each duration comes from, and a legend saying what each column measures.
+
+Durations are measured where the store has finished runs of the same shape (learned.py: their median ms per
+step x the trial's steps), else analytic (estimate.py: FLOPs over an assumed throughput).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from dape_core import ExperimentConfig
+
+from ..study import Study, resolve
+from ..tracking.store import flatten
+from .estimate import CPU_FLOPS_PER_CORE, GPU_FLOPS, TrialEstimate, estimate
+from .learned import MeasuredSteps, shape_key
+from .trials import Trial, expand
+
+
+@dataclass
+class PlanRow:
+    name: str
+    trial_id: str
+    cost: TrialEstimate
+    seconds: float
+    basis: str  # "measured (n runs)" | "analytic"
+    status: str
+    seconds_high: float | None = None  # a search sample: the costliest corner of the space
+
+
+def _device(study: Study) -> str:
+    return "cuda" if study.resources.gpus else "cpu"
+
+
+def trial_duration(config: dict, study: Study, measured: MeasuredSteps | None,
+                   exclude_run: str | None = None) -> tuple[TrialEstimate, float, str]:
+    """(analytic estimate, seconds, basis): measured ms/step x steps where the store has the shape."""
+    cfg = ExperimentConfig(**config)
+    cost = estimate(cfg, study.resources.gpus, study.resources.cpus)
+    found = measured.lookup(shape_key(flatten(config), _device(study)), exclude_run) if measured else None
+    if found is None:
+        return cost, cost.seconds, "analytic"
+    ms, runs = found
+    steps = cfg.che.steps if cfg.che is not None else cfg.train.steps
+    return cost, ms * steps / 1000, f"measured ({runs} run{'s' if runs > 1 else ''})"
+
+
+def _corners(study: Study) -> list[dict]:
+    """The search space's extreme points (each choice value; low and high of the ranges): its cost spread."""
+    axes = [[(key, value) for value in (dist.values if dist.type == "choice" else [dist.low, dist.high])]
+            for key, dist in study.search.space.items()]
+    points = [dict(combo) for combo in itertools.product(*axes)]
+    return points[:64]
+
+
+def _sample_rows(study: Study, template: Trial, measured: MeasuredSteps | None) -> list[PlanRow]:
+    costs = []
+    for point in _corners(study):
+        point = {key: (int(value) if study.search.space[key].type == "int" else value) for key, value in point.items()}
+        costs.append(trial_duration(ExperimentConfig(**resolve(template.config, point)).to_dict(), study, measured))
+    low, high = min(costs, key=lambda c: c[1]), max(costs, key=lambda c: c[1])
+    basis = "analytic" if all(c[2] == "analytic" for c in costs) else "measured/analytic"
+    return [PlanRow(f"{template.label} · sample {n}/{study.search.num_samples}", "(sampled)", high[0], low[1], basis,
+                    "to run", seconds_high=high[1]) for n in range(1, study.search.num_samples + 1)]
+
+
+def plan_rows(study: Study, measured: MeasuredSteps | None, finished: set[str]) -> list[PlanRow]:
+    rows = []
+    for trial in expand(study):
+        if study.search.algorithm != "grid":
+            rows += _sample_rows(study, trial, measured)
+            continue
+        cost, seconds, basis = trial_duration(trial.config, study, measured)
+        rows.append(PlanRow(trial.run_name, trial.trial_id, cost, seconds, basis,
+                            "finished" if trial.trial_id in finished else "to run"))
+    return rows
+
+
+def legend(study: Study) -> list[str]:
+    cpu = CPU_FLOPS_PER_CORE / 1e9
+    gpu = GPU_FLOPS / 1e12
+    lines = [
+        "params: the model's parameter count (analytic, exact). GFLOP/step: forward + backward FLOPs of one "
+        "training step (3x the forward), processor included.",
+        "peak mem: estimated training memory of the model alone: fp32 weights, gradients and AdamW moments "
+        "(16 bytes per parameter) plus the activations kept for the backward pass. It is not the peak_memory_mb "
+        "a trial logs, which on CPU is the whole trial process's peak RSS (Python, torch, data) and on a GPU the "
+        "CUDA allocator's peak. fits: peak mem within resources.gpu_memory_gb.",
+        "est. time: the training steps only (no evaluation, no start-up). measured: the median ms_per_step of "
+        "finished runs in this store (any experiment) with the same model shape, processor and kernel, sequence "
+        "length, batch, precision and device kind, x the steps. analytic: GFLOP/step x steps over an assumed "
+        f"sustained throughput of {cpu:g} GFLOP/s per CPU core x resources.cpus on CPU, or {gpu:g} TFLOP/s per "
+        "GPU (bf16 at about 40% of an H100/H200's dense peak) x resources.gpus: an order of magnitude.",
+    ]
+    if study.search.algorithm != "grid":
+        lines.append(f"Search ({study.search.algorithm}): one row per sample ({study.search.num_samples}); the "
+                     "sampled values are not known before it runs, so est. time spans the cheapest to the costliest "
+                     "corner of the space; an early-stopping scheduler ends some samples sooner.")
+    return lines

@@ -1,0 +1,173 @@
+"""Verdicts on a study's claims (its `expect:` section) from the trials in the store.
+
+A claim is a set of checks (orchestrator/study/claim_checks.py), each "left < right" (or ">") per seed. Its verdict:
+- inconclusive: a trial it needs did not finish (the reason names it), a metric is missing, fewer seeds
+  finished than its `min_seeds`, or every check holds on the means but the paired test disagrees;
+- fails: some check does not hold on the means over the seeds;
+- holds: every check holds on the means and, with 3 or more seeds, the paired test by seed agrees.
+
+The test is reporting/stats.py's paired t-test of the checks' two sides by seed, made one-sided in the claimed
+direction; a claim's p-value is the largest of its checks' (it holds only if all do: an intersection-union
+test), and the p-values of the study's claims are Holm-corrected together. With fewer than 3 seeds no test
+is run and a claim is judged on its means (its `min_seeds` says whether that is enough).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from ..study import Study
+from ..study.claim_checks import Check, Term, claim_checks
+from .stats import ALPHA, MIN_SEEDS, compare, format_p, holm
+
+HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
+
+
+@dataclass
+class CheckResult:
+    text: str  # the measured values and the relation, e.g. "DAPE: ppl_512 = 5.999 < Kerple: ppl_512 = 6.746"
+    holds: bool
+    p: float = math.nan  # one-sided, in the claimed direction; NaN where no test ran
+
+
+@dataclass
+class ClaimResult:
+    claim: Any  # the study's claim model
+    verdict: str = INCONCLUSIVE
+    reason: str = ""
+    seeds: int = 0
+    checks: list[CheckResult] = field(default_factory=list)
+    p: float = math.nan
+    p_holm: float = math.nan
+
+    @property
+    def held(self) -> int:
+        return sum(check.holds for check in self.checks)
+
+    def measured(self) -> str:
+        return f"{self.held}/{len(self.checks)} checks hold" if self.checks else "–"
+
+
+def _seed_values(trials: pd.DataFrame, term: Term) -> pd.Series:
+    rows = trials[(trials["label"] == term.label) & (trials["status"] == "FINISHED")]
+    if term.column not in rows or (term.over is not None and term.over not in rows):
+        return pd.Series(dtype=float)
+    values = rows[term.column].astype(float)
+    if term.over is not None:
+        values = values / rows[term.over].astype(float)
+    return pd.Series(values.to_numpy(), index=rows["seed"].to_numpy()).dropna()
+
+
+def _unfinished(trials: pd.DataFrame, labels: set[str]) -> list[str]:
+    lines = []
+    for _, trial in trials[trials["label"].isin(labels) & (trials["status"] != "FINISHED")].iterrows():
+        error = trial.get("error")
+        lines.append(f"{trial['label']} · s{trial['seed']} {trial['status']}"
+                     + (f" ({str(error)[:80]})" if isinstance(error, str) and error else ""))
+    return lines
+
+
+def _sides(trials: pd.DataFrame, check: Check) -> tuple[pd.Series, pd.Series]:
+    left = _seed_values(trials, check.left)
+    if check.right is None:
+        return left, pd.Series(check.shift, index=left.index, dtype=float)
+    return left, _seed_values(trials, check.right) * check.scale + check.shift
+
+
+def _describe(check: Check, left: float, right: float) -> str:
+    relation = {"<": "<", ">": ">"}[check.relation]
+    if check.right is None:
+        return f"{check.left.describe()} = {left:.4g} {relation} {check.shift:g}"
+    raw = (right - check.shift) / check.scale
+    scaled = f"{check.scale:g} × " if check.scale != 1 else ""
+    shifted = f" {'+' if check.shift > 0 else '-'} {abs(check.shift):g}" if check.shift else ""
+    bound = f" (= {right:.4g})" if scaled or shifted else ""
+    return f"{check.left.describe()} = {left:.4g} {relation} {scaled}{check.right.describe()} = {raw:.4g}{shifted}{bound}"
+
+
+def _one_sided(left: pd.Series, right: pd.Series, relation: str, holds: bool) -> float:
+    comparison = compare(left, right)
+    if comparison.test == "no variance":  # the same difference at every seed: no doubt about its sign
+        return 0.0 if holds else 1.0
+    if not comparison.tested:
+        return math.nan
+    return comparison.p / 2 if holds else 1 - comparison.p / 2
+
+
+def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame) -> ClaimResult:
+    result = ClaimResult(claim)
+    try:
+        checks = claim_checks(study, claim)
+    except ValueError as error:
+        result.reason = f"the claim does not fit the study: {error}"
+        return result
+    labels = {term.label for check in checks for term in (check.left, check.right) if term is not None}
+    unfinished = _unfinished(trials, labels)
+    if unfinished:
+        result.reason = "trials not finished: " + "; ".join(unfinished)
+        return result
+    sides = [_sides(trials, check) for check in checks]
+    seeds = set.intersection(*(set(left.index) & set(right.index) for left, right in sides)) if sides else set()
+    result.seeds = len(seeds)
+    if not seeds:
+        result.reason = "no finished trial logged the metric"
+        return result
+    if len(seeds) < claim.min_seeds:
+        result.reason = f"{len(seeds)} seed(s) finished; the claim needs min_seeds = {claim.min_seeds}"
+        return result
+    common = sorted(seeds)
+    for check, (left, right) in zip(checks, sides):
+        left, right = left[common], right[common]
+        a, b = float(left.mean()), float(right.mean())
+        holds = a < b if check.relation == "<" else a > b
+        p = _one_sided(left, right, check.relation, holds) if len(common) >= MIN_SEEDS else math.nan
+        result.checks.append(CheckResult(_describe(check, a, b), holds, p))
+    tested = [check.p for check in result.checks]
+    result.p = max(tested) if tested and not any(math.isnan(p) for p in tested) else math.nan
+    return result
+
+
+def _verdict(result: ClaimResult) -> None:
+    if not result.checks:
+        return  # inconclusive, with its reason already
+    if result.held < len(result.checks):
+        result.verdict = FAILS
+        result.reason = f"{len(result.checks) - result.held} of {len(result.checks)} checks do not hold on the means"
+    elif math.isnan(result.p_holm):
+        result.verdict = HOLDS
+        result.reason = (f"on the means of {result.seeds} seed(s); no test with fewer than {MIN_SEEDS}"
+                         if result.seeds < MIN_SEEDS else "")
+    elif result.p_holm < ALPHA:
+        result.verdict = HOLDS
+        result.reason = f"paired test by seed over {result.seeds} seeds, Holm-corrected {format_p(result.p_holm)}"
+    else:
+        result.verdict = INCONCLUSIVE
+        result.reason = (f"holds on the means but not significantly: Holm-corrected {format_p(result.p_holm)} "
+                         f"over {result.seeds} seeds")
+
+
+def evaluate_claims(study: Study, trials: pd.DataFrame) -> list[ClaimResult]:
+    """Every claim of the study, judged on its in-study trials (any status), Holm-corrected together."""
+    results = [evaluate_claim(study, claim, trials) for claim in study.expect]
+    for result, adjusted in zip(results, holm([result.p for result in results])):
+        result.p_holm = adjusted
+        _verdict(result)
+    return results
+
+
+def summary(results: list[ClaimResult]) -> dict[str, int]:
+    return {verdict: sum(r.verdict == verdict for r in results) for verdict in (HOLDS, FAILS, INCONCLUSIVE)}
+
+
+def mlflow_record(results: list[ClaimResult]) -> tuple[dict[str, str], dict[str, float]]:
+    """Tags (claim.<id> = verdict) and metrics (claims_holding, ..., claim.<id>.p_holm) for the parent run."""
+    tags = {f"claim.{r.claim.id}": r.verdict for r in results}
+    counts = summary(results)
+    metrics = {"claims_holding": counts[HOLDS], "claims_failing": counts[FAILS],
+               "claims_inconclusive": counts[INCONCLUSIVE]}
+    metrics.update({f"claim.{r.claim.id}.p_holm": r.p_holm for r in results if not math.isnan(r.p_holm)})
+    return tags, metrics

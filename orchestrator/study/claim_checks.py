@@ -1,0 +1,277 @@
+"""A claim of a study's `expect:` section as concrete checks on the study's rows: which rows `variant`,
+`than` and `where` address, which results column each metric and length is, and the "left < right" (or ">")
+comparisons that must hold for the claim to hold. The same resolution validates a study before anything
+runs (`claim_problems`: unknown variants, `where` keys or values, metrics and lengths, with the claim's field
+path) and feeds the report's verdicts (orchestrator/reporting/claims.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .expect import Best, Bound, Compare, Length, LengthRatio, Order, Trend
+
+if TYPE_CHECKING:
+    from .model import Study
+    from .rows import Cell
+
+_MULTIPLE = re.compile(r"^(\d+(?:\.\d+)?)x$")
+
+
+# --- resolving claims against the study's rows -------------------------------------------------------------
+@dataclass(frozen=True)
+class Row:
+    """A report row a claim reads: its label (the trials' `label`), grid point and resolved config."""
+
+    label: str
+    point: tuple  # the swept values, sorted: rows of one grid point are compared with each other
+    config: Any  # dape_core.ExperimentConfig
+
+
+def study_rows(study: "Study") -> list[tuple["Cell", Row]]:
+    from dape_core import ExperimentConfig
+
+    from .overrides import resolve
+
+    rows = []
+    for cell in study.cells():
+        config = ExperimentConfig(**resolve(study.base, cell.overrides))
+        rows.append((cell, Row(cell.label, tuple(sorted((k, repr(v)) for k, v in cell.swept.items())), config)))
+    return rows
+
+
+def config_value(config: Any, dotted: str) -> Any:
+    node = config
+    for part in dotted.split("."):
+        if node is None or not hasattr(node, part):
+            raise KeyError(dotted)
+        node = getattr(node, part)
+    return node
+
+
+def baseline_variant(study: "Study") -> str | None:
+    """What 'baseline' names: `report.baseline` (a variant or a row) where set, as in the report's tables;
+    else the variant marked baseline: true."""
+    if study.report.baseline is not None:
+        return study.report.baseline
+    marked = [variant.label for variant in study.variants if variant.baseline]
+    return marked[0] if marked else None
+
+
+def select(study: "Study", rows: list[tuple["Cell", Row]], name: str, where: dict[str, Any]) -> list[Row]:
+    """The rows `name` (a row label, a variant label, or 'baseline') and `where` address; ValueError if none."""
+    if name == "baseline":
+        name = baseline_variant(study) or ""
+        if not name:
+            raise ValueError("'baseline': the study marks no variant baseline: true")
+    chosen = [row for cell, row in rows if cell.label == name] or [row for cell, row in rows if cell.variant == name]
+    if not chosen:
+        variants = sorted({cell.variant for cell, _ in rows})
+        raise ValueError(f"{name!r} is not a variant or row of this study; variants: {variants}")
+    for key, value in where.items():
+        kept = []
+        for row in chosen:
+            try:
+                found = config_value(row.config, key)
+            except KeyError:
+                raise ValueError(f"where: {key!r} is not a config key (e.g. model.pos_encoding)") from None
+            if found == value or (isinstance(value, list) and not isinstance(found, list) and found in value):
+                kept.append(row)
+        if not kept:
+            values = sorted({str(config_value(row.config, key)) for row in chosen})
+            raise ValueError(f"where: no row of {name!r} has {key} = {value!r} (values: {values})")
+        chosen = kept
+    return chosen
+
+
+def length_of(row: Row, length: Length) -> int:
+    if isinstance(length, int):
+        return length
+    match = _MULTIPLE.match(str(length).strip())
+    if not match:
+        raise ValueError(f"length {length!r}: expected a token count or a multiple such as '8x'")
+    train = row.config.che.train_max_length if row.config.che is not None else row.config.train.seq_len
+    return int(round(float(match.group(1)) * train))
+
+
+def row_metrics(row: Row) -> tuple[set[str], dict[str, list[int]]]:
+    """(single metrics, length family -> lengths) that a finished trial of this row logs."""
+    cfg = row.config
+    single = {"train_loss", "train_seconds", "eval_seconds", "tokens_seen", "num_parameters", "flops_per_token",
+              "peak_memory_mb", "ms_per_step"}
+    if cfg.train.eval_every:
+        single.add("val_loss")
+    if cfg.che is not None:
+        return single | {"che_acc_train", "che_acc_test"}, {"acc": list(cfg.che.test_lengths)}
+    lengths = list(cfg.eval.lengths)
+    families = {"ppl": lengths, "delta_p": lengths}
+    if cfg.eval.timing:
+        families["ms_forward"] = lengths
+    return single, families
+
+
+def metric_column(row: Row, metric: str, length: Length | None) -> str:
+    """The results column of `metric` at `length` for this row; ValueError naming what exists."""
+    single, families = row_metrics(row)
+    if length is None:
+        if metric in single:
+            return metric
+        if metric in families:
+            raise ValueError(f"metric {metric!r} is logged per length: give 'at' (lengths {families[metric]})")
+        raise ValueError(f"unknown metric {metric!r}; this study logs {sorted(single | set(families))}")
+    if metric in single:
+        raise ValueError(f"metric {metric!r} has no lengths: drop 'at' (per-length metrics: {sorted(families)})")
+    if metric not in families:
+        raise ValueError(f"unknown metric {metric!r}; this study logs {sorted(single | set(families))} "
+                         f"({', '.join(sorted(families))} per length)")
+    tokens = length_of(row, length)
+    if tokens not in families[metric]:
+        raise ValueError(f"length {length!r} (= {tokens}) is not evaluated for {row.label!r}; "
+                         f"its lengths: {families[metric]}")
+    return f"{metric}_{tokens}"
+
+
+# --- a claim as concrete checks ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Term:
+    """One row's metric column, or the ratio of two of its columns (length_ratio)."""
+
+    label: str
+    column: str
+    over: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.label}: {self.column}" + (f"/{self.over}" if self.over else "")
+
+
+@dataclass(frozen=True)
+class Check:
+    """left `relation` scale x right + shift (right None: the constant `shift`), per seed. A claim holds
+    where every one of its checks does."""
+
+    left: Term
+    relation: str  # "<" or ">"
+    right: Term | None
+    scale: float = 1.0
+    shift: float = 0.0
+
+
+def _pairs(left: list[Row], right: list[Row]) -> list[tuple[Row, Row]]:
+    """Rows of one grid point together; a single right-hand row serves every left-hand row."""
+    if len(right) == 1:
+        return [(row, right[0]) for row in left if row.label != right[0].label]
+    by_point = {row.point: row for row in right}
+    missing = [row.label for row in left if row.point not in by_point]
+    if missing:
+        raise ValueError(f"no row to compare with at the grid point of {missing}")
+    return [(row, by_point[row.point]) for row in left if row.label != by_point[row.point].label]
+
+
+def _lengths(claim: Any) -> list[Length | None]:
+    return list(claim.at) if claim.at else [None]
+
+
+def _term(claim: Any, row: Row, length: Length | None) -> Term:
+    over = getattr(claim, "over", None)
+    return Term(row.label, metric_column(row, claim.metric, length),
+                metric_column(row, claim.metric, over) if over is not None else None)
+
+
+def _pair_checks(claim: Any, pairs: list[tuple[Row, Row]], relation: str, scale: float = 1.0,
+                 shift: float = 0.0) -> list[Check]:
+    return [Check(_term(claim, a, length), relation, _term(claim, b, length), scale, shift)
+            for length in _lengths(claim) for a, b in pairs]
+
+
+def _compare(study, rows, claim: Compare) -> list[Check]:
+    pairs = _pairs(select(study, rows, claim.variant, claim.where), select(study, rows, claim.than, claim.where))
+    if not pairs:
+        raise ValueError(f"{claim.variant!r} is the same row as {claim.than!r}: nothing to compare")
+    below = claim.direction == "below"
+    shift = 0.0 if claim.margin is None else (-claim.margin if below else claim.margin)
+    return _pair_checks(claim, pairs, "<" if below else ">", claim.ratio or 1.0, shift)
+
+
+def _length_ratio(study, rows, claim: LengthRatio) -> list[Check]:
+    checks = []
+    for row in select(study, rows, claim.variant, claim.where):
+        term = Term(row.label, metric_column(row, claim.metric, claim.at), metric_column(row, claim.metric, claim.over))
+        bound = claim.at_least if claim.at_least is not None else claim.at_most
+        checks.append(Check(term, ">" if claim.at_least is not None else "<", None, shift=bound))
+    return checks
+
+
+def _trend(study, rows, claim: Trend) -> list[Check]:
+    names = claim.variants or [claim.variant]
+    chosen = [row for name in names for row in select(study, rows, name, claim.where)]
+    groups: dict[tuple, list[Row]] = {}
+    for row in chosen:
+        try:
+            value = config_value(row.config, claim.axis)
+        except KeyError:
+            raise ValueError(f"axis: {claim.axis!r} is not a config key (e.g. model.d_dape)") from None
+        groups.setdefault(tuple(p for p in row.point if p[0] != claim.axis), []).append((value, row))
+    pairs = []
+    for members in groups.values():
+        members.sort(key=lambda item: item[0])
+        values = [value for value, _ in members]
+        if len(set(map(repr, values))) != len(values) or len(values) < 2:
+            raise ValueError(f"axis: the rows {[r.label for _, r in members]} need distinct values of "
+                             f"{claim.axis} (found {values})")
+        pairs += [(members[i + 1][1], members[i][1]) for i in range(len(members) - 1)]
+    up = claim.direction == "increasing"
+    return _pair_checks(claim, pairs, ">" if up else "<", (1 - claim.tolerance) if up else (1 + claim.tolerance))
+
+
+def _order(study, rows, claim: Order) -> list[Check]:
+    ranked = [select(study, rows, name, claim.where) for name in claim.variants]
+    pairs = [pair for first, second in zip(ranked, ranked[1:]) for pair in _pairs(second, first)]
+    return _pair_checks(claim, pairs, ">" if claim.direction == "increasing" else "<")
+
+
+def _best(study, rows, claim: Best) -> list[Check]:
+    others = claim.among or sorted({cell.variant for cell, _ in rows})
+    mine = select(study, rows, claim.variant, claim.where)
+    pairs = [pair for name in others if name != claim.variant
+             for pair in _pairs(mine, select(study, rows, name, claim.where))]
+    return _pair_checks(claim, pairs, "<" if claim.direction == "lowest" else ">")
+
+
+def _bound(study, rows, claim: Bound) -> list[Check]:
+    names = claim.variants or sorted({cell.variant for cell, _ in rows})
+    chosen = [row for name in names for row in select(study, rows, name, claim.where)]
+    bound = claim.at_least if claim.at_least is not None else claim.at_most
+    return [Check(Term(row.label, metric_column(row, claim.metric, length)),
+                  ">" if claim.at_least is not None else "<", None, shift=bound)
+            for length in _lengths(claim) for row in chosen]
+
+
+_CHECKS = {"bound": _bound, "compare": _compare, "length_ratio": _length_ratio, "trend": _trend, "order": _order, "best": _best}
+
+
+def claim_checks(study: "Study", claim: Any, rows: list | None = None) -> list[Check]:
+    """The checks a claim stands for; ValueError where it names what the study does not have."""
+    return _CHECKS[claim.kind](study, rows if rows is not None else study_rows(study), claim)
+
+
+def claim_problems(study: "Study") -> list[str]:
+    """Every claim resolved against the study's rows, metrics and lengths: one message per bad claim."""
+    if not study.expect:
+        return []
+    try:
+        rows = study_rows(study)
+    except Exception:  # the rows' own problems are reported by the trial validation
+        return []
+    problems = []
+    ids = [claim.id for claim in study.expect]
+    for index, claim in enumerate(study.expect):
+        if ids.count(claim.id) > 1 and ids.index(claim.id) == index:
+            problems.append(f"expect[{index}].id: {claim.id!r} names more than one claim; ids must be unique")
+        try:
+            if not claim_checks(study, claim, rows):
+                problems.append(f"expect[{index}] ({claim.id}): it compares nothing (no two distinct rows)")
+        except ValueError as error:
+            problems.append(f"expect[{index}] ({claim.id}): {error}")
+    return problems

@@ -1,0 +1,139 @@
+"""The `expect:` section of a study file: the paper's claims about the results, as data, so that the report
+can say which ones this run reproduces (orchestrator/reporting/claims.py evaluates them).
+
+Each claim has a `kind`, an `id` (its MLflow tag is `claim.<id>`), the `source` it comes from (the paper's
+table or figure) and the rows and metric it is about:
+
+- `compare`: `variant`'s metric `below`/`above` `than`'s (a variant, or `baseline`), optionally by a
+  `margin` (A <= B - margin) or a `ratio` (A <= ratio x B; above: A >= ratio x B), at lengths `at`; with
+  `over`, each side is its metric at `at` over its metric at `over` (the gap grows with the length:
+  DAPE's ppl(8x)/ppl(1x) below Kerple's);
+- `length_ratio`: one variant's metric at length `at` over its metric at length `over`, `at_least` or
+  `at_most` a bound (RoPE's ppl at 8x over its ppl at 1x >= 2);
+- `trend`: the metric `increasing`/`decreasing` along `axis` (a dotted config key: a swept axis or a key the
+  listed `variants` set), each step allowed a relative `tolerance` the wrong way;
+- `order`: the listed `variants` in `increasing`/`decreasing` order of the metric;
+- `best`: `variant` the `lowest`/`highest` of `among` (default: every variant);
+- `bound`: the metric of `variants` (default: every variant) `at_least`/`at_most` a value (parity near
+  chance: che_acc_test at_most 0.6).
+
+Rows are addressed by `variant` (a variant's label: its rows at every grid point; or a full row label such
+as "DAPE (pos_encoding=rope)": that row alone) and `where` (dotted key -> value: keep the rows whose
+resolved config has that value; a list of values: any of them). Comparisons pair rows of the same grid
+point. Lengths in `at`/`over` are token counts, or multiples of the row's training length ("8x"). `metric` is a family with lengths (`ppl`,
+`delta_p`, `ms_forward`, `acc`) or a single metric (`che_acc_test`, `ms_per_step`, `train_loss`, ...).
+
+claim_checks.py turns a claim into concrete checks on the study's rows, and reports what it cannot resolve.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+LENGTH_FAMILIES = ("ppl", "delta_p", "ms_forward", "acc")  # metrics logged per length: <family>_<L>
+Length = Union[int, str]  # tokens, or "<N>x": N times the row's training length
+
+
+class _Claim(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Names the claim: MLflow tag claim.<id>.")
+    source: str = Field(min_length=1, description="Where the paper states it, e.g. 'DAPE V2 Table 1'.")
+    text: str = Field("", description="The claim in words, as the report shows it.")
+    metric: str = Field("ppl", description="ppl, delta_p, ms_forward, acc (with lengths) or a single metric "
+                        "such as che_acc_test, ms_per_step, train_loss.")
+    where: dict[str, Any] = Field(default_factory=dict, description="Dotted key -> value: only the rows whose "
+                                  "config has that value (e.g. {model.pos_encoding: rope}).")
+    min_seeds: int = Field(1, ge=1, description="Fewer finished seeds than this: inconclusive. With 3 or more, "
+                           "a paired test by seed (Holm-corrected across the study's claims) must agree.")
+
+
+def _as_list(value: Any) -> Any:
+    return value if isinstance(value, list) or value is None else [value]
+
+
+class _AtLengths(_Claim):
+    at: list[Length] | None = Field(None, description="Lengths (tokens, or '8x' of the training length); "
+                                    "needed by the length families, refused by single metrics.")
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _list_at(cls, value: Any) -> Any:
+        return _as_list(value)
+
+
+class Compare(_AtLengths):
+    kind: Literal["compare"]
+    variant: str = Field(description="The rows the claim is about.")
+    than: str = Field("baseline", description="The rows compared with: a variant, or 'baseline'.")
+    direction: Literal["below", "above"]
+    margin: float | None = Field(None, ge=0, description="below: A <= B - margin; above: A >= B + margin.")
+    ratio: float | None = Field(None, gt=0, description="below: A <= ratio x B; above: A >= ratio x B.")
+    over: Length | None = Field(None, description="Compare metric(at)/metric(over) of each side instead.")
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> "Compare":
+        if self.margin is not None and self.ratio is not None:
+            raise ValueError("give 'margin' or 'ratio', not both")
+        return self
+
+
+class LengthRatio(_Claim):
+    kind: Literal["length_ratio"]
+    variant: str
+    at: Length = Field(description="The numerator's length, e.g. '8x'.")
+    over: Length = Field(description="The denominator's length, e.g. '1x'.")
+    at_least: float | None = None
+    at_most: float | None = None
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> "LengthRatio":
+        if (self.at_least is None) == (self.at_most is None):
+            raise ValueError("give exactly one of 'at_least' and 'at_most'")
+        return self
+
+
+class Trend(_AtLengths):
+    kind: Literal["trend"]
+    variant: str | None = Field(None, description="A variant whose rows differ along `axis`.")
+    variants: list[str] | None = Field(None, min_length=2, description="Or the rows, any order: sorted by `axis`.")
+    axis: str = Field(description="Dotted config key the rows are ordered by, e.g. model.d_dape.")
+    direction: Literal["increasing", "decreasing"]
+    tolerance: float = Field(0.0, ge=0, description="Each step may go the wrong way by this fraction.")
+
+    @model_validator(mode="after")
+    def _rows(self) -> "Trend":
+        if (self.variant is None) == (self.variants is None):
+            raise ValueError("give exactly one of 'variant' and 'variants'")
+        return self
+
+
+class Order(_AtLengths):
+    kind: Literal["order"]
+    variants: list[str] = Field(min_length=2, description="The variants, in the claimed order of the metric.")
+    direction: Literal["increasing", "decreasing"]
+
+
+class Best(_AtLengths):
+    kind: Literal["best"]
+    variant: str
+    among: list[str] | None = Field(None, min_length=2, description="Default: every variant of the study.")
+    direction: Literal["lowest", "highest"]
+
+
+class Bound(_AtLengths):
+    kind: Literal["bound"]
+    variants: list[str] | None = Field(None, min_length=1, description="Default: every variant of the study.")
+    at_least: float | None = None
+    at_most: float | None = None
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> "Bound":
+        if (self.at_least is None) == (self.at_most is None):
+            raise ValueError("give exactly one of 'at_least' and 'at_most'")
+        return self
+
+
+Claim = Annotated[Union[Compare, LengthRatio, Trend, Order, Best, Bound], Field(discriminator="kind")]

@@ -1,0 +1,71 @@
+"""Checks of what a searcher, ASHA and the report read from the trials, against what the trials log.
+
+A searcher or a scheduler waiting for a metric that never arrives does nothing without a word (Ray Tune's
+ASHA skips results without its metric; a misspelt `search.metric` leaves Optuna blind), and a grace period
+longer than the trials means the scheduler never acts. Each is an error listing what the trials do log.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .metrics import FAMILY_COLUMNS, listing, logged_metrics, periodic_metrics
+
+if TYPE_CHECKING:
+    from .model import Study
+    from .trial_checks import ResolvedTrial
+
+
+def search_problems(study: "Study", trials: list["ResolvedTrial"]) -> list[str]:
+    if not trials:
+        return []
+    configs = [trial.config for trial in trials]
+    logged = set.intersection(*(logged_metrics(cfg) for cfg in configs))
+    periodic = set.intersection(*(periodic_metrics(cfg) for cfg in configs))
+    problems = []
+    sampling = study.search.algorithm != "grid"
+    asha = study.scheduler.type == "asha"
+    own_metric = study.scheduler.metric is not None
+    if sampling and study.search.metric not in logged:
+        users = "the searcher" + ("" if own_metric or not asha else " and ASHA")
+        problems.append(_never_logged("search.metric", study.search.metric, users, logged))
+    if asha:
+        metric = study.scheduler.metric or study.search.metric
+        field = "scheduler.metric" if own_metric else "search.metric (ASHA's metric)"
+        if metric not in logged:
+            if own_metric or not sampling:
+                problems.append(_never_logged(field, metric, "ASHA", logged))
+        elif metric not in periodic:
+            problems.append(f"{field}: {metric!r} is logged only when a trial ends, so ASHA, which compares "
+                            f"trials while they train, would never stop one; use one reported during training: "
+                            f"{listing(periodic)}{_val_loss_hint(periodic)}")
+        problems += _grace_problems(study, trials)
+    return problems + _report_problems(study, logged)
+
+
+def _never_logged(field: str, metric: str, users: str, logged: set[str]) -> str:
+    return (f"{field}: the trials never log {metric!r}, so {users} would wait on it for nothing; they log: "
+            f"{listing(logged)}{_val_loss_hint(logged) if metric == 'val_loss' else ''}")
+
+
+def _val_loss_hint(names: set[str]) -> str:
+    return "" if "val_loss" in names else " (val_loss needs train.eval_every)"
+
+
+def _grace_problems(study: "Study", trials: list["ResolvedTrial"]) -> list[str]:
+    shortest = min(trials, key=lambda trial: trial.config.train.steps)
+    steps = shortest.config.train.steps
+    if study.scheduler.grace_period <= steps:
+        return []
+    return [f"scheduler.grace_period: {study.scheduler.grace_period} steps is beyond train.steps={steps} of "
+            f"{shortest.where}, so ASHA could never stop that trial; give a grace period of at most {steps}"]
+
+
+def _report_problems(study: "Study", logged: set[str]) -> list[str]:
+    """A report.metric the file names (not the default) must have columns in these trials."""
+    family = study.report.metric
+    if "metric" not in study.report.model_fields_set or any(FAMILY_COLUMNS[family].match(name) for name in logged):
+        return []
+    families = [name for name, pattern in FAMILY_COLUMNS.items() if any(pattern.match(m) for m in logged)]
+    return [f"report.metric: {family!r} has no column in these trials (they log {listing(logged)}); "
+            f"pick one of {', '.join(families)}"]
