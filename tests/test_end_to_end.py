@@ -94,6 +94,7 @@ def test_optuna_search_with_asha_logs_every_sample_and_reports_the_search(tmp_pa
     spec.pop("variants")
     spec.update(name="tiny_search", seeds=[0])
     spec["base"]["train"].update(steps=60, eval_every=10, val_tokens=512)
+    spec["base"]["model"]["processor"] = "dapev2"  # the searched d_dape is the processor's: a trial must read it
     spec["search"] = {"algorithm": "optuna", "num_samples": 4, "metric": "val_loss", "mode": "min",
                       "space": {"train.lr": {"type": "loguniform", "low": 1e-4, "high": 3e-3},
                                 "model.d_dape": {"type": "choice", "values": [4, 8]}}}

@@ -336,7 +336,9 @@ def test_new_metric_families_get_their_tables(built):
     frame["delta_p_128"] = frame["ppl_32"] - frame["ppl_128"]
     frame["ms_per_step"] = frame["train_seconds"] / 30 * 1000
     frame["ms_forward_128"] = frame["eval_seconds"] * 1000
-    frame["che_acc_parity_check"] = 1 / frame["ppl_32"]
+    # An accuracy-like column whose row means differ well beyond the table's 3 decimals (1 / ppl_32, about
+    # 0.016 in every row, would print the same in each row and so, rightly, bold none).
+    frame["che_acc_parity_check"] = 0.5 + (frame["ppl_32"].mean() - frame["ppl_32"]) / 10
     from orchestrator.reporting.tables import build_tables
 
     tables = {table.family.key: table for table in build_tables(frame, "final value")}
@@ -352,6 +354,9 @@ def test_new_metric_families_get_their_tables(built):
     assert delta_p.best("delta_p_128") == {means["delta_p_128"].idxmax()}  # higher is better
     assert accuracy.best("che_acc_parity_check") == {means["che_acc_parity_check"].idxmax()}
     assert time_cost.best("ms_per_step") == {means["ms_per_step"].idxmin()}
+    frame["che_acc_parity_check"] = 0.5 + frame["ppl_32"] * 1e-6  # rows that print alike tie: no row is best
+    tied = {table.family.key: table for table in build_tables(frame, "final value")}["accuracy"]
+    assert tied.best("che_acc_parity_check") == set()
     assert not time_cost.comparisons() and delta_p.comparisons()  # times are compared by ratio, not tested
 
 
@@ -442,7 +447,9 @@ def test_legends_are_outside_the_axes(built, tmp_path):
     finally:
         plots._save = original
     fig = captured[0]
-    renderer = fig.canvas.get_renderer()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()  # the report's figures carry no drawing canvas of their own
     legend = fig.legends[0].get_window_extent(renderer)
     axes = fig.axes[0].get_window_extent(renderer)
     assert legend.x0 >= axes.x1  # entirely right of the plot area

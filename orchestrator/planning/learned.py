@@ -26,14 +26,26 @@ def device_kind(device: str) -> str:
     return (device or "cpu").split(":")[0]
 
 
+# What train.precision "auto" resolves to by device kind (dape_core.train.precision.resolve_precision; on a
+# GPU, bf16 where supported, which every GPU since Ampere is). Runs log the precision they resolved, plans
+# hold the request: both sides are compared resolved.
+AUTO_PRECISION = {"cpu": "fp32", "cuda": "bf16"}
+ABSENT = (None, "None", "n/a")  # a setting the trial does not have, or does not read (tracking/params.py)
+
+
 def shape_key(flat: dict[str, Any], device: str) -> tuple:
-    """What a trial's step cost depends on, from its flattened config (values compared as MLflow's text)."""
+    """What a trial's step cost depends on, from its flattened config (values compared as MLflow's text):
+    a run's logged params, or a planned trial's params as they will be logged (tracking.params)."""
+    kind = device_kind(device)
     keys = list(SHAPE_KEYS)
-    if str(flat.get("model.processor", "none")) != "none":
+    if str(flat.get("model.processor", "none")) not in ("none", "n/a"):
         keys += PROCESSOR_KEYS
-    if flat.get("che.task") not in (None, "None"):
+    if flat.get("che.task") not in ABSENT:
         keys += CHE_KEYS
-    return (device_kind(device),) + tuple((key, str(flat.get(key))) for key in keys)
+    values = {key: "None" if flat.get(key) in ABSENT else str(flat.get(key)) for key in keys}  # n/a = None here
+    if values["train.precision"] == "auto":
+        values["train.precision"] = AUTO_PRECISION.get(kind, "auto")
+    return (kind,) + tuple(values.items())
 
 
 @dataclass
