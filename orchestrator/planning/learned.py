@@ -64,20 +64,16 @@ class MeasuredSteps:
 
 
 def load_measured(tracking_uri: str) -> MeasuredSteps:
-    """Every finished trial run of every experiment in the store that logged ms_per_step."""
-    from mlflow.tracking import MlflowClient
-
+    """Every finished trial run of every experiment in the store that logged ms_per_step. A SQLite store is
+    read without MLflow (tracking/readers.py), so that `plan` stays quick."""
+    from ..tracking.readers import reader_for
     from ..tracking.store import ROLE_TAG
 
-    client = MlflowClient(tracking_uri)
+    reader = reader_for(tracking_uri)
     measured = MeasuredSteps()
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    if not experiments:
-        return measured
-    runs = client.search_runs(experiments, filter_string=f"tags.`{ROLE_TAG}` = 'trial' and attributes.status = 'FINISHED'",
-                              max_results=50000)
-    for run in runs:
-        ms = run.data.metrics.get("ms_per_step")
-        if ms is not None and ms > 0:
-            measured.add(shape_key(run.data.params, run.data.tags.get("device", "cpu")), run.info.run_id, ms)
+    for experiment_id in reader.experiment_ids():
+        for run in reader.runs(experiment_id, ROLE_TAG, "trial"):
+            ms = run.data.metrics.get("ms_per_step")
+            if run.info.status == "FINISHED" and ms is not None and ms > 0:
+                measured.add(shape_key(run.data.params, run.data.tags.get("device", "cpu")), run.info.run_id, ms)
     return measured

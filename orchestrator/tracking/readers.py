@@ -61,6 +61,11 @@ class SQLiteReader:
         with closing(sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=60)) as db:
             return db.execute(sql, args).fetchall()
 
+    def experiment_ids(self) -> list[str]:
+        """Every active experiment of the store."""
+        return [str(row[0]) for row in self._query("SELECT experiment_id FROM experiments WHERE lifecycle_stage = "
+                                                   "'active' ORDER BY experiment_id")]
+
     def experiment(self, name: str) -> tuple[str, dict[str, str]] | None:
         """(experiment id, tags) of the experiment of that name, or None."""
         found = self._query("SELECT experiment_id FROM experiments WHERE name = ? ORDER BY experiment_id", (name,))
@@ -107,6 +112,9 @@ class ClientReader:
     def __init__(self, client):
         self.client = client
 
+    def experiment_ids(self) -> list[str]:
+        return [experiment.experiment_id for experiment in self.client.search_experiments()]
+
     def experiment(self, name: str) -> tuple[str, dict[str, str]] | None:
         found = self.client.get_experiment_by_name(name)
         return (found.experiment_id, dict(found.tags)) if found is not None else None
@@ -117,3 +125,15 @@ class ClientReader:
 
     def metric_history(self, run_id: str, key: str) -> list:
         return self.client.get_metric_history(run_id, key)
+
+
+def reader_for(tracking_uri: str) -> SQLiteReader | ClientReader:
+    """The store's reader: an embedded SQLite store read directly, anything else through MLflow's client."""
+    from .uri import sqlite_path
+
+    path = sqlite_path(tracking_uri)
+    if path is not None:
+        return SQLiteReader(path)
+    from mlflow.tracking import MlflowClient
+
+    return ClientReader(MlflowClient(tracking_uri))

@@ -19,10 +19,14 @@ LOG_FILE = "trial.log"
 
 def trial_study(trial: Trial, study_name: str, resources: dict[str, Any] | None = None) -> dict:
     """A study file with this one trial: its effective config as `base`, its label and seed. Expanding it
-    gives the same config, hence the same trial identity."""
+    gives the same config, hence the same trial identity. The seed is `seeds:`, the only place a study file
+    may set train.seed (study validation), so `base` leaves it out."""
+    base = dict(trial.config)
+    if "train" in base:
+        base["train"] = {key: value for key, value in base["train"].items() if key != "seed"}
     document = {"name": f"{study_name}-trial-{trial.trial_id}",
                 "description": f'Trial "{trial.run_name}" of study {study_name}, as it ran.',
-                "base": trial.config, "variants": [{"label": trial.label}], "seeds": [trial.seed]}
+                "base": base, "variants": [{"label": trial.label}], "seeds": [trial.seed]}
     if resources:
         document["resources"] = resources
     return document
@@ -34,7 +38,9 @@ def trial_study_yaml(trial: Trial, study_name: str, resources: dict[str, Any] | 
               "# config, every field resolved, as a one-trial study file.",
               f"# Rerun it:     orchestrator run {CONFIG_FILE}   (same config, same trial id)",
               "# From Python:  from dape_core import ExperimentConfig, run_experiment",
-              f"#               run_experiment(ExperimentConfig(**yaml.safe_load(open('{CONFIG_FILE}'))['base']))"]
+              f"#               study = yaml.safe_load(open('{CONFIG_FILE}'))",
+              "#               study['base']['train']['seed'] = study['seeds'][0]",
+              "#               run_experiment(ExperimentConfig(**study['base']))"]
     if unused:
         header += textwrap.wrap(f"Not read by this trial (its params say n/a): {', '.join(sorted(unused))}", 108,
                                 initial_indent="# ", subsequent_indent="#   ")
