@@ -14,20 +14,23 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from .che.experiment import CheConfig, run_che
+# Only the config sections at import: validating a study (the orchestrator's `validate`, `plan`) must not
+# load torch. The functions that run an experiment import what they need when called.
+from .che.config import CheConfig
 from .config import ModelConfig, effective_model_fields
-from .data import DataConfig, TrainStream, evaluation_windows, load_corpus
-from .evaluate import (EvalConfig, attention_rows, delta_p, forward_flops_per_token, forward_ms_from_evaluation,
-                       peak_memory_bytes, perplexity_by_length, reset_peak_memory, save_heat_maps, tail_loss)
-from .model import build_model
-from .train import CheckpointStore, TrainConfig, resolve_device, resolve_precision, train
-from .train.distributed import (DistributedConfig, World, check_world, full_model_on_rank_zero, local_device,
-                                parallelize, unwrap)
+from .data.config import DataConfig
+from .evaluate.config import EvalConfig
+from .train.config import TrainConfig
+from .train.distributed_config import DistributedConfig
+
+if TYPE_CHECKING:
+    from .train import CheckpointStore
+    from .train.distributed import World
 
 # Train fields that change what is logged, not the trajectory: a checkpoint survives changing them.
 _NOT_IN_FINGERPRINT = ("log_every", "eval_every", "val_tokens")
@@ -203,6 +206,11 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     size (initialized by the caller). Every rank trains; rank 0 alone evaluates and returns the result,
     while the other ranks wait for it at a barrier and return None.
     """
+    import torch
+
+    from .train import CheckpointStore
+    from .train.distributed import World, check_world
+
     if threads:
         torch.set_num_threads(threads)
     world = World.current()
@@ -215,6 +223,14 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
 
 def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointStore | None,
                        checkpoint_every: int | None, resume: bool, artifacts_dir, world: World) -> ExperimentResult | None:
+    import torch
+
+    from .data import TrainStream, evaluation_windows, load_corpus
+    from .evaluate import forward_flops_per_token, peak_memory_bytes, reset_peak_memory
+    from .model import build_model
+    from .train import resolve_device, resolve_precision, train
+    from .train.distributed import full_model_on_rank_zero, local_device, parallelize
+
     device = local_device(resolve_device(cfg.train.device), world)
     precision = resolve_precision(cfg.train.precision, device)
     torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
@@ -263,6 +279,10 @@ def _validation(model, corpus, cfg: ExperimentConfig, precision):
     value is the same everywhere and is cheap next to training (`train.val_tokens` tokens)."""
     if not cfg.train.eval_every:
         return None
+    from .data import evaluation_windows
+    from .evaluate import tail_loss
+    from .train.distributed import unwrap
+
     seq_len = cfg.train.seq_len
     val_windows = evaluation_windows(corpus.validation, [seq_len], math.ceil(cfg.train.val_tokens / seq_len),
                                      seed=cfg.eval.seed + 1, strict=False)[seq_len]
@@ -272,6 +292,8 @@ def _validation(model, corpus, cfg: ExperimentConfig, precision):
 def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_dir) -> dict:
     """The evaluation protocol on the trained model: perplexity and ΔP by length, then (optionally) the
     forward time per length and the heat maps. Returns those ExperimentResult fields."""
+    from .evaluate import attention_rows, delta_p, forward_ms_from_evaluation, perplexity_by_length, save_heat_maps
+
     started = time.perf_counter()
     batch_ms: dict[int, list[float]] | None = {} if cfg.eval.timing else None
     all_lengths = perplexity_by_length(model, windows, cfg.eval, precision, batch_ms)
@@ -297,6 +319,8 @@ def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_
 def _run_che_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointStore | None,
                         checkpoint_every: int | None, resume: bool) -> ExperimentResult:
     """The CHE path: no corpus, no perplexity; accuracies instead. Checkpoints and resume as for the LM."""
+    from .che.experiment import run_che
+
     result = run_che(cfg.che, cfg.model, cfg.train, callback, checkpoints=checkpoints,
                      checkpoint_every=checkpoint_every, resume=resume)
     task_record = {"source": "che", "task": cfg.che.task, "form": cfg.che.form,

@@ -35,13 +35,35 @@ err = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
 
 EXIT_OK, EXIT_TRIALS_FAILED, EXIT_INVALID, EXIT_INTERRUPTED, EXIT_CLAIMS_FAILED, EXIT_CTRL_C = 0, 1, 2, 3, 4, 130
 
-StudyArg = Annotated[Path, typer.Argument(metavar="STUDY", help="The study file (YAML).")]
+StudyArg = Annotated[str, typer.Argument(metavar="STUDY", help="A study file, or a study's name (studies/NAME.yaml).")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", "-p", help="A named profile of the study (e.g. paper).")]
 OverridesArg = Annotated[Optional[list[str]], typer.Argument(metavar="[KEY=VALUE]...", help="Dotted overrides, e.g. train.steps=100.")]
-TrackingOpt = Annotated[Optional[str], typer.Option(help="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else sqlite under ./mlruns.")]
-ReportsDirOpt = Annotated[Path, typer.Option(help="Where reports are written.")]
+TrackingOpt = Annotated[Optional[str], typer.Option(help="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else "
+                                                     "mlruns/mlflow.db in the study's project folder.")]
+ReportsDirOpt = Annotated[Optional[Path], typer.Option(help="Where reports are written; default: reports/ in the study's "
+                                                       "project folder.")]
 StrictClaimsOpt = Annotated[bool, typer.Option("--strict-claims", help="Exit with code 4 if a claim of the study's "
                                                "expect: section fails (inconclusive is not a failure).")]
+TRACKING_FLAG = "--tracking-uri "  # how StudyNotFound names the option on the command line
+
+
+def _locate_or_exit(argument: str) -> Path:
+    """The study file of a STUDY argument (a path, or a name in studies/): study/locate.py's rule."""
+    from .study import StudyError
+    from .study.locate import study_file
+
+    try:
+        return study_file(argument)
+    except StudyError as error:
+        err.print(f"[red]Invalid study[/red] {escape(str(error))}")
+        raise typer.Exit(EXIT_INVALID)
+
+
+def _project_path(study_path: Path, given: Path | None, name: str) -> Path:
+    """An output folder: the one given, else `name` in the study's project folder (study/locate.py)."""
+    from .study.locate import project_folder
+
+    return given if given is not None else project_folder(study_path) / name
 
 
 def _load_or_exit(path: Path, profile: str | None = None, overrides: list[str] | None = None, check_data: bool = False):
@@ -62,24 +84,26 @@ def _load_or_exit(path: Path, profile: str | None = None, overrides: list[str] |
 
 
 @app.command()
-def validate(studies: Annotated[list[Path], typer.Argument(metavar="STUDY...", help="Study files to check.")],
+def validate(studies: Annotated[list[str], typer.Argument(metavar="STUDY...", help="Study files (or names) to check.")],
              profile: ProfileOpt = None) -> None:
     """Check study files without running anything: the chosen profile (default: none) with its data, and
     every other profile of the file (their missing data is a note: it is needed only where they run)."""
     from .planning import expand
     from .study import StudyError, load_study, profile_data_notes, read_study
+    from .study.locate import study_file
 
     invalid = 0
     for path in studies:
         try:
-            study = load_study(path, profile=profile, check_data=True)
+            file = study_file(path)
+            study = load_study(file, profile=profile, check_data=True)
         except StudyError as error:
             invalid += 1
             err.print(f"[red]Invalid study[/red] {escape(str(error))}")
             continue
         profiles = f"; profiles: {', '.join(study.profiles)}" if study.profiles else ""
         console.print(f"{path}: valid, {len(expand(study))} trial(s){profiles}")
-        for note in profile_data_notes(read_study(path)[0], profile):
+        for note in profile_data_notes(read_study(file)[0], profile):
             console.print(f"  note: {escape(note)}")
     if invalid:
         raise typer.Exit(EXIT_INVALID)
@@ -92,8 +116,9 @@ def run(
     profile: ProfileOpt = None,
     tracking_uri: TrackingOpt = None,
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address; default: RAY_ADDRESS, else a local Ray.")] = None,
-    reports_dir: ReportsDirOpt = Path("reports"),
-    storage_dir: Annotated[Path, typer.Option(help="Ray Tune state and trial checkpoints.")] = Path(".orchestrator"),
+    reports_dir: ReportsDirOpt = None,
+    storage_dir: Annotated[Optional[Path], typer.Option(help="Ray Tune state and trial checkpoints; default: "
+                                                        ".orchestrator/ in the study's project folder.")] = None,
     local: Annotated[bool, typer.Option("--local", help="Run trials in this process one by one, without Ray (debugging).")] = False,
     connect_timeout: Annotated[float, typer.Option(min=1, help="Seconds the Ray cluster (--address) and the tracking server get to answer at start.")] = 30.0,
     resource_wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for an autoscaling cluster to add a node that can host a trial.")] = 600.0,
@@ -102,6 +127,7 @@ def run(
     strict_claims: StrictClaimsOpt = False,
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
+    study_path = _locate_or_exit(study_path)
     # On a cluster (--address, RAY_ADDRESS) the driver's disk may not be the workers': each trial checks its data.
     on_cluster = bool(address or os.environ.get("RAY_ADDRESS"))
     study = _load_or_exit(study_path, profile, overrides, check_data=not on_cluster)
@@ -109,14 +135,16 @@ def run(
         _exit_if_not_local(study)
     from .tracking.uri import resolve_tracking_uri, ui_command
 
-    uri = resolve_tracking_uri(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri, study_path)
+    reports_dir = _project_path(study_path, reports_dir, "reports")
+    storage_dir = _project_path(study_path, storage_dir, ".orchestrator")
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
     try:
         from .execution.runner import run_study
 
         outcome = run_study(study, uri, address=address, reports_dir=reports_dir, storage_dir=storage_dir,
                             local=local, failed_only=failed_only, connect_timeout=connect_timeout,
-                            resource_wait=resource_wait)
+                            resource_wait=resource_wait, study_path=study_path)
     except OrchestratorError:
         raise  # reported by main() as one paragraph with its exit code
     except KeyboardInterrupt:
@@ -135,8 +163,9 @@ def run(
                   "to resume without repeating them. Add --debug for the traceback.")
         raise typer.Exit(EXIT_INTERRUPTED)
     console.print()
-    console.print(outcome.report_markdown, markup=False)
-    console.print(f"Report: {outcome.report_dir / 'report.md'} (also attached to the study's parent run in MLflow)")
+    console.print(outcome.report_summary, markup=False)
+    console.print(f"Report: {outcome.report_dir / 'report.html'} (also report.md, tables.tex, CSV, plots/; attached "
+                  "to the study's parent run in MLflow)")
     console.print(f"{_browse_hint(study_path, tracking_uri)}  (or: {ui_command(uri)})")
     overhead = f"; orchestration overhead {outcome.overhead:.1%}" if outcome.overhead is not None else ""
     console.print(f"Wall time {outcome.wall_seconds:.0f}s; {len(outcome.skipped)} trial(s) reused, "
@@ -205,12 +234,14 @@ def _first_line(error: BaseException) -> str:
 def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileOpt = None,
          tracking_uri: TrackingOpt = None) -> None:
     """Show the expanded trial table with costs and what is already finished; launches nothing."""
+    study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path, profile, overrides, check_data=True)
     from .planning.plan_view import legend, plan_rows
+    from .tracking.uri import resolve_tracking_uri
 
-    store = _open_store(study, tracking_uri)
+    store = _open_store(study, resolve_tracking_uri(tracking_uri, study_path))
     finished = store.finished_trial_ids() if store else set()
-    rows = plan_rows(study, _measured_steps(tracking_uri), finished)
+    rows = plan_rows(study, _measured_steps(tracking_uri, study_path), finished)
     table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}")
     for column in ("#", "trial", "id", "params", "GFLOP/step", "workers", "mem/worker", "fits", "est. time",
                    "basis", "status"):
@@ -245,12 +276,12 @@ def _too_big_line(rows: list, gpu_memory: float | None) -> None:
                       "micro-batch (train.grad_accum), or model.attention_block_size.")
 
 
-def _measured_steps(tracking_uri: str | None):
+def _measured_steps(tracking_uri: str | None, study_path: Path):
     """ms per step of the store's finished runs (any experiment), or None where there is no store yet."""
     from .planning.learned import load_measured
     from .tracking.uri import resolve_tracking_uri, store_missing
 
-    uri = resolve_tracking_uri(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri, study_path)
     return None if store_missing(uri) is not None else load_measured(uri)
 
 
@@ -262,13 +293,12 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def _open_store(study, tracking_uri: str | None):
+def _open_store(study, uri: str):
     """The study's store for reading, or None where the study has not run yet (nothing is created)."""
     from .tracking.store import StudyNotFound, StudyStore
-    from .tracking.uri import resolve_tracking_uri
 
     try:
-        return StudyStore.open(resolve_tracking_uri(tracking_uri), study.name)
+        return StudyStore.open(uri, study.name)
     except StudyNotFound:
         return None
 
@@ -278,11 +308,12 @@ def status(study_path: StudyArg, overrides: OverridesArg = None, profile: Profil
            tracking_uri: TrackingOpt = None) -> None:
     """Each trial's state in the tracking store: finished, failed (with the reason), running, or to run.
     Give the profile and overrides the study was run with: they make the trials' identities."""
+    study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path, profile, overrides)
     from .planning import expand
     from .tracking.uri import resolve_tracking_uri
 
-    uri = resolve_tracking_uri(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri, study_path)
     store = _open_store(study, uri)
     runs = store.latest_runs() if store else {}
     table = Table(title=f"{study.name}: {uri}")
@@ -318,29 +349,37 @@ def report(
     overrides: OverridesArg = None,
     profile: ProfileOpt = None,
     tracking_uri: TrackingOpt = None,
-    reports_dir: ReportsDirOpt = Path("reports"),
+    reports_dir: ReportsDirOpt = None,
     value: Annotated[str, typer.Option(help="Which value of each run's metrics the cells show: final, best or step:N.")] = "final",
+    full: Annotated[bool, typer.Option("--print", help="Print the whole report (report.md), not only its summary.")] = False,
+    attach: Annotated[bool, typer.Option("--attach", help="Also attach the report (and the claims' "
+                                         "verdicts) to the study's parent run in MLflow (`orchestrator run` always does).")] = False,
     strict_claims: StrictClaimsOpt = False,
 ) -> None:
     """Build the study's report from the MLflow store: tables, significance, plots (Markdown, HTML, LaTeX, CSV)."""
+    study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path, profile, overrides)
-    from .reporting import ValueChoice, build_report
-    from .tracking.store import StudyNotFound, StudyStore
-    from .tracking.uri import resolve_tracking_uri
-
     try:
+        from .reporting.results import ValueChoice
+
         choice = ValueChoice.parse(value)
     except ValueError as error:
         err.print(f"[red]Invalid option[/red] --{error}")
         raise typer.Exit(EXIT_INVALID)
+    from .reporting import build_report, render_md
+    from .tracking.store import StudyNotFound, StudyStore
+    from .tracking.uri import choose_store
+
+    chosen = choose_store(tracking_uri, study_path)
     try:
-        store = StudyStore.open(resolve_tracking_uri(tracking_uri), study.name)
-    except StudyNotFound as error:  # the study has not run in this store: an argument to change, not an outage
-        err.print(f"[red]No results[/red] {error}")
+        store = StudyStore.open(chosen.uri, study.name, chosen.how)
+    except StudyNotFound as error:
+        # The study has not run in this store: an argument to change, not an outage.
+        err.print(f"[red]No results[/red] {escape(error.describe(TRACKING_FLAG))}")
         raise typer.Exit(EXIT_INVALID)
-    built = build_report(study, store, reports_dir, choice)
-    console.print(built.markdown, markup=False)
-    attached = "; attached to the study's parent run in MLflow" if store.parent_run_id else ""
+    built = build_report(study, store, _project_path(study_path, reports_dir, "reports"), choice, study_path, attach)
+    console.print(built.markdown if full else render_md.summary(built.document), markup=False)
+    attached = "; attached to the study's parent run in MLflow" if attach and store.parent_run_id else ""
     console.print(f"Report: {built.folder / 'report.html'} (also report.md, tables.tex, CSV, plots/){attached}")
     console.print(_browse_hint(study_path, tracking_uri))
     _claims_line(built.claims)
@@ -354,22 +393,25 @@ def ui(
     port: Annotated[int, typer.Option(help="Port of the MLflow UI started for a SQLite store.")] = 5000,
 ) -> None:
     """Open the study in MLflow's UI: starts `mlflow ui` on a SQLite store, or names the page on a server."""
+    study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path)
     from .tracking import ui as mlflow_ui
-    from .tracking.store import StudyNotFound
+    from .tracking.lookup import StudyNotFound
     from .tracking.uri import is_server, resolve_tracking_uri
 
-    uri = resolve_tracking_uri(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri, study_path)
     try:
         if is_server(uri):
-            experiment = mlflow_ui.experiment_id(uri, study.name)
-            console.print(f"Study {study.name}: {mlflow_ui.experiment_url(uri, experiment)}")
+            console.print(f"Study {study.name}: {mlflow_ui.show_on_server(uri, study.name)}")
             return
         console.print(f"Starting the MLflow UI on {uri} (Ctrl-C stops it)")
         code = mlflow_ui.serve(uri, study.name, port, lambda url: console.print(f"MLflow UI for study {study.name}: {url}"))
-    except (mlflow_ui.UIError, StudyNotFound) as error:
-        err.print(f"[red]Cannot show the UI[/red] {error}")
+    except mlflow_ui.UIError as error:
+        err.print(f"[red]Cannot show the UI[/red] {escape(str(error))}")
         raise typer.Exit(EXIT_INTERRUPTED)
+    except StudyNotFound as error:
+        err.print(f"[red]Cannot show the UI[/red] {escape(error.describe(TRACKING_FLAG))}")
+        raise typer.Exit(EXIT_INVALID)
     if code not in (0, -signal.SIGINT, -signal.SIGTERM):
         raise typer.Exit(code if code > 0 else 1)
 

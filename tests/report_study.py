@@ -1,6 +1,9 @@
-"""The tiny real study behind the report and UI tests: two rows (DAPE V2 over Kerple with kernels 1 and 3, the
-first the baseline) and three seeds, trained through Ray Tune into a SQLite MLflow store, once per test
-session (about a minute on two busy cores)."""
+"""The tiny real studies behind the report, UI and tracking tests, trained through Ray Tune into SQLite MLflow
+stores once per test session:
+- `build`: two rows (DAPE V2 over Kerple with kernels 1 and 3, the first the baseline) and three seeds
+  (about a minute on two busy cores);
+- `build_grid`: a grid study, no processor (the baseline) and DAPE, each at two position encodings, one
+  seed: every row is compared with the baseline of its own grid point (half a minute)."""
 
 from __future__ import annotations
 
@@ -28,6 +31,23 @@ STUDY = {
     "seeds": [0, 1, 2],
     "resources": {"cpus": 1, "max_retries": 0},
 }
+GRID = {
+    "name": "tiny_grid",
+    "description": "Grid test: no processor and DAPE, each over NoPE and Kerple.",
+    "base": {
+        "model": {"preset": "tiny", "d_dape": 8},
+        "data": {"max_files": 300},
+        "train": {"steps": 20, "batch_size": 8, "seq_len": 32, "log_every": 10},
+        "eval": {"lengths": [32, 64, 128], "tail_tokens": 16, "n_windows": 8},
+    },
+    "axes": {"model.pos_encoding": ["nope", "kerple"]},
+    "variants": [
+        {"label": "plain", "baseline": True, "set": {"model.processor": "none"}},
+        {"label": "DAPE", "set": {"model.processor": "dape"}},
+    ],
+    "seeds": [0],
+    "resources": {"cpus": 1, "max_retries": 0},
+}
 BASELINE = "DAPE-Kerple"
 LABELS = ["DAPE-Kerple", "DAPE1x3-Kerple"]
 LENGTHS = [32, 64, 128]
@@ -45,16 +65,25 @@ class BuiltStudy:
         return self.reports_dir / self.study.name
 
 
-@functools.cache
-def build(root: Path) -> BuiltStudy:
-    """Run the study for real (run_study also writes its report, as `orchestrator run` does)."""
+def _run(spec: dict, root: Path) -> BuiltStudy:
+    """Run a study for real (run_study also writes its report, as `orchestrator run` does)."""
     from orchestrator.execution.runner import run_study
 
     root.mkdir(parents=True, exist_ok=True)
-    study_file = root / "tiny_report.yaml"
-    study_file.write_text(yaml.safe_dump(STUDY, sort_keys=False))
-    study = parse_study(STUDY)
+    study_file = root / f"{spec['name']}.yaml"
+    study_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    study = parse_study(spec)
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    outcome = run_study(study, uri, reports_dir=root / "reports", storage_dir=root / "state")
+    outcome = run_study(study, uri, reports_dir=root / "reports", storage_dir=root / "state", study_path=study_file)
     assert outcome.ok, outcome.failed
     return BuiltStudy(study, study_file, uri, root / "reports")
+
+
+@functools.cache
+def build(root: Path) -> BuiltStudy:
+    return _run(STUDY, root)
+
+
+@functools.cache
+def build_grid(root: Path) -> BuiltStudy:
+    return _run(GRID, root)

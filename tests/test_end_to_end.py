@@ -89,17 +89,23 @@ def test_failing_trial_is_recorded_and_the_study_goes_on(tmp_path, local_ray):
     assert "TooLong · s0: FAILED" in report
 
 
-def test_optuna_search_with_asha_logs_every_sample(tmp_path, local_ray):
+def test_optuna_search_with_asha_logs_every_sample_and_reports_the_search(tmp_path, local_ray):
     spec = yaml.safe_load(yaml.safe_dump(TINY))
     spec.pop("variants")
     spec.update(name="tiny_search", seeds=[0])
     spec["base"]["train"].update(steps=60, eval_every=10, val_tokens=512)
+    spec["base"]["model"]["processor"] = "dapev2"  # the searched d_dape is the processor's: a trial must read it
     spec["search"] = {"algorithm": "optuna", "num_samples": 4, "metric": "val_loss", "mode": "min",
                       "space": {"train.lr": {"type": "loguniform", "low": 1e-4, "high": 3e-3},
                                 "model.d_dape": {"type": "choice", "values": [4, 8]}}}
     spec["scheduler"] = {"type": "asha", "grace_period": 10, "reduction_factor": 2}
+    spec["profiles"] = {"grid": {"name": "tiny_search_grid", "search": {"algorithm": "grid"}, "scheduler": {"type": "none"},
+                                 "axes": {"train.lr": [1e-4, 1e-3], "model.d_dape": [4, 8]}}}
+    study_file = tmp_path / "tiny_search.yaml"
+    study_file.write_text(yaml.safe_dump(spec))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    outcome = run_study(parse_study(spec), uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state")
+    outcome = run_study(parse_study(spec), uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state",
+                        study_path=study_file)
     assert outcome.ok and outcome.trials_run == 4
     runs = _trial_runs(MlflowClient(uri), "tiny_search")
     assert len(runs) == 4 and all(run.info.status == "FINISHED" for run in runs)
@@ -113,3 +119,20 @@ def test_optuna_search_with_asha_logs_every_sample(tmp_path, local_ray):
             assert "ppl_128" not in run.data.metrics
     assert outcome.steps_run <= 4 * 60
     assert {run.data.params["model.d_dape"] for run in runs} <= {"4", "8"}
+    assert len({run.data.tags["orchestrator.template_id"] for run in runs}) == 1  # the row they were sampled from
+
+    # The report is the search's: the best sample, every sample, Optuna's history and importances.
+    report = (tmp_path / "reports" / "tiny_search" / "report.md").read_text()
+    assert "4 sample(s):" in report and "missing" not in report and "no longer defines" not in report
+    best = min(completed, key=lambda run: run.data.metrics["val_loss"])
+    assert f"with val_loss = {best.data.metrics['val_loss']:.4f} (run {best.info.run_name})" in report
+    assert "## Search: optuna over train.lr, model.d_dape with ASHA early stopping" in report
+    samples = report.split("Every sample in the order it was drawn", 1)[1].split("\n## ", 1)[0]  # that table alone
+    states = [line.split("|")[-3].strip() for line in samples.splitlines() if line.startswith("| ") and "state" not in line]
+    assert sorted(states) == sorted("stopped by ASHA" if run.data.tags.get("stopped_early") == "true" else "completed"
+                                    for run in runs)
+    plots = tmp_path / "reports" / "tiny_search" / "plots"
+    assert (plots / "search_history.png").is_file()
+    if (plots / "search_importances.png").is_file():  # Optuna needs two completed samples that differ
+        assert "Parameter importances (Optuna, over the completed samples): " in report
+    assert "the grid profile (tiny_search_grid) has not run in this store" in report

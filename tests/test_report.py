@@ -22,7 +22,7 @@ from orchestrator.reporting import render_html, render_latex, render_md
 from orchestrator.reporting.stats import compare, holm
 from orchestrator.reporting.tables import build_table
 from orchestrator.study.model import ReportMetric
-from orchestrator.tracking.store import StudyStore
+from orchestrator.tracking.store import StudyNotFound, StudyStore
 from report_study import BASELINE, LABELS, LENGTHS
 
 pytestmark = pytest.mark.slow
@@ -107,7 +107,7 @@ def test_perplexity_table_matches_a_direct_computation(built):
             assert line["n"] == 3 and bool(line["best"]) == best
         ratio = means.loc[label, "ppl_128"] / means.loc[BASELINE, "ppl_128"]
         assert row[4] == "3/3"
-        assert row[5] == ("1" if label == BASELINE else f"{ratio:.3f}")
+        assert row[5] == ("1.000" if label == BASELINE else f"{ratio:.3f}")
         assert row[6] == ("–" if label == BASELINE else f"{(ratio - 1) * 100:+.1f}%")
 
 
@@ -172,15 +172,16 @@ def test_interrupted_and_extended_study_lists_what_is_missing(built, tmp_path):
     cut = csv[csv.variant == "DAPE1x3-Kerple"]
     assert set(cut.test) == {"n < 3"} and cut.p.isna().all() and set(cut.n) == {2}
     assert set(cut.seeds_expected) == {4}
-    assert "Holm-corrected over the 0 comparison(s)" in markdown  # nothing left to test
+    # Nothing left to test: said plainly, with what is missing, instead of "Holm-corrected over 0 comparisons".
+    assert "over the 0 comparison(s)" not in markdown
+    assert "Significance: not tested. A paired t-test (its p-value and Cohen's d) needs at least 3" in markdown
     direct = _direct(built.tracking_uri)
     kept = direct[(direct.label == "DAPE1x3-Kerple") & (direct.seed < 2)]
     assert list(cut.set_index("column").loc[[f"ppl_{L}" for L in LENGTHS], "mean"]) == pytest.approx(
         [kept[f"ppl_{L}"].mean() for L in LENGTHS], rel=1e-12)
     header, *rows = _markdown_table(markdown, "Perplexity by evaluation length")
     assert {row[0]: row[4] for row in rows} == {"DAPE-Kerple": "3/4", "DAPE1x3-Kerple": "2/4"}
-    significance = _markdown_table(markdown, "Perplexity by evaluation length", index=1)
-    assert significance[1][0] == "DAPE1x3-Kerple" and all("n < 3" in cell for cell in significance[1][1:])
+    assert "these rows have 2–3" in markdown  # the finished seeds: 2 of the cut row, 3 of the baseline
 
 
 def test_a_significant_difference_is_marked_in_every_format(built):
@@ -191,7 +192,7 @@ def test_a_significant_difference_is_marked_in_every_format(built):
         baseline = frame[frame.label == BASELINE].set_index("seed")[column]
         rows = frame.label == "DAPE1x3-Kerple"
         frame.loc[rows, column] = [baseline[s] - 5 - 0.1 * s for s in frame.loc[rows, "seed"]]
-    table = build_table(FAMILIES[0], frame, [], "final value")
+    table = build_table(FAMILIES[0], frame, "final value")
     row = table.row("DAPE1x3-Kerple")
     assert all(c.significant and c.marker for c in row.comparisons.values())
     assert table.best("ppl_128") == {"DAPE1x3-Kerple"}
@@ -255,7 +256,7 @@ def test_report_files_plots_latex_and_artifacts(built):
     tex = (folder / "tables.tex").read_text()
     assert tex.count(r"\begin{table}") == tex.count(r"\end{table}") == 3  # perplexity, ΔP and time cost
     assert tex.count(r"\toprule") == tex.count(r"\bottomrule") == 3
-    assert r"& ratio & $\Delta$ \\" in tex and "ratio: the row's mean over the baseline's at L=128" in tex
+    assert r"& ratio & $\Delta$ \\" in tex and "ratio: the row's mean over its baseline's at L=128" in tex
     assert r"\label{tab:tiny-report-perplexity}" in tex
     perplexity = tex.split(r"\end{table}")[0]
     assert perplexity.count(r"\mathbf{") == 3  # one best per evaluation length
@@ -277,16 +278,54 @@ def test_report_command(built, tmp_path):
     result = runner.invoke(app, ["report", str(built.study_file), "--tracking-uri", built.tracking_uri,
                                  "--reports-dir", str(tmp_path), "--value", "best"])
     assert result.exit_code == 0, result.output
+    # A summary (the headline table) and where the report is; the whole report with --print.
     assert "| DAPE1x3-Kerple" in result.output and "best value logged by each run" in result.output
+    assert f"Report: {tmp_path / 'tiny_report' / 'report.html'}" in result.output and "## Plots" not in result.output
     assert (tmp_path / "tiny_report" / "report.html").is_file()
+    full = runner.invoke(app, ["report", str(built.study_file), "--tracking-uri", built.tracking_uri,
+                               "--reports-dir", str(tmp_path), "--print"])
+    assert full.exit_code == 0 and "## Plots" in full.output and "## Trials" in full.output
 
     other = yaml.safe_load(built.study_file.read_text())
     other["name"] = "never_run"
     (tmp_path / "never_run.yaml").write_text(yaml.safe_dump(other))
     missing = runner.invoke(app, ["report", str(tmp_path / "never_run.yaml"), "--tracking-uri", built.tracking_uri])
     assert missing.exit_code == 2 and "no experiment 'never_run'" in missing.output  # the wrong store or study
+    assert "--tracking-uri URI" in missing.output and "tracking_uri=" not in missing.output
     bad = runner.invoke(app, ["report", str(built.study_file), "--tracking-uri", built.tracking_uri, "--value", "last"])
     assert bad.exit_code == 2 and "'final', 'best' or 'step:N'" in bad.output
+
+
+def test_one_rule_finds_a_study_and_its_store_from_any_folder(built, tmp_path, monkeypatch):
+    """A study argument is a file, or a name in studies/; the store defaults to mlruns/mlflow.db in the
+    project folder (the folder holding studies/). The CLI and load_results follow the same rule."""
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    (project / "studies").mkdir(parents=True)
+    (project / "mlruns").mkdir()
+    elsewhere.mkdir()
+    shutil.copy(built.study_file, project / "studies" / "tiny_report.yaml")
+    shutil.copy(built.tracking_uri.removeprefix("sqlite:///"), project / "mlruns" / "mlflow.db")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+    monkeypatch.chdir(elsewhere)  # the study file's project folder, not the current one, holds the store
+    frame = load_results(str(project / "studies" / "tiny_report.yaml"))
+    assert len(frame) == 6 and set(frame.status) == {"FINISHED"}
+    monkeypatch.chdir(project)  # a study's name: studies/<name>.yaml
+    assert len(load_results("tiny_report")) == 6
+    runner = CliRunner()
+    by_name = runner.invoke(app, ["report", "tiny_report", "--value", "best"])
+    assert by_name.exit_code == 0, by_name.output
+    assert (project / "reports" / "tiny_report" / "report.html").is_file()  # in the project folder too
+
+    monkeypatch.chdir(elsewhere)
+    unknown = runner.invoke(app, ["report", "tiny_report"])
+    assert unknown.exit_code == 2 and str(elsewhere / "studies" / "tiny_report.yaml") in unknown.output
+    (project / "mlruns" / "mlflow.db").unlink()
+    with pytest.raises(StudyNotFound) as caught:
+        load_results(str(project / "studies" / "tiny_report.yaml"))
+    message = str(caught.value)  # what was tried, and the Python argument (not the command line's flag)
+    assert str(project / "mlruns" / "mlflow.db") in message and f"project folder {project}" in message
+    assert "tracking_uri=" in message and "--tracking-uri" not in message
 
 
 def test_new_metric_families_get_their_tables(built):
@@ -297,10 +336,12 @@ def test_new_metric_families_get_their_tables(built):
     frame["delta_p_128"] = frame["ppl_32"] - frame["ppl_128"]
     frame["ms_per_step"] = frame["train_seconds"] / 30 * 1000
     frame["ms_forward_128"] = frame["eval_seconds"] * 1000
-    frame["che_acc_parity_check"] = 1 / frame["ppl_32"]
+    # An accuracy-like column whose row means differ well beyond the table's 3 decimals (1 / ppl_32, about
+    # 0.016 in every row, would print the same in each row and so, rightly, bold none).
+    frame["che_acc_parity_check"] = 0.5 + (frame["ppl_32"].mean() - frame["ppl_32"]) / 10
     from orchestrator.reporting.tables import build_tables
 
-    tables = {table.family.key: table for table in build_tables(frame, [], "final value")}
+    tables = {table.family.key: table for table in build_tables(frame, "final value")}
     assert list(tables) == ["perplexity", "delta_p", "accuracy", "time"]
     delta_p, time_cost, accuracy = tables["delta_p"], tables["time"], tables["accuracy"]
     # ΔP is logged for real now, at every evaluation length (0 at the training length by definition).
@@ -313,6 +354,9 @@ def test_new_metric_families_get_their_tables(built):
     assert delta_p.best("delta_p_128") == {means["delta_p_128"].idxmax()}  # higher is better
     assert accuracy.best("che_acc_parity_check") == {means["che_acc_parity_check"].idxmax()}
     assert time_cost.best("ms_per_step") == {means["ms_per_step"].idxmin()}
+    frame["che_acc_parity_check"] = 0.5 + frame["ppl_32"] * 1e-6  # rows that print alike tie: no row is best
+    tied = {table.family.key: table for table in build_tables(frame, "final value")}["accuracy"]
+    assert tied.best("che_acc_parity_check") == set()
     assert not time_cost.comparisons() and delta_p.comparisons()  # times are compared by ratio, not tested
 
 
@@ -327,3 +371,87 @@ def test_report_metric_names_the_headline_table(built, tmp_path):
     assert keys[0] == "delta_p" and "perplexity" in keys[1:]
     assert report.markdown.index("## ΔP") < report.markdown.index("## Perplexity")
     assert {family.metric for family in FAMILIES} == set(typing.get_args(ReportMetric))
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory, local_ray):
+    return report_study.build_grid(tmp_path_factory.getbasetemp() / "tiny_grid_study")
+
+
+def test_grid_study_reads_in_blocks_compared_within_each_grid_point(grid):
+    """Variants crossed with a grid: one block per grid point, each row compared with its own point's baseline."""
+    direct = _direct_of(grid.tracking_uri, "tiny_grid")
+    markdown = (grid.report_dir / "report.md").read_text()
+    header, *rows = _markdown_table(markdown, "Perplexity by evaluation length")
+    assert header[:2] == ["grid point", "variant"] and header[-2:] == ["ratio (L=128)", "Δ (L=128)"]
+    assert [row[:2] for row in rows] == [["pos_encoding=nope", "plain"], ["", "DAPE"],
+                                         ["pos_encoding=kerple", "plain"], ["", "DAPE"]]
+    for (point, _), row in zip([("nope", 0), ("nope", 1), ("kerple", 0), ("kerple", 1)], rows):
+        base = direct.loc[f"plain (pos_encoding={point})", "ppl_128"]
+        mine = direct.loc[f"{row[1]} (pos_encoding={point})", "ppl_128"]
+        assert row[-2] == f"{mine / base:.3f}"  # every row against the baseline of its own grid point
+        assert row[-1] == ("–" if row[1] == "plain" else f"{(mine / base - 1) * 100:+.1f}%")
+        best = min(direct.loc[f"{v} (pos_encoding={point})", "ppl_128"] for v in ("plain", "DAPE"))
+        assert row[4].startswith("**") == (mine == best)  # best within the block, not across encodings
+    # One seed: no test is possible, and the report says why instead of "Holm-corrected over 0 comparisons".
+    assert "over the 0 comparison(s)" not in markdown and "these rows have 1." in markdown
+    assert "Baseline: the plain row of each grid point." in markdown
+    # ΔP at the training length is 0 by definition: never "best", never "-0.000".
+    header, *rows = _markdown_table(markdown, "ΔP (information gain) by evaluation length")
+    assert [row[2] for row in rows] == ["0.000"] * 4 and "-0.000" not in markdown
+    tex = (grid.report_dir / "tables.tex").read_text()
+    assert tex.split(r"\end{table}")[0].count(r"\midrule") == 2  # header rule + one between the two blocks
+    csv = pd.read_csv(grid.report_dir / "table_perplexity.csv")
+    assert set(csv[csv.variant.str.startswith("DAPE")].baseline) == {"plain (pos_encoding=nope)",
+                                                                      "plain (pos_encoding=kerple)"}
+
+
+def _direct_of(uri: str, name: str) -> pd.DataFrame:
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(name)
+    runs = client.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'trial'")
+    return pd.DataFrame([{"label": r.data.tags["label"], **r.data.metrics} for r in runs]).set_index("label")
+
+
+def test_report_baseline_names_the_rows_compared_with(grid, tmp_path):
+    """report.baseline: a variant (its row at each grid point) or one row (the baseline of every row)."""
+    store = StudyStore.open(grid.tracking_uri, "tiny_grid")
+    for name, expected in (
+            ("DAPE", {"plain (pos_encoding=nope)": "DAPE (pos_encoding=nope)",
+                      "plain (pos_encoding=kerple)": "DAPE (pos_encoding=kerple)"}),
+            ("plain (pos_encoding=kerple)", {"plain (pos_encoding=nope)": "plain (pos_encoding=kerple)",
+                                             "DAPE (pos_encoding=nope)": "plain (pos_encoding=kerple)",
+                                             "DAPE (pos_encoding=kerple)": "plain (pos_encoding=kerple)"})):
+        spec = {**report_study.GRID, "report": {"baseline": name}}
+        report = build_report(parse_study(spec), store, tmp_path / name, attach=False)
+        table = report.document.tables[0]
+        assert {row.label: row.baseline_label for row in table.rows if row.baseline_label} == expected
+        assert all(row.is_baseline == (row.label in expected.values()) for row in table.rows)
+    with pytest.raises(Exception, match="report.baseline 'Kerple' is neither a variant nor a row"):
+        parse_study({**report_study.GRID, "report": {"baseline": "Kerple"}})
+
+
+def test_legends_are_outside_the_axes(built, tmp_path):
+    """The report's line plots put their legend beside the axes, where it covers no line."""
+    import matplotlib.pyplot as plt
+
+    from orchestrator.reporting import plots
+
+    frame = load_results(built.study, built.tracking_uri)
+    table = build_table(FAMILIES[0], frame, "final value")
+    captured = []
+    original = plots._save
+    try:  # look at the figure by_length draws just before it is written
+        plots._save = lambda fig, folder, name, panels=False: captured.append(fig) or original(fig, folder, name, panels)
+        plots.by_length(table, frame, tmp_path)
+    finally:
+        plots._save = original
+    fig = captured[0]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()  # the report's figures carry no drawing canvas of their own
+    legend = fig.legends[0].get_window_extent(renderer)
+    axes = fig.axes[0].get_window_extent(renderer)
+    assert legend.x0 >= axes.x1  # entirely right of the plot area
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == report_study.LABELS
+    plt.close(fig)

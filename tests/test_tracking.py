@@ -21,8 +21,11 @@ STUDY = {"name": "events", "base": {"model": {"preset": "tiny"}, "train": {"step
 
 def test_open_on_a_missing_store_is_a_clear_error_and_creates_nothing(tmp_path):
     uri = f"sqlite:///{tmp_path / 'none' / 'mlflow.db'}"
-    with pytest.raises(StudyNotFound, match=r"no tracking store at .*mlflow\.db: run the study first"):
+    with pytest.raises(StudyNotFound, match=r"no tracking store at .*mlflow\.db: run the study there first") as caught:
         StudyStore.open(uri, "events")
+    # A Python error names the Python argument; the command line names its flag.
+    assert "tracking_uri=" in str(caught.value) and "--tracking-uri" not in str(caught.value)
+    assert "--tracking-uri URI" in caught.value.describe("--tracking-uri ")
     assert not (tmp_path / "none").exists()
 
 

@@ -112,23 +112,29 @@ def _get(url: str) -> tuple[int, str]:
         return response.status, response.read().decode()
 
 
+def _page_text(dom: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", re.sub(r"<(script|style)[^>]*>.*?</\1>", "", dom, flags=re.S)))
+
+
 def test_orchestrator_ui_serves_the_study(built, chromium, tmp_path):
     port = _free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     server = subprocess.Popen([sys.executable, "-m", "orchestrator", "ui", str(built.study_file),
                                "--tracking-uri", built.tracking_uri, "--port", str(port)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    output: list[str] = []
     try:
-        match, lines = _read_until(server.stdout, r"MLflow UI for study tiny_report: (http://\S+)", timeout=120)
+        match, lines = _read_until(server.stdout, r"MLflow UI for study tiny_report: (http://\S+)", timeout=180)
+        output += lines
         assert match, "".join(lines)[-3000:]
         page = match.group(1)
         base = f"http://127.0.0.1:{port}"
-        assert page.startswith(f"{base}/#/experiments/")
-        experiment_id = page.rsplit("/", 1)[1]
+        # The study's runs page, in MLflow's machine-learning workflow, with the study's saved view.
+        assert page.startswith(f"{base}/#/experiments/") and "/runs?" in page
+        assert "workflowType=machine_learning" in page and "viewStateShareKey=orchestrator-study" in page
+        experiment_id = page.split("/#/experiments/")[1].split("/")[0]
 
         assert _get(f"{base}/health")[0] == 200
-        status, index = _get(f"{base}/#/experiments/{experiment_id}")  # the app page (the part after # is the app's)
-        assert status == 200 and "static-files" in index
         _, body = _get(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny_report")
         assert json.loads(body)["experiment"]["experiment_id"] == experiment_id
         request = urllib.request.Request(
@@ -136,30 +142,45 @@ def test_orchestrator_ui_serves_the_study(built, chromium, tmp_path):
             data=json.dumps({"experiment_ids": [experiment_id], "max_results": 100}).encode())
         with urllib.request.urlopen(request, timeout=30) as response:
             runs = json.load(response)["runs"]
-        names = {run["info"]["run_name"] for run in runs}
-        assert {"DAPE-Kerple · s0", "DAPE1x3-Kerple · s2", "tiny_report"} <= names
         parent = next(run for run in runs if run["info"]["run_name"] == "tiny_report")
         _, artifacts = _get(f"{base}/api/2.0/mlflow/artifacts/list?run_id={parent['info']['run_id']}")
         assert "report.html" in {item["path"] for item in json.loads(artifacts)["files"]}
 
-        # The experiment page itself, rendered by MLflow's web app in a browser.
-        dom = _chromium(chromium, tmp_path / "profile", "--virtual-time-budget=20000", "--dump-dom",
-                        f"{base}/#/experiments/{experiment_id}/runs")
-        text = re.sub(r"<[^>]+>", " ", re.sub(r"<(script|style)[^>]*>.*?</\1>", "", dom.stdout, flags=re.S))
-        assert "tiny_report" in text, text[:2000]
+        # The printed address, rendered by MLflow's web app in a fresh browser profile: the runs table lists
+        # every trial (not the GenAI overview, not the trials folded under the study's parent run).
+        names = [f"{label} · s{seed}" for label in report_study.LABELS for seed in (0, 1, 2)]
+        dom = _chromium(chromium, tmp_path / "profile", "--virtual-time-budget=60000", "--window-size=1600,1200",
+                        "--dump-dom", page, timeout=240)
+        text = _page_text(dom.stdout)
+        missing = [name for name in names if name not in text]
+        assert not missing, (missing, text[:3000])
+        assert "Study dashboard (orchestrator)" in text and "6 matching runs" in text
+        # The chart view of the same page: the study's charts only (by-length series, training loss, the
+        # headline metric, the swept values), not one chart per logged number.
+        charts = _chromium(chromium, tmp_path / "profile2", "--virtual-time-budget=60000", "--window-size=1600,1600",
+                           "--dump-dom", page + "&compareRunsMode=CHART", timeout=240)
+        text = _page_text(charts.stdout)
+        assert "Model metrics (5)" in text, text[:3000]
+        for title in ("ppl_by_length", "delta_p_by_length", "train_loss", "ppl_128"):
+            assert title in text, title
+        assert "ppl_32" not in text and "ms_per_step" not in text
 
-        # For a tracking server, `orchestrator ui` names the experiment's page there.
+        # For a tracking server, `orchestrator ui` names the study's page there.
         remote = CliRunner().invoke(app, ["ui", str(built.study_file), "--tracking-uri", base])
         assert remote.exit_code == 0, remote.output
-        assert f"{base}/#/experiments/{experiment_id}" in remote.output
+        assert f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning" in remote.output
     finally:
         server.send_signal(signal.SIGTERM)
         try:
-            server.wait(timeout=30)
+            rest, _ = server.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
             raise
+        output.append(rest)
     assert server.returncode == 0
+    # Quiet: the two lines `orchestrator ui` prints, no warning, no log line per request (the browser made dozens).
+    printed = [line for line in "".join(output).splitlines() if line.strip()]
+    assert len(printed) == 2 and printed[0].startswith("Starting the MLflow UI"), printed[:20]
     time.sleep(0.5)
     with pytest.raises(OSError):  # the MLflow server went with it
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=3)

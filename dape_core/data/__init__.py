@@ -7,21 +7,34 @@ sources; see `DataConfig`. `prepare_corpus` tokenizes a corpus once into a token
 the `tokens` source then opens without scanning it.
 """
 
-from .config import DataConfig
-from .corpus import Corpus, check_token_ids, load_corpus
-from .preflight import anchored, data_problems
-from .prepare import PrepareConfig, prepare_corpus
-from .sources import stdlib_files
-from .splits import SPLITS, TEST, TRAIN, VALIDATION
-from .token_meta import TokenFileChanged, read_metadata, verify_token_file
-from .tokenization import ByteTokenizer, HFTokenizer, load_tokenizer
-from .windows import TokenBatch, TrainStream, evaluation_windows
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_attributes
+
+_PUBLIC = {  # name -> the submodule it lives in
+    "DataConfig": "config", "Corpus": "corpus", "check_token_ids": "corpus", "load_corpus": "corpus",
+    "stdlib_files": "sources", "SPLITS": "splits", "TEST": "splits", "TRAIN": "splits",
+    "VALIDATION": "splits", "ByteTokenizer": "tokenization", "HFTokenizer": "tokenization",
+    "load_tokenizer": "tokenization", "TokenBatch": "windows", "TrainStream": "windows",
+    "evaluation_windows": "windows", "anchored": "preflight", "data_problems": "preflight",
+    "PrepareConfig": "prepare", "prepare_corpus": "prepare", "TokenFileChanged": "token_meta",
+    "read_metadata": "token_meta", "verify_token_file": "token_meta",
+}
+__all__ = list(_PUBLIC) + ["DOC_SEPARATOR"]
 
 DOC_SEPARATOR = 0  # byte 0 never occurs in source text: marks document boundaries in the byte-level stream
 
-__all__ = [
-    "DataConfig", "Corpus", "load_corpus", "check_token_ids", "stdlib_files", "SPLITS", "TRAIN",
-    "VALIDATION", "TEST", "ByteTokenizer", "HFTokenizer", "load_tokenizer", "TokenBatch", "TrainStream",
-    "evaluation_windows", "DOC_SEPARATOR", "PrepareConfig", "prepare_corpus", "TokenFileChanged", "read_metadata",
-    "verify_token_file", "anchored", "data_problems",
-]
+if TYPE_CHECKING:
+    from .config import DataConfig
+    from .corpus import Corpus, check_token_ids, load_corpus
+    from .preflight import anchored, data_problems
+    from .prepare import PrepareConfig, prepare_corpus
+    from .sources import stdlib_files
+    from .splits import SPLITS, TEST, TRAIN, VALIDATION
+    from .token_meta import TokenFileChanged, read_metadata, verify_token_file
+    from .tokenization import ByteTokenizer, HFTokenizer, load_tokenizer
+    from .windows import TokenBatch, TrainStream, evaluation_windows
+
+__getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC)

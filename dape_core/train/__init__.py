@@ -7,17 +7,30 @@ It knows nothing of Ray or MLflow: progress goes to a `TrainerCallback` (a sink)
 implements to forward metrics to Ray Tune.
 """
 
-from .callbacks import TrainerCallback
-from .checkpoint import CheckpointMismatchError, CheckpointStore, CheckpointUnreadable
-from .config import TrainConfig
-from .distributed import DistributedConfig, Parallelism, World
-from .loop import BatchSource, NonFiniteLossError, TrainResult, lm_loss, train
-from .precision import Precision, resolve_device, resolve_precision
-from .schedule import cosine_lr, make_optimizer
+from __future__ import annotations
 
-__all__ = [
-    "TrainerCallback", "CheckpointMismatchError", "CheckpointStore", "CheckpointUnreadable", "TrainConfig",
-    "DistributedConfig", "Parallelism", "World",
-    "BatchSource", "NonFiniteLossError", "TrainResult", "lm_loss", "train", "Precision", "resolve_device",
-    "resolve_precision", "cosine_lr", "make_optimizer",
-]
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_attributes
+
+_PUBLIC = {  # name -> the submodule it lives in
+    "TrainerCallback": "callbacks", "CheckpointMismatchError": "checkpoint",
+    "CheckpointStore": "checkpoint", "CheckpointUnreadable": "checkpoint", "TrainConfig": "config",
+    "DistributedConfig": "distributed_config", "Parallelism": "distributed_config", "World": "distributed",
+    "BatchSource": "loop", "NonFiniteLossError": "loop", "TrainResult": "loop", "lm_loss": "loop", "train": "loop",
+    "Precision": "precision", "resolve_device": "precision", "resolve_precision": "precision",
+    "cosine_lr": "schedule", "make_optimizer": "schedule",
+}
+__all__ = list(_PUBLIC)
+
+if TYPE_CHECKING:
+    from .callbacks import TrainerCallback
+    from .checkpoint import CheckpointMismatchError, CheckpointStore, CheckpointUnreadable
+    from .config import TrainConfig
+    from .distributed import World
+    from .distributed_config import DistributedConfig, Parallelism
+    from .loop import BatchSource, NonFiniteLossError, TrainResult, lm_loss, train
+    from .precision import Precision, resolve_device, resolve_precision
+    from .schedule import cosine_lr, make_optimizer
+
+__getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC)

@@ -9,12 +9,17 @@ result carrying FINAL_FLAG: its metrics (ppl_<L>, delta_p_<L>, ms_per_step, ...)
 from __future__ import annotations
 
 FINAL_FLAG = "final"
+LOG_KEY = "trial_log"  # the trial's log (text), with the final result or a last progress result before an error
+DATA_RECORD_KEY = "data_record"  # JSON: source, path, split sizes, content hash (MLflow dataset inputs)
 # Logged step by step as they arrive (and so not again with the final result).
 PERIODIC_KEYS = ("train_loss", "lr", "val_loss")
 # A progress result's text, sent once when the trial found its checkpoint unreadable and started over: a tag.
 CHECKPOINT_SET_ASIDE_KEY = "checkpoint_set_aside"
 # Final-result values that are text: logged as tags.
-STRING_RESULT_KEYS = ("data_hash", "device", "ray_node_id", "worker_node_ids", "error")
+STRING_RESULT_KEYS = ("data_hash", "device", "precision", "ray_node_id", "worker_node_ids", "error")
+# Series logged by the driver from the final per-length metrics, their step being the length (evaluation or
+# test length): name -> the prefix of the per-length metrics they are made of.
+SERIES = {"ppl_by_length": "ppl_", "delta_p_by_length": "delta_p_", "acc_by_length": "acc_"}
 # Bookkeeping of the protocol and of Ray Tune, never metrics.
 BOOKKEEPING_KEYS = frozenset({FINAL_FLAG, "step", "total_steps", "training_iteration", "timestamp",
                               "time_this_iter_s", "time_total_s", "pid", "time_since_restore",

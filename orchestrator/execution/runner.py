@@ -13,7 +13,7 @@ from ..errors import StudyInterrupted, TrackingServerUnreachable, exception_chai
 from ..planning.learned import load_measured
 from ..planning.schedule import longest_first
 from ..planning.trials import Trial, expand
-from ..reporting import build_report
+from ..reporting import build_report, render_md
 from ..study import Study
 from ..tracking.console import ConsoleProgress
 from ..tracking.events import Tally, TrialEvents
@@ -32,6 +32,7 @@ class StudyOutcome:
     failed: dict[str, str] = field(default_factory=dict)
     report_dir: Path | None = None
     report_markdown: str = ""
+    report_summary: str = ""  # what the command line prints (render_md.summary)
     wall_seconds: float = 0.0
     trial_seconds: float = 0.0  # the trials' own training and evaluation time, summed
     concurrency: int = 1
@@ -77,10 +78,11 @@ def select_trials(study: Study, store: StudyStore, failed_only: bool = False) ->
 def run_study(study: Study, tracking_uri: str, address: str | None = None, reports_dir: Path = Path("reports"),
               storage_dir: Path = Path(".orchestrator"), progress: ConsoleProgress | None = None, local: bool = False,
               failed_only: bool = False, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-              resource_wait: float = DEFAULT_RESOURCE_WAIT_S) -> StudyOutcome:
+              resource_wait: float = DEFAULT_RESOURCE_WAIT_S, study_path: Path | None = None) -> StudyOutcome:
     """Run the study's unfinished trials and write its report. Everything that can be checked before a trial
     runs is checked before anything is written: the store (StudyStore.create), Ray and whether a node can
-    host a trial. Raises StudyInterrupted after Ctrl-C (the trials it stopped are closed as KILLED)."""
+    host a trial. Raises StudyInterrupted after Ctrl-C (the trials it stopped are closed as KILLED).
+    `study_path`: the study file, for the parts of the report that read it again (a search's grid profile)."""
     started = time.monotonic()
     store = StudyStore.create(tracking_uri, study.name, connect_timeout)
     todo, skipped = select_trials(study, store, failed_only)
@@ -93,7 +95,8 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
     outcome = StudyOutcome(trials=todo + skipped, skipped=skipped)
     # The recorder first: a listener that fails (the tracking server went away) stops the study before the
     # console says a trial finished that the store does not know about.
-    events = TrialEvents([MLflowRecorder(store, {"code_version": version, "study": study.name}), progress])
+    resources = {"cpus": study.resources.cpus, "gpus": study.resources.gpus}
+    events = TrialEvents([MLflowRecorder(store, {"code_version": version, "study": study.name}, resources), progress])
     interrupt.reset()
     with LeaseBook(store) as leases:
         store.start_parent({"description": study.description[:4000], "code_version": version,
@@ -102,8 +105,9 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
             progress.message(f"{len(skipped)} trial(s) already finished in the tracking store: not rerun")
         _run_and_close(study, store, leases, todo, events, progress, outcome,
                        lambda batch: _run_trials(study, batch, events, storage_dir, address, progress, local))
-    report = build_report(study, store, reports_dir)
+    report = build_report(study, store, reports_dir, study_path=study_path)
     outcome.report_dir, outcome.report_markdown, outcome.claims = report.folder, report.markdown, report.claims
+    outcome.report_summary = render_md.summary(report.document)
     outcome.wall_seconds = time.monotonic() - started
     return outcome
 

@@ -5,6 +5,7 @@ driver is the only writer."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Callable
 
@@ -13,30 +14,41 @@ from dape_core.data import anchored
 from dape_core.train import CheckpointStore, TrainerCallback
 
 from ..planning.trials import materialize
-from .protocol import CHECKPOINT_SET_ASIDE_KEY, FINAL_FLAG
+from .protocol import CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, FINAL_FLAG, LOG_KEY
+from .trial_log import TrialLog
 
 Report = Callable[[dict], None]
 
 
 class ReportingSink(TrainerCallback):
-    """dape_core's trainer callback, forwarding training progress to a report function. With `all_ranks`
-    (a multi-worker trial, whose report is collective) every rank calls it, with the same values."""
+    """dape_core's trainer callback, forwarding training progress to a report function and to the trial's log.
+    With `all_ranks` (a multi-worker trial, whose report is collective) every rank calls it, with the same
+    values."""
 
-    def __init__(self, report: Report, total_steps: int, all_ranks: bool = False):
+    def __init__(self, report: Report, total_steps: int, log: TrialLog | None = None, all_ranks: bool = False):
         self.report, self.total_steps, self.all_ranks = report, total_steps, all_ranks
+        self.log = log or TrialLog()
         self.last_val_loss: float | None = None
+        self.last_step = 0
 
     def on_step(self, step: int, loss: float, lr: float) -> None:
+        self.last_step = step
+        self.log.write(f"step {step}/{self.total_steps}  train_loss {loss:.4f}  lr {lr:.3g}")
         self.report({"step": step, "total_steps": self.total_steps, "train_loss": loss, "lr": lr})
 
     def on_checkpoint_set_aside(self, note: str) -> None:
         # Becomes a tag of the trial's run and a console line (the driver's recorder and progress).
+        self.log.write(f"checkpoint set aside: {note}")
         self.report({"step": 0, "total_steps": self.total_steps, CHECKPOINT_SET_ASIDE_KEY: note})
 
     def on_validation(self, step: int, val_loss: float) -> None:
         # ASHA and Optuna's pruning read this periodic validation loss.
         self.last_val_loss = val_loss
+        self.log.write(f"step {step}/{self.total_steps}  val_loss {val_loss:.4f}")
         self.report({"step": step, "total_steps": self.total_steps, "val_loss": val_loss})
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        self.log.write(f"checkpoint at step {step}: {path}")
 
 
 def checkpoint_every(steps: int) -> int:
@@ -49,11 +61,13 @@ def execute(tune_config: dict, report: Report, threads: int, all_ranks: bool = F
 
     A trial with a checkpoint folder (`tune_config["checkpoint_root"]`, one sub-folder per trial identity)
     resumes from its last checkpoint: after a crash retried by Ray Tune, or after the whole orchestrator
-    was killed and run again.
+    was killed and run again. Its log (trial_log.py) travels with the final result, or with a last progress
+    result before an error is raised.
 
     all_ranks: this is one worker of a multi-worker trial (`ray_train.py`), and `report` must be called the
     same number of times on every rank: progress is reported by every rank, and the final result too (an
-    empty one where the rank is not 0, since rank 0 alone evaluates).
+    empty one where the rank is not 0, since rank 0 alone evaluates). A failing worker does not report its
+    log (the others could not match the call); Ray Train's error names the failure.
     """
     trial = materialize(tune_config)
     experiment = ExperimentConfig(**trial.config)
@@ -63,29 +77,62 @@ def execute(tune_config: dict, report: Report, threads: int, all_ranks: bool = F
     steps = experiment.train.steps
     root = tune_config.get("checkpoint_root")
     folder = Path(root) / trial.trial_id if root else None
-    sink = ReportingSink(report, steps, all_ranks)
-    try:
-        result = run_experiment(experiment, sink, threads=threads, checkpoint_dir=folder,
-                                checkpoint_every=checkpoint_every(steps) if folder else None,
-                                artifacts_dir=folder / "artifacts" if folder else None)
-    except NonFiniteLossError as error:
-        # Deterministic: retrying would diverge again. End the trial with its reason instead.
-        report({FINAL_FLAG: 1, "step": steps, "total_steps": steps, "error": f"NonFiniteLossError: {error}"})
-        return
+    log = TrialLog()
+    sink = ReportingSink(report, steps, log, all_ranks)
+    log.write(f'trial "{trial.run_name}" (id {trial.trial_id}): {_summary(experiment)}; {threads} thread(s)')
+    with log.capturing():
+        try:
+            result = run_experiment(experiment, sink, threads=threads, checkpoint_dir=folder,
+                                    checkpoint_every=checkpoint_every(steps) if folder else None,
+                                    artifacts_dir=folder / "artifacts" if folder else None)
+        except NonFiniteLossError as error:
+            # Deterministic: retrying would diverge again. End the trial with its reason instead.
+            log.write(f"FAILED: NonFiniteLossError: {error}")
+            report({FINAL_FLAG: 1, "step": steps, "total_steps": steps, "error": f"NonFiniteLossError: {error}",
+                    LOG_KEY: log.text()})
+            return
+        except Exception as error:
+            log.failure(error)
+            if not all_ranks:
+                report({"step": sink.last_step, "total_steps": steps, LOG_KEY: log.text()})
+            raise
     if result is None:  # a rank other than 0 of a multi-worker trial: rank 0 reports the result
         report({})
         return
     if folder is not None:  # finished: the identity now skips this trial, its weights need not stay on disk
         CheckpointStore(folder, experiment.fingerprint()).remove()
+    report(_final_result(result, sink, steps, log))
+
+
+def _summary(cfg: ExperimentConfig) -> str:
+    model, train = cfg.model, cfg.train
+    processor = "none" if model.processor == "none" else f"{model.processor} {'x'.join(map(str, model.kernel_shape))}"
+    workers = cfg.distributed.workers
+    size = f"; {workers} workers ({cfg.distributed.parallelism})" if workers > 1 else ""
+    return (f"{model.preset} {model.pos_encoding} processor {processor}; {train.steps} steps of {train.batch_size} x "
+            f"{train.seq_len} tokens, lr {train.lr:g}, seed {train.seed}; requested device {train.device}, "
+            f"precision {train.precision}{size}")
+
+
+def _final_result(result, sink: ReportingSink, steps: int, log: TrialLog) -> dict:
+    """The final result: metrics, provenance (data, device, precision), the heat maps' paths and the log."""
     final = {FINAL_FLAG: 1, "step": steps, "total_steps": steps, "data_hash": result.data_hash,
-             "device": result.device, "artifacts": [str(path) for path in result.artifacts]}
+             "device": result.device, "precision": result.precision,
+             "artifacts": [str(path) for path in result.artifacts],
+             DATA_RECORD_KEY: json.dumps({**result.data_record, "content_hash": result.data_hash}, default=str)}
     if result.resumed_from is not None:
         final["resumed_from_step"] = result.resumed_from
+        log.write(f"resumed from the checkpoint of step {result.resumed_from}")
     if sink.last_val_loss is not None:
         final["val_loss"] = sink.last_val_loss  # searchers read the metric from the final result
     # train_loss, ppl_<L>, delta_p_<L>, ms_per_step, ms_forward_<L>, flops_per_token, peak_memory_mb, ...
-    final.update(result.metrics())
-    report(final)
+    metrics = result.metrics()
+    final.update(metrics)
+    log.write(f"finished on {result.device} ({result.precision}): train {result.train_seconds:.1f}s, "
+              f"evaluation {result.eval_seconds:.1f}s; data {result.data_hash}")
+    log.write("metrics: " + ", ".join(f"{key} {value:.4g}" for key, value in sorted(metrics.items())))
+    final[LOG_KEY] = log.text()
+    return final
 
 
 def run_trial(config: dict) -> None:

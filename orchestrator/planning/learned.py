@@ -27,22 +27,33 @@ def device_kind(device: str) -> str:
     return (device or "cpu").split(":")[0]
 
 
+# What train.precision "auto" resolves to by device kind (dape_core.train.precision.resolve_precision; on a
+# GPU, bf16 where supported, which every GPU since Ampere is). Runs log the precision they resolved, plans
+# hold the request: both sides are compared resolved.
+AUTO_PRECISION = {"cpu": "fp32", "cuda": "bf16"}
+ABSENT = (None, "None", "n/a")  # a setting the trial does not have, or does not read (tracking/params.py)
+
+
 def shape_key(flat: dict[str, Any], device: str) -> tuple:
-    """What a trial's step cost depends on, from its flattened config (values compared as MLflow's text)."""
+    """What a trial's step cost depends on, from its flattened config (values compared as MLflow's text):
+    a run's logged params, or a planned trial's params as they will be logged (tracking.params)."""
+    kind = device_kind(device)
     keys = list(SHAPE_KEYS)
-    if str(flat.get("model.processor", "none")) != "none":
+    if str(flat.get("model.processor", "none")) not in ("none", "n/a"):
         keys += PROCESSOR_KEYS
-    if flat.get("che.task") not in (None, "None"):
+    if flat.get("che.task") not in ABSENT:
         keys += CHE_KEYS
-    size = trial_size(flat)
-    return (device_kind(device),) + tuple((key, str(flat.get(key))) for key in keys) + size
+    values = {key: "None" if flat.get(key) in ABSENT else str(flat.get(key)) for key in keys}  # n/a = None here
+    if values["train.precision"] == "auto":
+        values["train.precision"] = AUTO_PRECISION.get(kind, "auto")
+    return (kind,) + tuple(values.items()) + trial_size(flat)
 
 
 def trial_size(flat: dict[str, Any]) -> tuple:
     """A step's wall time depends on the workers sharing it (and how): runs logged before trials had a size
     ran on one worker."""
     workers = str(flat.get("distributed.workers", 1))
-    if workers == "1":
+    if workers in ("1", "None", "n/a"):
         return (("distributed.workers", "1"),)
     return (("distributed.workers", workers), ("distributed.parallelism", str(flat.get("distributed.parallelism"))))
 
@@ -63,20 +74,16 @@ class MeasuredSteps:
 
 
 def load_measured(tracking_uri: str) -> MeasuredSteps:
-    """Every finished trial run of every experiment in the store that logged ms_per_step."""
-    from mlflow.tracking import MlflowClient
-
+    """Every finished trial run of every experiment in the store that logged ms_per_step. A SQLite store is
+    read without MLflow (tracking/readers.py), so that `plan` stays quick."""
+    from ..tracking.readers import reader_for
     from ..tracking.store import ROLE_TAG
 
-    client = MlflowClient(tracking_uri)
+    reader = reader_for(tracking_uri)
     measured = MeasuredSteps()
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    if not experiments:
-        return measured
-    runs = client.search_runs(experiments, filter_string=f"tags.`{ROLE_TAG}` = 'trial' and attributes.status = 'FINISHED'",
-                              max_results=50000)
-    for run in runs:
-        ms = run.data.metrics.get("ms_per_step")
-        if ms is not None and ms > 0:
-            measured.add(shape_key(run.data.params, run.data.tags.get("device", "cpu")), run.info.run_id, ms)
+    for experiment_id in reader.experiment_ids():
+        for run in reader.runs(experiment_id, ROLE_TAG, "trial"):
+            ms = run.data.metrics.get("ms_per_step")
+            if run.info.status == "FINISHED" and ms is not None and ms > 0:
+                measured.add(shape_key(run.data.params, run.data.tags.get("device", "cpu")), run.info.run_id, ms)
     return measured

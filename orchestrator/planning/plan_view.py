@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from dape_core import ExperimentConfig
 
 from ..study import Study, resolve
-from ..tracking.store import flatten
+from ..tracking.params import effective_params
 from .estimate import CPU_FLOPS_PER_CORE, GPU_FLOPS, TrialEstimate, estimate
 from .learned import MeasuredSteps, shape_key
 from .trials import Trial, expand
@@ -39,7 +39,7 @@ def trial_duration(config: dict, study: Study, measured: MeasuredSteps | None,
     """(analytic estimate, seconds, basis): measured ms/step x steps where the store has the shape."""
     cfg = ExperimentConfig(**config)
     cost = estimate(cfg, study.resources.gpus, study.resources.cpus)
-    found = measured.lookup(shape_key(flatten(config), _device(study)), exclude_run) if measured else None
+    found = measured.lookup(shape_key(effective_params(config), _device(study)), exclude_run) if measured else None
     if found is None:
         return cost, cost.seconds, "analytic"
     ms, runs = found

@@ -29,6 +29,7 @@ class Trial:
     config: dict  # the fully resolved, validated ExperimentConfig as a plain dict
     swept: dict = field(default_factory=dict)  # dotted key -> value of the axes/zip/search point of this row
     overrides: dict = field(default_factory=dict)  # everything this row sets on top of base (variant + point)
+    template_id: str = ""  # a sampled trial: the identity of the row it was sampled from (its template)
 
     @property
     def trial_id(self) -> str:
@@ -46,7 +47,7 @@ class Trial:
         """What travels to the Ray Tune trial: plain, picklable data."""
         return {"label": self.label, "variant": self.variant, "seed": self.seed, "baseline": self.baseline,
                 "index": self.index, "config": self.config, "swept": self.swept,
-                "overrides": self.overrides}
+                "overrides": self.overrides, "template_id": self.template_id}
 
 
 def trial_identity(config: dict) -> str:
@@ -79,7 +80,7 @@ def materialize(tune_config: dict[str, Any]) -> Trial:
     config = ExperimentConfig(**resolve(template.config, params)).to_dict()
     label = ", ".join(f"{key.split('.')[-1]}={_short(value)}" for key, value in sorted(params.items()))
     return replace(template, config=config, label=label, swept={**template.swept, **params},
-                   overrides={**template.overrides, **params})
+                   overrides={**template.overrides, **params}, template_id=template.trial_id)
 
 
 def _short(value: Any) -> str:

@@ -7,7 +7,8 @@ interrupted or extended).
 `orchestrator report STUDY` writes reports/<study>/: report.md, report.html, tables.tex, CSVs and plots.
 """
 
+from . import render_md
 from .build import Report, build_report, write_report
 from .results import ValueChoice, load_results, study_results
 
-__all__ = ["Report", "build_report", "write_report", "ValueChoice", "load_results", "study_results"]
+__all__ = ["Report", "build_report", "write_report", "render_md", "ValueChoice", "load_results", "study_results"]

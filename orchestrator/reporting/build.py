@@ -7,6 +7,7 @@ table_<family>.csv (every number behind each table), plots/*.png.
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from . import plots, render_html, render_latex, render_md
 from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .document import ReportDocument
 from .results import ValueChoice, metric_history, study_results
+from .search import is_search, search_section
 from .tables import build_tables
 
 
@@ -32,23 +34,52 @@ class Report:
 
 def _distinct(frame: pd.DataFrame, column: str) -> str:
     """The values of a config column across the trials (every trial has its full config as columns)."""
+    if column not in frame:
+        return "?"
     return "/".join(str(v) for v in sorted({v for v in frame[column].dropna()}, key=str)) or "?"
 
 
-def build_report(study: Study, store: StudyStore, reports_dir: Path, value: ValueChoice = ValueChoice()) -> Report:
+def build_report(study: Study, store: StudyStore, reports_dir: Path, value: ValueChoice = ValueChoice(),
+                 study_path: Path | None = None, attach: bool = True) -> Report:
+    """`study_path`: the study file, where a search's report compares with its grid profile (search.py).
+    `attach`: attach the files to the study's parent run and refresh its MLflow dashboard (tracking/
+    dashboard.py); `orchestrator run` does, `orchestrator report` only with --attach (it then reads the store
+    alone, and a SQLite store without loading MLflow)."""
     frame = study_results(store, study, value)
     trials, outside = frame[frame["in_study"]], frame[~frame["in_study"]]
-    finished = trials[trials["status"] == "FINISHED"]
-    value_text = value.describe(_distinct(trials, "config.train.steps"))
-    tail_text = (f" Here K = {_distinct(trials, 'config.eval.tail_tokens')} and the training length is "
-                 f"{_distinct(trials, 'config.train.seq_len')}.")
-    tables = build_tables(trials, list(study.axes), value_text, tail_text, headline=study.report.metric)
-
     folder = Path(reports_dir) / study.name
     plot_dir = folder / "plots"
     if plot_dir.is_dir():
         shutil.rmtree(plot_dir)  # figures of a previous report may no longer apply
     folder.mkdir(parents=True, exist_ok=True)
+    search, figures, tabled = None, [], trials
+    if is_search(study):
+        history = metric_history(store, trials, study.search.metric)
+        search, figures = search_section(study, study_path, store, trials, history, plot_dir)
+        tabled = trials[~trials["stopped_early"].astype(bool)]  # samples ASHA stopped never reached evaluation
+    value_text = value.describe(_distinct(trials, "config.train.steps"))
+    tail_text = (f" Here K = {_distinct(trials, 'config.eval.tail_tokens')} and the training length is "
+                 f"{_distinct(trials, 'config.train.seq_len')}.")
+    tables = build_tables(tabled, value_text, tail_text, headline=study.report.metric)
+    figures += _figures(tables, tabled, store, plot_dir)
+    document = ReportDocument(study_name=study.name, description=study.description,
+                              tracking_uri=store.tracking_uri, experiment_id=store.experiment_id,
+                              value_text=value_text, trials=trials, outside=outside, tables=tables, plots=figures,
+                              search=search, claims=evaluate_claims(study, trials))
+    markdown = render_md.render(document)
+    files = _write(folder, {"report.md": markdown, "report.html": render_html.render(document),
+                            "tables.tex": render_latex.render(document)}, frame, tables)
+    files += [figure.path for figure in figures]
+    if attach:
+        store.log_artifacts(folder)
+        store.refresh_dashboard()  # the saved view `orchestrator ui` opens, with the charts of these metrics
+        _record_claims(store, document.claims)
+    return Report(folder, markdown, document, files, document.claims)
+
+
+def _figures(tables: list, trials: pd.DataFrame, store: StudyStore, plot_dir: Path) -> list:
+    """Metric vs length per by-length table, perplexity vs each swept value, training curves."""
+    finished = trials[trials["status"] == "FINISHED"]
     figures = []
     for table in tables:
         if table.family.by_length:
@@ -56,19 +87,15 @@ def build_report(study: Study, store: StudyStore, reports_dir: Path, value: Valu
         if table.family.key == "perplexity":
             figures += [plots.versus_swept(key, table, finished, plot_dir) for key in plots.swept_keys(finished)]
     order = trials.sort_values("row_index").drop_duplicates("label")
-    curves = plots.training_curves(metric_history(store, finished, "train_loss"),
-                                   list(zip(order["label"], order["baseline"])), plot_dir)
-    figures += [curves] if curves else []
+    rows = [(row["label"], bool(row["baseline"]), row.get("block") or "", row.get("variant") or row["label"])
+            for _, row in order.iterrows()]
+    curves = plots.training_curves(metric_history(store, finished, "train_loss"), rows, plot_dir)
+    return figures + ([curves] if curves else [])
 
-    document = ReportDocument(study_name=study.name, description=study.description,
-                              tracking_uri=store.tracking_uri, experiment_id=store.experiment_id,
-                              value_text=value_text, trials=trials, outside=outside, tables=tables, plots=figures,
-                              claims=evaluate_claims(study, trials))
-    markdown = render_md.render(document)
-    written = {"report.md": markdown, "report.html": render_html.render(document),
-               "tables.tex": render_latex.render(document)}
+
+def _write(folder: Path, texts: dict[str, str], frame: pd.DataFrame, tables: list) -> list[Path]:
     files = []
-    for name, text in written.items():
+    for name, text in texts.items():
         (folder / name).write_text(text, encoding="utf-8")
         files.append(folder / name)
     frame.to_csv(folder / "results.csv", index=False)
@@ -77,25 +104,20 @@ def build_report(study: Study, store: StudyStore, reports_dir: Path, value: Valu
         path = folder / f"table_{table.family.key}.csv"
         table.to_frame().to_csv(path, index=False)
         files.append(path)
-    files += [figure.path for figure in figures]
-    store.log_artifacts(folder)
-    _record_claims(store, document.claims)
-    return Report(folder, markdown, document, files, document.claims)
+    return files
 
 
 def _record_claims(store: StudyStore, claims: list[ClaimResult]) -> None:
     """The verdicts on the parent run: tag claim.<id> = holds|fails|inconclusive, metrics claims_holding, ..."""
     if not claims or not store.parent_run_id:
         return
-    import time
-
     tags, metrics = mlflow_record(claims)
     store.set_tags(store.parent_run_id, tags)
     store.log_metrics(store.parent_run_id, metrics, step=0, timestamp_ms=int(time.time() * 1000))
 
 
-def write_report(study: Study, store: StudyStore, reports_dir: Path,
-                 value: ValueChoice = ValueChoice()) -> tuple[Path, str]:
-    """The report folder and its Markdown."""
-    report = build_report(study, store, reports_dir, value)
+def write_report(study: Study, store: StudyStore, reports_dir: Path, value: ValueChoice = ValueChoice(),
+                 study_path: Path | None = None) -> tuple[Path, str]:
+    """What `orchestrator run` calls at the end: the report folder and its Markdown."""
+    report = build_report(study, store, reports_dir, value, study_path)
     return report.folder, report.markdown

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..execution.protocol import SERIES
 from ..tracking.store import SWEPT_TAG_PREFIX
 
 MISSING = "MISSING"  # the status of a trial the study defines but the store has no run for
 # Metrics logged as a series over something other than training steps: their "latest" value means nothing.
-SERIES_METRICS = ("ppl_by_length",)
-IDENTITY_COLUMNS = ["label", "variant", "seed", "status", "baseline", "row_index", "in_study", "trial_id",
-                    "run_id", "run_name", "error", "device", "data_hash", "code_version", "start_time"]
+SERIES_METRICS = tuple(SERIES)
+IDENTITY_COLUMNS = ["label", "variant", "seed", "status", "baseline", "row_index", "block", "compare_with", "in_study",
+                    "trial_id", "run_id", "run_name", "error", "device", "precision", "data_hash", "code_version",
+                    "start_time", "stopped_early", "template_id"]
 CONFIG_PREFIX = "config."
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from .plots import Plot
 from .results import MISSING
 from .tables import Table
+
+if TYPE_CHECKING:
+    from .search import SearchSection
 
 _REASONS = {
     MISSING: "no run in the tracking store",
@@ -31,6 +34,7 @@ class ReportDocument:
     outside: pd.DataFrame  # runs of the experiment the study file does not define
     tables: list[Table] = field(default_factory=list)
     plots: list[Plot] = field(default_factory=list)
+    search: "SearchSection | None" = None  # a sampling search's own section (search.py)
     claims: list[Any] = field(default_factory=list)  # claims.ClaimResult: the study's expect: section, judged
 
     def unfinished(self) -> list[str]:
@@ -42,6 +46,8 @@ class ReportDocument:
         return lines
 
     def no_tables_text(self) -> str:
+        if self.search is not None and self.trials.empty:
+            return "No sample has run yet."
         if (self.trials["status"] == "FINISHED").any():
             return f"No metric of the finished trials has a value to show ({self.value_text})."
         return "No finished trials yet."
@@ -52,8 +58,13 @@ class ReportDocument:
     def counts(self) -> str:
         statuses = self.trials["status"].value_counts()
         parts = [f"{int(statuses.get('FINISHED', 0))} finished"]
+        if self.search is not None and "stopped_early" in self.trials:
+            stopped = int((self.trials["stopped_early"].astype(bool) & (self.trials["status"] == "FINISHED")).sum())
+            parts = [f"{int(statuses.get('FINISHED', 0)) - stopped} trained to the end",
+                     f"{stopped} stopped early by ASHA"]
         parts += [f"{int(n)} {status.lower()}" for status, n in statuses.items() if status != "FINISHED"]
-        return f"{len(self.trials)} trial(s): " + ", ".join(parts)
+        what = "sample(s)" if self.search is not None else "trial(s)"
+        return f"{len(self.trials)} {what}: " + ", ".join(parts)
 
     def provenance(self) -> list[tuple[str, str]]:
         """Study-wide facts a reader needs to trust the numbers: code, data, hardware."""

@@ -39,13 +39,39 @@ def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
     ax.spines[["top", "right"]].set_visible(False)
 
 
-def _save(fig, folder: Path, name: str) -> Path:
+def _save(fig, folder: Path, name: str, panels: bool = False) -> Path:
+    """PNG at DPI, cropped to what is drawn ("tight": the legends outside the axes stay in). Only a grid of
+    panels is laid out again first (titles and labels of neighbours would overlap): it costs a drawing pass,
+    and drawing is most of a report's time."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    if panels:
+        fig.tight_layout()
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def save_figure(fig, folder: Path, name: str) -> Path:
+    """A figure drawn elsewhere (Optuna's plots), saved like the report's own."""
+    return _save(fig, folder, name, panels=True)
+
+
+def _legend_outside(fig, ax) -> None:
+    """One legend for the figure, right of the axes: it never covers a line."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=8, frameon=False)
+
+
+def _panels(count: int, width: float = 3.6, height: float = 3.0):
+    """A grid of `count` small axes (one per grid point), four per line; the spare ones hidden."""
+    columns = min(4, count)
+    lines = math.ceil(count / columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(width * columns, height * lines), squeeze=False)
+    for ax in axes.flat[count:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:count])
 
 
 def _line(ax, x, mean, std, label: str, baseline: bool) -> None:
@@ -58,27 +84,43 @@ def _line(ax, x, mean, std, label: str, baseline: bool) -> None:
 
 
 def by_length(table: Table, finished: pd.DataFrame, folder: Path) -> Plot:
+    """One line per row against the evaluation length; a study read in blocks gets one panel per grid point."""
     family = table.family
-    lengths = [int(column.rsplit("_", 1)[1]) for column in table.columns]
-    fig, ax = plt.subplots(figsize=(7.2, 4.4))
-    for row in table.rows:
-        cells = [row.cells[column] for column in table.columns]
-        if not any(cell.n for cell in cells):
-            continue
-        mean = np.array([cell.mean for cell in cells])
-        std = np.array([cell.std if cell.n > 1 else math.nan for cell in cells])
-        _line(ax, lengths, mean, std, row.label, row.is_baseline)
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(FixedLocator(lengths))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xticklabels([str(length) for length in lengths])
     metric = "perplexity" if family.key == "perplexity" else family.title.split(" by ")[0]
-    _style(ax, f"{family.title} ({table.value_text.split(' (')[0]})", "evaluation length L (log scale)", metric)
-    ax.legend(fontsize=8, frameon=False)
+    blocks = table.blocks or [""]
+    fig, axes = _panels(len(blocks)) if table.blocks else plt.subplots(figsize=(7.2, 4.4))
+    axes = axes if table.blocks else [axes]
+    for ax, block in zip(axes, blocks):
+        lengths = _draw_by_length(ax, table, [row for row in table.rows if row.block == block], bool(table.blocks))
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(FixedLocator(lengths))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticklabels([str(length) for length in lengths])
+        title = block or f"{family.title} ({table.value_text.split(' (')[0]})"
+        _style(ax, title, "evaluation length L (log scale)", metric)
+    if table.blocks:
+        fig.suptitle(f"{family.title} ({table.value_text.split(' (')[0]}), one panel per grid point", fontsize=11)
+    _legend_outside(fig, axes[0])
     name = f"{family.key}_vs_length"
-    caption = (f"{family.title}: one line per variant, mean over seeds with a ± 1 std band where there are "
-               f"several seeds; the baseline dashed.")
-    return Plot(name, family.title, caption, _save(fig, folder, name))
+    per = "one panel per grid point, one line per variant" if table.blocks else "one line per variant"
+    caption = (f"{family.title}: {per}, mean over seeds with a ± 1 std band where there are several seeds; "
+               "the baseline dashed.")
+    return Plot(name, family.title, caption, _save(fig, folder, name, panels=bool(table.blocks)))
+
+
+def _draw_by_length(ax, table: Table, rows: list, by_variant: bool) -> list[int]:
+    """The rows' lines on one axes (labelled by variant inside a block); returns the lengths drawn."""
+    drawn: list[int] = []
+    for row in rows:
+        columns = [column for column in table.columns if row.cells[column].n]
+        if not columns:
+            continue
+        lengths = [int(column.rsplit("_", 1)[1]) for column in columns]
+        mean = np.array([row.cells[column].mean for column in columns])
+        std = np.array([row.cells[column].std if row.cells[column].n > 1 else math.nan for column in columns])
+        _line(ax, lengths, mean, std, row.variant if by_variant else row.label, row.is_baseline)
+        drawn += lengths
+    return sorted(set(drawn)) or [int(column.rsplit("_", 1)[1]) for column in table.columns]
 
 
 def _ordered_values(key: str, values: list) -> list:
@@ -131,28 +173,35 @@ def versus_swept(key: str, table: Table, finished: pd.DataFrame, folder: Path) -
         else:
             ax.set_xticks(values)
         _style(ax, f"{table.header(column)}", name_of, "perplexity" if table.family.key == "perplexity" else table.family.key)
-        ax.legend(fontsize=7, frameon=False)
+    _legend_outside(fig, axes[0][0])
     fig.suptitle(f"{table.family.title.split(' by ')[0]} vs {name_of}", fontsize=11)
     name = f"{table.family.key}_vs_{name_of.replace('.', '_')}"
     caption = (f"{table.family.title.split(' by ')[0]} at the shortest and the longest evaluation length against "
                f"{name_of}; mean over seeds, ± 1 std band; dashed: rows that do not set {name_of}.")
-    return Plot(name, f"vs {name_of}", caption, _save(fig, folder, name))
+    return Plot(name, f"vs {name_of}", caption, _save(fig, folder, name, panels=len(columns) > 1))
 
 
-def training_curves(history: pd.DataFrame, rows: list[tuple[str, bool]], folder: Path) -> Plot | None:
-    """`history`: long form (label, seed, step, value) of train_loss; `rows`: (label, is baseline) in order."""
+def training_curves(history: pd.DataFrame, rows: list[tuple[str, bool, str, str]], folder: Path) -> Plot | None:
+    """`history`: long form (label, seed, step, value) of train_loss; `rows`: (label, is baseline, block,
+    variant) in table order. A study read in blocks gets one panel per grid point."""
     if history.empty:
         return None
-    fig, ax = plt.subplots(figsize=(7.2, 4.2))
-    for label, is_baseline in rows:
-        mine = history[history["label"] == label]
-        if mine.empty:
-            continue
-        per_step = mine.groupby("step")["value"].agg(["mean", "std"])
-        _line(ax, per_step.index.to_numpy(), per_step["mean"].to_numpy(float), per_step["std"].to_numpy(float),
-              label, is_baseline)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    _style(ax, "Training loss", "step", "train loss (nats/token)")
-    ax.legend(fontsize=8, frameon=False)
+    blocks = list(dict.fromkeys(block for _, _, block, _ in rows))
+    in_blocks = len(blocks) > 1
+    fig, axes = _panels(len(blocks)) if in_blocks else plt.subplots(figsize=(7.2, 4.2))
+    axes = axes if in_blocks else [axes]
+    for ax, block in zip(axes, blocks):
+        for label, is_baseline, row_block, variant in rows:
+            mine = history[history["label"] == label]
+            if row_block != block or mine.empty:
+                continue
+            per_step = mine.groupby("step")["value"].agg(["mean", "std"])
+            _line(ax, per_step.index.to_numpy(), per_step["mean"].to_numpy(float), per_step["std"].to_numpy(float),
+                  variant if in_blocks else label, is_baseline)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _style(ax, block if in_blocks else "Training loss", "step", "train loss (nats/token)")
+    if in_blocks:
+        fig.suptitle("Training loss, one panel per grid point", fontsize=11)
+    _legend_outside(fig, axes[0])
     caption = "Training loss per logged step: one line per variant, mean over seeds with a ± 1 std band."
-    return Plot("training_curves", "Training curves", caption, _save(fig, folder, "training_curves"))
+    return Plot("training_curves", "Training curves", caption, _save(fig, folder, "training_curves", panels=in_blocks))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from . import cells, render_claims
+from . import cells, render_claims, render_md, render_search
 from .document import ReportDocument
 from .tables import Table
 
@@ -22,6 +22,8 @@ tbody td { padding: 0.28em 0.8em; text-align: right; white-space: nowrap; }
 tbody tr:last-child td { border-bottom: 2px solid #111; }
 th:first-child, td:first-child { text-align: left; }
 tr.baseline td { background: #f4f4f4; }
+tr.block-start td { border-top: 1px solid #999; }
+p.note { font-size: 0.9em; color: #444; }
 td.best { font-weight: bold; }
 sup.sig { color: #b00; font-weight: bold; }
 table.significance td, table.significance th { font-size: 0.85em; text-align: left; }
@@ -44,10 +46,10 @@ def _main_table(table: Table, number: int) -> str:
     if table.has_baseline:
         reference = table.header(table.reference)
         header += ([f"ratio ({reference})"] if table.family.compare == "ratio" else []) + [f"Δ ({reference})"]
-    head = "".join(f"<th>{escape(h)}</th>" for h in ["variant"] + header)
+    head = "".join(f"<th>{escape(h)}</th>" for h in cells.name_header(table) + header)
     body = []
     for row in table.rows:
-        tds = [f"<td>{escape(row.label)}</td>"]
+        tds = [f"<td>{escape(name)}</td>" for name in cells.names(table, row)]
         for column in table.columns:
             best = ' class="best"' if row.label in table.best(column) else ""
             marker = cells.marker(row, column)
@@ -57,7 +59,9 @@ def _main_table(table: Table, number: int) -> str:
         if table.has_baseline:
             tds += [f"<td>{cells.ratio(table, row)}</td>"] if table.family.compare == "ratio" else []
             tds.append(f"<td>{escape(cells.delta(table, row))}</td>")
-        css = ' class="baseline"' if row.is_baseline else ""
+        classes = (["baseline"] if row.is_baseline else []) + (["block-start"] if table.blocks and
+                                                                cells.names(table, row)[0] else [])
+        css = f' class="{" ".join(classes)}"' if classes else ""
         body.append(f"<tr{css}>{''.join(tds)}</tr>")
     caption = f"<b>Table {number}.</b> {escape(table.caption())}"
     return (f'<table class="results" id="table-{table.family.key}"><caption>{caption}</caption>'
@@ -65,15 +69,19 @@ def _main_table(table: Table, number: int) -> str:
 
 
 def _significance_table(table: Table) -> str:
+    note = render_md.significance_note(table)
+    if note:
+        return f'<p class="note" id="significance-{table.family.key}">Significance: {escape(note)}</p>'
     rows = [row for row in table.rows if row.comparisons]
-    if not rows:
+    if not rows or not table.n_tested():
         return ""
-    head = "".join(f"<th>{escape(h)}</th>" for h in ["variant"] + [table.header(c) for c in table.columns])
+    names = ["grid point", "variant"] if table.blocks else ["variant"]
+    head = "".join(f"<th>{escape(h)}</th>" for h in names + [table.header(c) for c in table.columns])
     body = "".join(
-        "<tr>" + f"<td>{escape(cells.compared_label(table, row))}</td>" + "".join(
+        "<tr>" + "".join(f"<td>{escape(name)}</td>" for name in cells.compared_names(table, row)) + "".join(
             f"<td>{escape(cells.significance(row.comparisons.get(c), table.family.decimals))}</td>" for c in table.columns)
         + "</tr>" for row in rows)
-    caption = (f"Against the baseline ({escape(', '.join(table.baseline_names))}): difference of means, "
+    caption = (f"Against the baseline ({escape(render_md.baselines(table))}): difference of means, "
                "Holm-corrected p-value, Cohen's d, the test and the seeds it used.")
     return (f'<table class="significance" id="significance-{table.family.key}"><caption>{caption}</caption>'
             f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
@@ -95,6 +103,8 @@ def render(document: ReportDocument) -> str:
     if facts:
         parts.append('<ul class="meta">' + "".join(f"<li>{escape(k)}: <code>{escape(v)}</code></li>" for k, v in facts) + "</ul>")
     parts.append(render_claims.html(document.claims))
+    if document.search is not None:
+        parts.append(render_search.html(document.search))
     if not document.tables:
         parts.append(f"<p>{escape(document.no_tables_text())}</p>")
     for number, table in enumerate(document.tables, start=1):

@@ -49,8 +49,9 @@ def _delta(table: Table, row) -> str:
 def table_tex(table: Table, study_name: str) -> str:
     has_ratio = table.has_baseline and table.family.compare == "ratio"
     extra = (1 if has_ratio else 0) + (1 if table.has_baseline else 0)
-    spec = "l" + "c" * len(table.columns) + "c" + "r" * extra
-    header = ["Variant"] + [f"${escape(table.header(c)).replace('$', '')}$" if table.family.by_length
+    names = len(cells.name_header(table))
+    spec = "l" * names + "c" * len(table.columns) + "c" + "r" * extra
+    header = [escape(name.capitalize()) for name in cells.name_header(table)] + [f"${escape(table.header(c)).replace('$', '')}$" if table.family.by_length
                             else escape(table.header(c)) for c in table.columns] + ["$n$"]
     header += (["ratio"] if has_ratio else []) + ([r"$\Delta$"] if table.has_baseline else [])  # at the caption's column
     lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{4pt}",
@@ -58,14 +59,18 @@ def table_tex(table: Table, study_name: str) -> str:
              rf"\label{{tab:{re.sub(r'[^A-Za-z0-9]+', '-', study_name)}-{table.family.key}}}",
              rf"\begin{{tabular}}{{{spec}}}", r"\toprule", " & ".join(header) + r" \\", r"\midrule"]
     for row in table.rows:
-        line = [escape(row.label)] + [_cell(table, row, c) for c in table.columns] + [cells.seeds(row)]
+        first_of_block = table.blocks and cells.names(table, row)[0]
+        if first_of_block and row is not table.rows[0]:
+            lines.append(r"\midrule")  # one block per grid point
+        line = [escape(name) for name in cells.names(table, row)]
+        line += [_cell(table, row, c) for c in table.columns] + [cells.seeds(row)]
         if has_ratio:
             ratio = cells.ratio(table, row)
             line.append("--" if ratio == cells.DASH else f"${ratio}$")
         if table.has_baseline:
             line.append(_delta(table, row))
         lines.append(" & ".join(line) + r" \\")
-        if row.is_baseline and table.has_baseline and row is table.rows[0]:
+        if row.is_baseline and table.has_baseline and row is table.rows[0] and not table.blocks:
             lines.append(r"\midrule")  # the baseline first, then the rows compared with it
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(lines)

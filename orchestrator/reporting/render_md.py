@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from . import cells, render_claims
+from . import cells, render_claims, render_search
 from .document import ReportDocument
 from .tables import Table
 
@@ -13,23 +13,23 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("*", "\\*")
 
 
-def _grid(header: list[str], body: list[list[str]], numbers: bool = True) -> str:
-    align = ["left"] + ["right" if numbers else "left"] * (len(header) - 1)
+def _grid(header: list[str], body: list[list[str]], numbers: bool = True, names: int = 1) -> str:
+    align = ["left"] * names + ["right" if numbers else "left"] * (len(header) - names)
     return tabulate(body, headers=header, tablefmt="pipe", disable_numparse=True, colalign=align)
 
 
-def main_table(table: Table) -> str:
+def main_table(table: Table, bold: bool = True) -> str:
     decimals = table.family.decimals
-    header = ["variant"] + [table.header(c) for c in table.columns] + ["n"]
+    header = cells.name_header(table) + [table.header(c) for c in table.columns] + ["n"]
     if table.has_baseline:
         header += ([f"ratio ({table.header(table.reference)})"] if table.family.compare == "ratio" else [])
         header += [f"Δ ({table.header(table.reference)})"]
     body = []
     for row in table.rows:
-        line = [_escape(row.label)]
+        line = [_escape(name) for name in cells.names(table, row)]
         for column in table.columns:
             text = cells.mean_std(row.cells[column], decimals)
-            if row.label in table.best(column):
+            if bold and row.label in table.best(column):
                 text = f"**{text}**"
             line.append(text + _escape(cells.marker(row, column)))
         line.append(cells.seeds(row))
@@ -37,17 +37,33 @@ def main_table(table: Table) -> str:
             line += [cells.ratio(table, row)] if table.family.compare == "ratio" else []
             line.append(cells.delta(table, row))
         body.append(line)
-    return _grid(header, body)
+    return _grid(header, body, names=len(cells.name_header(table)))
 
 
 def significance_table(table: Table) -> str | None:
+    """The comparisons with their p-values and effect sizes; None where none was tested (the caption and
+    `significance_note` say why)."""
     rows = [row for row in table.rows if row.comparisons]
-    if not rows:
+    if not rows or not table.n_tested():
         return None
-    header = ["variant"] + [table.header(c) for c in table.columns]
-    body = [[_escape(cells.compared_label(table, row))] + [_escape(cells.significance(row.comparisons.get(c), table.family.decimals))
-                                    for c in table.columns] for row in rows]
-    return _grid(header, body, numbers=False)
+    header = (["grid point", "variant"] if table.blocks else ["variant"]) + [table.header(c) for c in table.columns]
+    body = [[_escape(name) for name in cells.compared_names(table, row)]
+            + [_escape(cells.significance(row.comparisons.get(c), table.family.decimals)) for c in table.columns]
+            for row in rows]
+    return _grid(header, body, numbers=False, names=2 if table.blocks else 1)
+
+
+def significance_note(table: Table) -> str | None:
+    """One sentence where a table compares rows with a baseline but could test none of them."""
+    if table.family.significance and any(row.comparisons for row in table.rows) and not table.n_tested():
+        return table.untested_reason()
+    return None
+
+
+def baselines(table: Table) -> str:
+    if table.blocks and len(table.baseline_names) > 1:
+        return "the " + ", ".join(dict.fromkeys(row.variant for row in table.rows if row.is_baseline)) + " row of each grid point"
+    return ", ".join(table.baseline_names)
 
 
 def render(document: ReportDocument) -> str:
@@ -59,14 +75,19 @@ def render(document: ReportDocument) -> str:
     out += [f"- {name}: {value}" for name, value in document.provenance()]
     out.append("")
     out += render_claims.markdown(document.claims)
+    if document.search is not None:
+        out += render_search.markdown(document.search)
     if not document.tables:
         out += [document.no_tables_text(), ""]
     for number, table in enumerate(document.tables, start=1):
         out += [f"## {table.family.title}", "", f"*Table {number}.* {_escape(table.caption())}", "", main_table(table), ""]
+        note = significance_note(table)
+        if note:
+            out += [f"Significance: {_escape(note)}", ""]
         significance = significance_table(table)
         if significance:
-            out += [f"Against the baseline ({', '.join(table.baseline_names)}): difference of means, Holm-corrected "
-                    "p-value, Cohen's d, test and seeds:", "", significance, ""]
+            out += [f"Against the baseline ({baselines(table)}): difference of means, Holm-corrected p-value, "
+                    "Cohen's d, test and seeds:", "", significance, ""]
     if document.plots:
         out += ["## Plots", ""]
         for plot in document.plots:
@@ -80,4 +101,29 @@ def render(document: ReportDocument) -> str:
         out += [f"- {_escape(line)}" for line in outside] + [""]
     listing = document.trial_listing()
     out += ["## Trials", "", _grid(list(listing.columns), listing.to_numpy().tolist(), numbers=False), ""]
+    return "\n".join(out)
+
+
+def summary(document: ReportDocument) -> str:
+    """What the command line prints: the counts, a search's best, the headline table, what did not finish.
+    The whole report is in report.md / report.html (`orchestrator report --print` prints report.md)."""
+    out = [f"{document.study_name}: {document.counts()}."]
+    if document.search is not None:
+        out += render_search.lines(document.search)
+    if document.tables:
+        table = document.tables[0]
+        out += ["", f"{table.family.title} ({document.value_text}):", main_table(table, bold=False)]
+        tested = table.comparisons()
+        if table.n_tested():
+            significant = sum(comparison.significant for comparison in tested)
+            out.append(f"{significant} of {table.n_tested()} comparison(s) with the baseline significant "
+                       "(paired t-test, Holm-corrected, p < 0.05).")
+        elif significance_note(table):
+            out.append(f"Significance: {significance_note(table)}")
+    else:
+        out.append(document.no_tables_text())
+    unfinished = document.unfinished()
+    if unfinished:
+        out += ["", f"{len(unfinished)} trial(s) not finished:"] + [f"  {line}" for line in unfinished[:10]]
+        out += [f"  ... and {len(unfinished) - 10} more (see the report)"] if len(unfinished) > 10 else []
     return "\n".join(out)

@@ -16,9 +16,12 @@ from typing import Any
 import pandas as pd
 
 from ..planning.trials import Trial, expand
-from ..study import Study, load_study
-from ..tracking.store import SWEPT_TAG_PREFIX, TRIAL_ID_TAG, StudyStore, flatten
-from ..tracking.uri import resolve_tracking_uri
+from ..study import Study, StudyError, load_study
+from ..study.locate import names_a_file, study_file
+from ..tracking.store import STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG, StudyStore
+from ..tracking.params import effective_params
+from ..tracking.uri import choose_store
+from .layout import row_layout
 from .columns import CONFIG_PREFIX, IDENTITY_COLUMNS, MISSING, SERIES_METRICS, metric_columns
 from .metrics import higher_is_better
 
@@ -62,7 +65,9 @@ def _run_row(run) -> dict:
         "seed": int(tags.get("seed", 0)), "status": info.status, "baseline": tags.get("baseline") == "true",
         "row_index": int(tags.get("row_index", 0)), "in_study": False, "trial_id": tags.get(TRIAL_ID_TAG),
         "run_id": info.run_id, "run_name": info.run_name, "error": tags.get("error"),
-        "device": tags.get("device"), "data_hash": tags.get("data_hash"), "code_version": tags.get("code_version"),
+        "device": tags.get("device"), "precision": tags.get("precision"), "data_hash": tags.get("data_hash"),
+        "code_version": tags.get("code_version"), "stopped_early": tags.get(STOPPED_EARLY_TAG) == "true",
+        "template_id": tags.get(TEMPLATE_TAG), "block": "", "compare_with": None,
         "start_time": pd.Timestamp(info.start_time, unit="ms") if info.start_time else pd.NaT,
     }
     row.update({f"{CONFIG_PREFIX}{key}": _param_value(value) for key, value in run.data.params.items()})
@@ -86,7 +91,7 @@ def _select_values(store: StudyStore, frame: pd.DataFrame, choice: ValueChoice) 
         for index, run_id in frame["run_id"].items():
             if not isinstance(run_id, str):
                 continue
-            history = store.client.get_metric_history(run_id, column)
+            history = store.metric_history(run_id, column)
             if choice.kind == "step":
                 points = [m.value for m in history if m.step == choice.step]
                 frame.at[index, column] = points[-1] if points else float("nan")
@@ -98,24 +103,17 @@ def _select_values(store: StudyStore, frame: pd.DataFrame, choice: ValueChoice) 
 
 def study_results(store: StudyStore, study: Study | None = None, value: ValueChoice = ValueChoice()) -> pd.DataFrame:
     """One row per trial (see the module's docstring). With the study, rows follow the study file: its labels,
-    its row order, its baseline, and a MISSING row for every trial the store has no run for."""
-    by_trial: dict[str, list] = {}
-    for run in store.trial_runs():
-        by_trial.setdefault(run.data.tags.get(TRIAL_ID_TAG) or run.info.run_id, []).append(run)
-    rows = {trial_id: _run_row(_counting_run(runs)) for trial_id, runs in by_trial.items()}
-    expected: list[Trial] = expand(study) if study is not None else []
-    for trial in expected:
-        row = rows.get(trial.trial_id) or {"status": MISSING, "trial_id": trial.trial_id, "run_id": None,
-                                          **{f"{CONFIG_PREFIX}{k}": v for k, v in flatten(trial.config).items()},
-                                          **{f"{SWEPT_TAG_PREFIX}{k}": v for k, v in trial.overrides.items()}}
-        # The study file names the rows (a relabelled variant keeps its runs: identity is the config hash).
-        row.update(label=trial.label, variant=trial.variant, seed=trial.seed, baseline=trial.baseline,
-                   row_index=trial.index, in_study=True)
-        rows[trial.trial_id] = row
+    its row order, its baselines, and a MISSING row for every trial the store has no run for. A sampling
+    search's rows are its samples (`_search_rows`)."""
+    runs = store.trial_runs()
+    if study is not None and study.search.algorithm != "grid":
+        rows = _search_rows(runs, study)
+    else:
+        rows = _grid_rows(runs, study)
     if study is None:
-        for row in rows.values():
+        for row in rows:
             row["in_study"] = True
-    frame = pd.DataFrame(list(rows.values()))
+    frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=IDENTITY_COLUMNS)
     frame = _select_values(store, frame, value)
@@ -125,17 +123,69 @@ def study_results(store: StudyStore, study: Study | None = None, value: ValueCho
     return frame.reset_index(drop=True)
 
 
+def _grid_rows(runs: list, study: Study | None) -> list[dict]:
+    by_trial: dict[str, list] = {}
+    for run in runs:
+        by_trial.setdefault(run.data.tags.get(TRIAL_ID_TAG) or run.info.run_id, []).append(run)
+    rows = {trial_id: _run_row(_counting_run(group)) for trial_id, group in by_trial.items()}
+    expected: list[Trial] = expand(study) if study is not None else []
+    places = row_layout(study) if study is not None else {}
+    for trial in expected:
+        row = rows.get(trial.trial_id) or {"status": MISSING, "trial_id": trial.trial_id, "run_id": None,
+                                          **{f"{CONFIG_PREFIX}{k}": v for k, v in effective_params(trial.config).items()},
+                                          **{f"{SWEPT_TAG_PREFIX}{k}": v for k, v in trial.overrides.items()}}
+        # The study file names the rows (a relabelled variant keeps its runs: identity is the config hash).
+        place = places[trial.label]
+        row.update(label=trial.label, variant=trial.variant, seed=trial.seed, baseline=place.is_baseline,
+                   row_index=place.order, block=place.block, compare_with=place.compare_with, in_study=True)
+        rows[trial.trial_id] = row
+    return list(rows.values())
+
+
+def _search_rows(runs: list, study: Study) -> list[dict]:
+    """A search's samples: every run sampled from one of the study file's rows (its `template_id` tag; runs
+    logged before that tag existed: a row's variant), one row each in sampling order, labelled by their
+    sampled values (numbered where two samples drew the same). No MISSING rows: the samples are what ran."""
+    templates = expand(study)
+    ids, variants = {t.trial_id for t in templates}, {t.variant for t in templates}
+    rows, seen = [], {}
+    for order, run in enumerate(sorted(runs, key=lambda run: run.info.start_time or 0)):
+        row = _run_row(run)
+        template = row.get("template_id")
+        row["in_study"] = template in ids if template else row.get("variant") in variants
+        if row["in_study"]:
+            seen[row["label"]] = seen.get(row["label"], 0) + 1
+            if seen[row["label"]] > 1:
+                row["label"] = f"{row['label']} ({seen[row['label']]})"
+        row.update(row_index=order, baseline=False, block="", compare_with=None)
+        rows.append(row)
+    return rows
+
+
 def load_results(study: Study | str | Path, tracking_uri: str | None = None, value: str = "final") -> pd.DataFrame:
     """For notebooks: `load_results("studies/kernel_size.yaml")` -> one row per trial, config and metric columns.
 
-    `study` is a study file, a parsed Study, or just the study's name (then rows come from the store alone).
-    `tracking_uri` defaults like the command line's (MLFLOW_TRACKING_URI, else ./mlruns/mlflow.db)."""
-    parsed = study if isinstance(study, Study) else None
-    if parsed is None and (isinstance(study, Path) or str(study).endswith((".yaml", ".yml"))):
-        parsed = load_study(study)
+    `study` is a study file, a study's name (its file `studies/<name>.yaml` under the current folder when
+    there is one; else rows come from the store alone), or a parsed Study. `tracking_uri` defaults like the
+    command line's: MLFLOW_TRACKING_URI, else mlruns/mlflow.db in the study's project folder (the folder
+    holding its studies/ folder), so a study file is found with its store from any folder."""
+    parsed, path = (study, None) if isinstance(study, Study) else (None, _study_file_of(study))
+    if path is not None:
+        parsed = load_study(path)
     name = parsed.name if parsed is not None else str(study)
-    store = StudyStore.open(resolve_tracking_uri(tracking_uri), name)
+    chosen = choose_store(tracking_uri, path)
+    store = StudyStore.open(chosen.uri, name, chosen.how)
     return study_results(store, parsed, ValueChoice.parse(value))
+
+
+def _study_file_of(argument: str | Path) -> Path | None:
+    """The study file an argument names (study/locate.py's rule), or None for a name without a file."""
+    if names_a_file(argument):
+        return study_file(argument)
+    try:
+        return study_file(argument)
+    except StudyError:
+        return None
 
 
 def metric_history(store: StudyStore, frame: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -144,7 +194,7 @@ def metric_history(store: StudyStore, frame: pd.DataFrame, metric: str) -> pd.Da
     for _, trial in frame.iterrows():
         if not isinstance(trial.get("run_id"), str):
             continue
-        for point in store.client.get_metric_history(trial["run_id"], metric):
+        for point in store.metric_history(trial["run_id"], metric):
             rows.append({"label": trial["label"], "row_index": trial["row_index"], "seed": trial["seed"],
-                         "step": point.step, "value": point.value})
-    return pd.DataFrame(rows, columns=["label", "row_index", "seed", "step", "value"])
+                         "run_id": trial["run_id"], "step": point.step, "value": point.value})
+    return pd.DataFrame(rows, columns=["label", "row_index", "seed", "run_id", "step", "value"])

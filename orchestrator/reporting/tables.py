@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..tracking.store import SWEPT_TAG_PREFIX
 from .metrics import Family, headline_first
 from .stats import MIN_SEEDS, Comparison, Summary, apply_holm, compare, summarise
 
@@ -22,6 +21,8 @@ class Row:
     seeds_expected: int
     cells: dict[str, Summary]
     comparisons: dict[str, Comparison] = field(default_factory=dict)
+    block: str = ""  # the grid point of a study read in blocks (layout.py), else ""
+    variant: str = ""
 
     def ratio(self, column: str, baseline: "Row | None") -> float:
         if baseline is None or not baseline.cells[column].mean:
@@ -58,12 +59,24 @@ class Table:
     def baseline_names(self) -> list[str]:
         return list(dict.fromkeys(row.baseline_label for row in self.rows if row.baseline_label))
 
+    @property
+    def blocks(self) -> list[str]:
+        """The grid points the rows are grouped by (one block each), or [] for a study read row by row."""
+        names = list(dict.fromkeys(row.block for row in self.rows))
+        return names if len(names) > 1 or (names and names[0]) else []
+
     def best(self, column: str) -> set[str]:
-        means = {row.label: row.cells[column].mean for row in self.rows if row.cells[column].n}
-        if not means:
-            return set()
-        target = min(means.values()) if self.family.lower_is_better else max(means.values())
-        return {label for label, mean in means.items() if mean == target}
+        """The best rows of a column, within each block: none where fewer than two rows have a value or
+        all of them tie (ΔP at the training length is 0 by definition in every row)."""
+        best: set[str] = set()
+        for block in self.blocks or [""]:
+            means = {row.label: round(row.cells[column].mean, self.family.decimals) for row in self.rows
+                     if row.block == block and row.cells[column].n}
+            if len(means) < 2 or len(set(means.values())) == 1:
+                continue
+            target = min(means.values()) if self.family.lower_is_better else max(means.values())
+            best |= {label for label, mean in means.items() if mean == target}
+        return best
 
     def comparisons(self) -> list[Comparison]:
         return [c for row in self.rows for c in row.comparisons.values()]
@@ -71,24 +84,38 @@ class Table:
     def n_tested(self) -> int:
         return sum(c.tested for c in self.comparisons())
 
+    def untested_reason(self) -> str:
+        """Why no comparison of this table has a p-value: the seeds that finished, against the 3 a test needs."""
+        done = sorted({row.seeds_done for row in self.rows if row.comparisons or row.is_baseline})
+        seeds = f"{done[0]}" if len(done) == 1 else f"{done[0]}–{done[-1]}"
+        return (f"not tested. A paired t-test (its p-value and Cohen's d) needs at least {MIN_SEEDS} finished seeds "
+                f"of a row and of its baseline; these rows have {seeds}. Add seeds to the study (e.g. seeds: "
+                f"[0, 1, 2]) and run it again: finished trials are kept, only the new seeds run.")
+
     def caption(self) -> str:
         family = self.family
+        best = "Best per column within each block in bold" if self.blocks else "Best per column in bold"
         parts = [family.description + self.tail_text, f"Cells: {self.value_text}, mean ± std over seeds; "
-                 f"n = finished seeds / seeds in the study. Best per column in bold."]
+                 f"n = finished seeds / seeds in the study. {best} (none where the rows tie)."]
         if self.has_baseline:
             reference = self.header(self.reference)
             if family.compare == "ratio":
-                parts.append(f"ratio: the row's mean over the baseline's at {reference}; "
+                parts.append(f"ratio: the row's mean over its baseline's at {reference}; "
                              f"Δ: the same as a relative change.")
             else:
-                parts.append(f"Δ: the row's mean minus the baseline's at {reference}.")
+                parts.append(f"Δ: the row's mean minus its baseline's at {reference}.")
             names = ", ".join(self.baseline_names)
-            if family.significance:
+            if self.blocks and len(self.baseline_names) > 1:
+                variants = ", ".join(dict.fromkeys(row.variant for row in self.rows if row.is_baseline))
+                names = f"the {variants} row of each grid point"
+            if family.significance and self.n_tested():
                 parts.append(
                     f"Markers: difference from the baseline ({names}) by a paired t-test over matching seeds "
                     f"(Welch's t-test where fewer than {MIN_SEEDS} seeds match), p-values Holm-corrected over the "
                     f"{self.n_tested()} comparison(s) of this table: * p < 0.05, ** p < 0.01, *** p < 0.001; "
                     f"rows with fewer than {MIN_SEEDS} seeds are not tested (n < 3).")
+            else:  # untested: the report says why below the table
+                parts.append(f"Baseline: {names}.")
         return " ".join(parts)
 
     def display_delta(self, row: Row) -> float:
@@ -119,37 +146,34 @@ class Table:
         return pd.DataFrame.from_records(records)
 
 
-def baseline_rows(frame: pd.DataFrame, axis_keys: list[str]) -> dict[str, str | None]:
-    """Each row's baseline: the baseline variant's row at the same grid point (the only baseline row when
-    the study has no axes). Baseline rows themselves, and studies without a baseline, map to None."""
-    rows = frame.drop_duplicates("label")
-    baselines = rows[rows["baseline"]]
-    if len(baselines) == len(rows):  # no baseline marked (every cell is its own base)
-        return {label: None for label in rows["label"]}
-
-    def point(row) -> tuple:
-        return tuple(str(row.get(f"{SWEPT_TAG_PREFIX}{key}")) for key in axis_keys)
-
-    by_point = {point(row): row["label"] for _, row in baselines.iterrows()}
-    return {row["label"]: None if row["baseline"] else by_point.get(point(row)) for _, row in rows.iterrows()}
+def _compared_with(order: pd.DataFrame) -> dict[str, str | None]:
+    """Each row's baseline row: the frame's `compare_with` (from the study file, layout.py); for a frame
+    without it (runs read from the store alone), the only baseline row, if there is exactly one."""
+    if "compare_with" in order and order["compare_with"].notna().any():
+        return {row["label"]: (row["compare_with"] if isinstance(row["compare_with"], str) else None)
+                for _, row in order.iterrows()}
+    baselines = list(order.loc[order["baseline"].astype(bool), "label"])
+    only = baselines[0] if len(baselines) == 1 and len(order) > 1 else None
+    return {label: None if label == only else only for label in order["label"]}
 
 
-def build_table(family: Family, frame: pd.DataFrame, axis_keys: list[str], value_text: str,
-                tail_text: str = "") -> Table | None:
+def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text: str = "") -> Table | None:
     """`frame`: every in-study trial (any status); only FINISHED ones enter the numbers."""
     finished = frame[frame["status"] == "FINISHED"]
     columns = family.columns(finished)
     if not columns:
         return None
     order = frame.sort_values("row_index").drop_duplicates("label")
-    compare_with = baseline_rows(order, axis_keys)
+    compare_with = _compared_with(order)
     rows = []
     for _, info in order.iterrows():
         label = info["label"]
         mine = finished[finished["label"] == label].set_index("seed")
+        block = info.get("block") if isinstance(info.get("block"), str) else ""
         rows.append(Row(label=label, is_baseline=bool(info["baseline"]), baseline_label=compare_with[label],
                         seeds_done=len(mine), seeds_expected=int((frame["label"] == label).sum()),
-                        cells={column: summarise(mine[column]) for column in columns}))
+                        cells={column: summarise(mine[column]) for column in columns}, block=block,
+                        variant=str(info.get("variant") or label)))
     table = Table(family, columns, rows, value_text, tail_text)
     if family.significance:
         for row in rows:
@@ -163,12 +187,11 @@ def build_table(family: Family, frame: pd.DataFrame, axis_keys: list[str], value
     return table
 
 
-def build_tables(frame: pd.DataFrame, axis_keys: list[str], value_text: str, tail_text: str = "",
-                 headline: str = "ppl") -> list[Table]:
+def build_tables(frame: pd.DataFrame, value_text: str, tail_text: str = "", headline: str = "ppl") -> list[Table]:
     """One table per metric family the trials logged, the `headline` family (report.metric) first."""
     tables = []
     for family in headline_first(headline):
-        table = build_table(family, frame, axis_keys, value_text, tail_text if family.by_length else "")
+        table = build_table(family, frame, value_text, tail_text if family.by_length else "")
         if table is not None:
             tables.append(table)
     return tables

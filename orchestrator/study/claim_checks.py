@@ -50,8 +50,12 @@ def config_value(config: Any, dotted: str) -> Any:
 
 
 def baseline_variant(study: "Study") -> str | None:
+    """What 'baseline' names: `report.baseline` (a variant or a row) where set, as in the report's tables;
+    else the variant marked baseline: true."""
+    if study.report.baseline is not None:
+        return study.report.baseline
     marked = [variant.label for variant in study.variants if variant.baseline]
-    return marked[0] if marked else study.report.baseline
+    return marked[0] if marked else None
 
 
 def select(study: "Study", rows: list[tuple["Cell", Row]], name: str, where: dict[str, Any]) -> list[Row]:

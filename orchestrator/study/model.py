@@ -31,7 +31,7 @@ from dape_core.types import (FiniteFloat, NonEmptyStr, NonNegativeFloat, NonNega
 
 from .expect import Claim
 from .overrides import resolve
-from .rows import Cell, study_cells
+from .rows import Cell, comparisons, study_cells
 
 SECTIONS = ("model", "data", "train", "eval", "che", "distributed")  # dape_core.ExperimentConfig's sections
 # The report's metric families (orchestrator.reporting.metrics.FAMILIES), by the prefix of their columns.
@@ -157,8 +157,9 @@ class ReportSpec(_Strict):
     metric: ReportMetric = Field("ppl", description="The report's headline metric family, its first table: "
                                  "ppl (perplexity by length), delta_p (ΔP by length), accuracy (CHE tasks), "
                                  "time (ms per step, seconds). The other families follow.")
-    baseline: str | None = Field(None, description="Row label the others are compared against "
-                                 "(default: the variant marked baseline).")
+    baseline: str | None = Field(None, description="The rows' baseline: a variant's label (its row at each grid "
+                                 "point is the baseline of that point) or one row's label (the baseline of every "
+                                 "row); default: the variant marked baseline: true.")
 
 
 class Study(_Strict):
@@ -207,8 +208,10 @@ class Study(_Strict):
             raise ValueError("one_at_a_time: true needs 'axes' to vary")
         if self.report.baseline is not None:
             labels = [cell.label for cell in self.cells()]
-            if self.report.baseline not in labels:
-                raise ValueError(f"report.baseline {self.report.baseline!r} is not a row of this study; rows: {labels}")
+            variants = [variant.label for variant in self.variants]
+            if self.report.baseline not in labels + variants:
+                raise ValueError(f"report.baseline {self.report.baseline!r} is neither a variant nor a row of this "
+                                 f"study; variants: {variants}; rows: {labels}")
         overlap = set(self.axes) & set(self.zip)
         if overlap:
             raise ValueError(f"keys {sorted(overlap)} appear in both 'axes' and 'zip'; use one")
@@ -216,10 +219,13 @@ class Study(_Strict):
 
     @property
     def baseline_label(self) -> str | None:
-        if self.report.baseline:
-            return self.report.baseline
+        """The first baseline row (a grid has one per grid point: `comparisons`)."""
         marked = [cell.label for cell in self.cells() if cell.baseline]
         return marked[0] if marked else None
+
+    def comparisons(self) -> dict[str, str | None]:
+        """Each row's baseline row (None for baseline rows): within its grid point where rows are per point."""
+        return comparisons(self.cells())
 
     def cells(self) -> list[Cell]:
         """The study's rows before seeds: each variant (or the base alone) crossed with the swept points."""

@@ -39,16 +39,38 @@ def swept_points(study: "Study") -> list[dict[str, Any]]:
 def study_cells(study: "Study", variants: list["Variant"]) -> list[Cell]:
     """`variants`: the study's, or one standing for the base alone when it declares none."""
     points = swept_points(study)
-    cells = []
+    rows = []
     for index, variant in enumerate(variants):
         for number, point in enumerate(points):
             suffix = ", ".join(f"{key.split('.')[-1]}={value}" for key, value in point.items())
             label = f"{variant.label} ({suffix})" if suffix and study.variants else (suffix or variant.label)
             parts = [f"variants[{index}] ({variant.label})"] if study.variants else []
             parts += [f"{'zip' if key in study.zip else 'axes'}.{key}={value!r}" for key, value in point.items()]
-            # The baseline row: the baseline variant at its first swept point; without variants, the
-            # one-at-a-time centre point (a plain grid has no natural baseline).
-            baseline = number == 0 and (variant.baseline if study.variants else study.one_at_a_time)
-            cells.append(Cell(label=label, variant=variant.label, overrides={**variant.set, **point},
-                              baseline=baseline, where=" with ".join(parts) or "base", swept=dict(point)))
-    return cells
+            rows.append((variant, number, point, label, " with ".join(parts) or "base"))
+    labels = {label for _, _, _, label, _ in rows}
+    return [Cell(label=label, variant=variant.label, overrides={**variant.set, **point},
+                 baseline=_is_baseline(study, variant, number, label, labels), where=where, swept=dict(point))
+            for variant, number, point, label, where in rows]
+
+
+def _is_baseline(study: "Study", variant: "Variant", number: int, label: str, labels: set[str]) -> bool:
+    """A baseline row (see `comparisons`). `report.baseline` names a row, or a variant (its row at every
+    swept point); without it, the variant marked `baseline: true`, at every swept point; without variants,
+    the one-at-a-time centre point (a plain grid has no natural baseline)."""
+    reference = study.report.baseline
+    if reference is not None:
+        return label == reference if reference in labels else variant.label == reference
+    return variant.baseline if study.variants else number == 0 and study.one_at_a_time
+
+
+def comparisons(cells: list[Cell]) -> dict[str, str | None]:
+    """Each row's baseline row: the baseline row at the same swept point (a grid's rows are compared within
+    their grid point), else the only baseline row; None for baseline rows and where there is none."""
+    baselines = [cell for cell in cells if cell.baseline]
+    by_point = {_point(cell): cell.label for cell in baselines}
+    only = baselines[0].label if len(baselines) == 1 else None
+    return {cell.label: None if cell.baseline else by_point.get(_point(cell), only) for cell in cells}
+
+
+def _point(cell: Cell) -> tuple:
+    return tuple(sorted((key, repr(value)) for key, value in cell.swept.items()))

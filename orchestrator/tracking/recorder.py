@@ -1,27 +1,51 @@
 """The MLflow recorder: the listener of the trial events that writes them to the study's store, one nested
 child run per trial. It runs on the driver only, which makes the driver the single writer of the tracking
-store (an embedded SQLite store allows one)."""
+store (an embedded SQLite store allows one).
+
+A trial's run carries: its effective config as params (params.py: settings it does not read are "n/a",
+the resolved device and precision come with its final result), the values its row sweeps as tags, its
+metrics (`train_loss`, `val_loss` and `lr` by step; the final ones at the last step; the by-length series
+`ppl_by_length`, `delta_p_by_length`, `acc_by_length` whose step is the length), and the files that make its
+page self-explanatory (run_files.py): `trial_config.yaml` (a one-trial study file), `trial.log` and its
+data as dataset inputs.
+"""
 
 from __future__ import annotations
 
+import json
+import tempfile
 import time
 from pathlib import Path
 
-from ..execution.protocol import (CHECKPOINT_SET_ASIDE_KEY, PERIODIC_KEYS, STRING_RESULT_KEYS, final_metrics,
-                                  perplexity_by_length)
+from dape_core import ExperimentConfig
+from dape_core.applicability import unused_settings
+
+from ..execution.protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, LOG_KEY, PERIODIC_KEYS, SERIES,
+                                  STRING_RESULT_KEYS, final_metrics)
+from . import run_files
 from .events import (TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried,
                      TrialStarted)
-from .store import INTERRUPTED_TAG, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TRIAL_ID_TAG, StudyStore, flatten
+from .params import resolved_params, start_params
+from .store import INTERRUPTED_TAG, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG, StudyStore
 
 _TAG_LIMIT = 4000  # MLflow's tag values are bounded; reasons are cut to this
 
 
+def series(metrics: dict[str, float], prefix: str) -> dict[int, float]:
+    """{length: value} of the metrics named <prefix><length>."""
+    return {int(key[len(prefix):]): value for key, value in metrics.items()
+            if key.startswith(prefix) and key[len(prefix):].isdigit()}
+
+
 class MLflowRecorder(TrialListener):
-    def __init__(self, store: StudyStore, tags: dict[str, str]):
+    def __init__(self, store: StudyStore, tags: dict[str, str], resources: dict | None = None):
+        """`resources`: the study's cpus/gpus per trial, written into each trial's one-trial study file."""
         self.store = store
         self.common_tags = tags
+        self.resources = resources
         self.run_ids: dict[str, str] = {}  # event key -> MLflow run id
         self.worker_pids: dict[str, int] = {}
+        self.files = Path(tempfile.mkdtemp(prefix="orchestrator_run_files_"))
 
     def trial_started(self, event: TrialStarted) -> None:
         if event.key in self.run_ids:  # a retried trial keeps its run
@@ -33,10 +57,19 @@ class MLflowRecorder(TrialListener):
         # What this row changes on top of base (`swept.model.kernel_size` = "3"): MLflow's run table can
         # then be filtered and grouped by the swept values.
         tags.update({f"{SWEPT_TAG_PREFIX}{key}": str(value) for key, value in trial.overrides.items()})
-        self.run_ids[event.key] = self.store.create_trial_run(trial.run_name, tags, flatten(trial.config))
+        if trial.template_id:
+            tags[TEMPLATE_TAG] = trial.template_id
+        run_id = self.store.create_trial_run(trial.run_name, tags, start_params(trial.config))
+        self.run_ids[event.key] = run_id
+        unused = sorted(unused_settings(ExperimentConfig(**trial.config)))
+        text = run_files.trial_study_yaml(trial, self.store.study_name, self.resources, unused)
+        self.store.log_artifact(run_id, run_files.write_text(self.files / run_id, run_files.CONFIG_FILE, text))
 
     def trial_result(self, event: TrialResult) -> None:
         run_id, result, now = self.run_ids[event.key], event.result, int(time.time() * 1000)
+        if result.get(LOG_KEY):
+            self.store.log_artifact(run_id, run_files.write_text(self.files / run_id, run_files.LOG_FILE,
+                                                                 result[LOG_KEY]))
         if not event.final:
             if result.get(CHECKPOINT_SET_ASIDE_KEY):  # the trial found an unreadable checkpoint and started over
                 self.store.set_tags(run_id, {CHECKPOINT_SET_ASIDE_KEY: str(result[CHECKPOINT_SET_ASIDE_KEY])[:_TAG_LIMIT]})
@@ -49,12 +82,21 @@ class MLflowRecorder(TrialListener):
         if result.get("error"):
             self.store.set_tags(run_id, {"error": str(result["error"])[:_TAG_LIMIT]})
             return
+        self._final(run_id, event, now)
+
+    def _final(self, run_id: str, event: TrialResult, now: int) -> None:
+        result = event.result
         metrics = final_metrics(result)  # the periodic ones were logged step by step already
         self.store.log_metrics(run_id, metrics, step=event.step, timestamp_ms=now)
-        perplexity = perplexity_by_length(metrics)
-        if perplexity:
-            self.store.log_series(run_id, "ppl_by_length", perplexity, timestamp_ms=now)
+        for name, prefix in SERIES.items():
+            points = series(metrics, prefix)
+            if points:
+                self.store.log_series(run_id, name, points, timestamp_ms=now)
+        self.store.log_params(run_id, resolved_params(result))
         self.store.set_tags(run_id, {k: result[k] for k in STRING_RESULT_KEYS if result.get(k)})
+        if result.get(DATA_RECORD_KEY):
+            eval_split = None if event.trial.config.get("che") else event.trial.config["eval"]["split"]
+            self.store.log_inputs(run_id, run_files.dataset_inputs(json.loads(result[DATA_RECORD_KEY]), eval_split))
         for path in result.get("artifacts") or []:  # attention heat maps (on a cluster: if this disk sees them)
             if Path(path).is_file():
                 self.store.log_artifact(run_id, Path(path), "attention")

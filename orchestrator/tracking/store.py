@@ -1,8 +1,8 @@
-"""The study's tracking store: one MLflow experiment, its parent run, one nested child run per trial.
+"""A study's tracking store: its MLflow experiment, its parent run, one nested child run per trial.
 
 `StudyStore.create` is the writer's door (`orchestrator run`: creates the experiment if needed);
-`StudyStore.open` the reader's (plan, status, report, ui, `load_results`): it never creates anything and
-says clearly when the study has no store or no experiment there. Both find the parent run once.
+`StudyStore.open` the reader's (plan, status, report, ui, `load_results`): it never creates or changes
+anything and says clearly when the study has no store or no experiment there. Both find the parent run once.
 Only the driver process writes (trials report to Ray Tune, a Tune callback on the driver forwards to
 MLflow): an embedded SQLite store then has one writer per `orchestrator run`, and two runs of one study
 share its trials through leases (`leases.py`).
@@ -11,27 +11,28 @@ Before MLflow opens a store, both doors check it (`sqlite_file.py`: a damaged or
 folder that cannot be written; `client.probe_server`: a tracking server that does not answer) so that each
 of these fails at once in one paragraph. The experiments this tool creates carry the tag
 `orchestrator.study`; an experiment of the study's name without it belongs to someone else and is refused,
-never written into.
+never written into. A SQLite store is read without MLflow (readers.py); MLflow's client is made for writes.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Metric, Param, Run, RunTag
-from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
-
 from ..errors import ForeignExperiment, StoreUnusable
-from .client import DEFAULT_CONNECT_TIMEOUT_S, ReachabilityCheckedClient, probe_server
+from . import dashboard
+from .lookup import StudyNotFound, no_experiment, require_store  # noqa: F401  (their home before lookup.py)
+from .params import flatten  # noqa: F401  (its home before params.py)
+from .readers import ClientReader, SQLiteReader
 from .sqlite_file import check_folder_writable, check_readable, check_writable, store_lock
-from .uri import is_server, sqlite_path, store_missing
+from .uri import is_server, sqlite_path
 
 ROLE_TAG = "orchestrator.role"
 TRIAL_ID_TAG = "orchestrator.trial_id"
+TEMPLATE_TAG = "orchestrator.template_id"  # a sampled trial's row before sampling (its search's template)
 STUDY_TAG = "orchestrator.study"  # on runs, and on the experiments this tool created (their study's name)
 PARENT_TAG = "mlflow.parentRunId"
 STOPPED_EARLY_TAG = "stopped_early"  # a scheduler (ASHA) ended the trial before its last step
@@ -40,50 +41,30 @@ STALE_TAG = "orchestrator.stale"  # a run left RUNNING by an orchestrator that d
 SWEPT_TAG_PREFIX = "swept."  # swept.<dotted key> = the value a trial's row sets (variant override or axis point)
 
 
-class StudyNotFound(LookupError):
-    """The tracking store has no experiment for the study (never run there, or the wrong store)."""
-
-
-def require_store(tracking_uri: str) -> None:
-    """Raises StudyNotFound where an embedded store does not exist yet (reading must not create it)."""
-    missing = store_missing(tracking_uri)
-    if missing is not None:
-        raise StudyNotFound(f"no tracking store at {missing}: run the study first or pass --tracking-uri")
-
-
-def no_experiment(tracking_uri: str, study_name: str) -> StudyNotFound:
-    return StudyNotFound(f"the tracking store {tracking_uri} has no experiment {study_name!r}: "
-                         f"run the study there first or pass the store it ran in with --tracking-uri")
-
-
-def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
-    flat = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
-
-
 class StudyStore:
-    def __init__(self, tracking_uri: str, study_name: str, experiment_id: str, client: ReachabilityCheckedClient):
-        """Use `create` or `open`."""
+    def __init__(self, tracking_uri: str, study_name: str, experiment_id: str, client=None, reader=None):
+        """Use `create` or `open`. Reads go through `reader` (readers.py); MLflow's client, which every write
+        uses, is made on first use, so that a read-only command on a SQLite store never imports MLflow."""
         self.tracking_uri, self.study_name, self.experiment_id = tracking_uri, study_name, experiment_id
-        self.client = client
+        self._client = client
+        self.reader = reader or ClientReader(self.client)
         self.parent_run_id: str | None = self._find_parent()
 
+    @property
+    def client(self):
+        """MLflow's client (ReachabilityCheckedClient), made on first use."""
+        if self._client is None:
+            self._client = _client(self.tracking_uri)
+        return self._client
+
     @classmethod
-    def create(cls, tracking_uri: str, study_name: str,
-               connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> "StudyStore":
+    def create(cls, tracking_uri: str, study_name: str, connect_timeout: float | None = None) -> "StudyStore":
         """The study's experiment, created if it does not exist yet (with the SQLite file's folder).
         Raises StoreUnusable (a damaged, empty or unwritable store; ForeignExperiment: the name is taken by an
         experiment this tool did not create) or TrackingServerUnreachable, before writing anything."""
         path = sqlite_path(tracking_uri)
         if path is None:
-            if is_server(tracking_uri):
-                probe_server(tracking_uri, connect_timeout)
+            _probe_if_server(tracking_uri, connect_timeout)
             return cls._create_experiment(tracking_uri, study_name, _client(tracking_uri))
         check_folder_writable(path)
         with store_lock(path):  # one process at a time creates the tables and the experiment
@@ -91,47 +72,57 @@ class StudyStore:
             return cls._create_experiment(tracking_uri, study_name, _client(tracking_uri))
 
     @classmethod
-    def _create_experiment(cls, tracking_uri: str, study_name: str,
-                           client: ReachabilityCheckedClient) -> "StudyStore":
+    def _create_experiment(cls, tracking_uri: str, study_name: str, client) -> "StudyStore":
+        from mlflow.exceptions import MlflowException
+
         existing = client.get_experiment_by_name(study_name)
         if existing is None:
             # Keep a SQLite store's artifacts beside its file rather than in the current directory.
             path = sqlite_path(tracking_uri)
             artifact_location = (path.parent / "artifacts").as_uri() if path is not None else None
+            # The machine-learning kind: MLflow's UI then opens the experiment on its runs (tracking/dashboard.py).
+            tags = {STUDY_TAG: study_name, dashboard.EXPERIMENT_KIND_TAG: dashboard.TRAINING_KIND}
             try:
                 return cls(tracking_uri, study_name, client.create_experiment(
-                    study_name, artifact_location=artifact_location, tags={STUDY_TAG: study_name}), client)
+                    study_name, artifact_location=artifact_location, tags=tags), client)
             except MlflowException as error:  # another orchestrator on a server created it first
                 existing = client.get_experiment_by_name(study_name)
                 if existing is None:
                     raise error
-        if _ownership(client, existing, tracking_uri, study_name) == "legacy":
+        tags = dict(existing.tags)
+        if _ownership(ClientReader(client), existing.experiment_id, tags, tracking_uri, study_name) == "legacy":
             client.set_experiment_tag(existing.experiment_id, STUDY_TAG, study_name)
+        if tags.get(dashboard.EXPERIMENT_KIND_TAG) != dashboard.TRAINING_KIND:
+            client.set_experiment_tag(existing.experiment_id, dashboard.EXPERIMENT_KIND_TAG, dashboard.TRAINING_KIND)
         return cls(tracking_uri, study_name, existing.experiment_id, client)
 
     @classmethod
-    def open(cls, tracking_uri: str, study_name: str,
-             connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> "StudyStore":
-        """The study's experiment in an existing store; never creates or changes either. Raises StudyNotFound,
-        StoreUnusable or TrackingServerUnreachable."""
-        require_store(tracking_uri)
+    def open(cls, tracking_uri: str, study_name: str, chosen: str = "",
+             connect_timeout: float | None = None) -> "StudyStore":
+        """The study's experiment in an existing store; never creates or changes either. Raises StudyNotFound
+        (its message says how the store was `chosen`: tracking/uri.py's StoreChoice.how), StoreUnusable or
+        TrackingServerUnreachable. A SQLite store is read without MLflow (readers.py)."""
+        require_store(tracking_uri, chosen)
         path = sqlite_path(tracking_uri)
-        if is_server(tracking_uri):
-            probe_server(tracking_uri, connect_timeout)
-        with store_lock(path, exclusive=False) if path is not None else nullcontext():
-            if path is not None:  # inside the lock: a store being created is read once it is whole
-                check_readable(path)
+        if path is None:
+            _probe_if_server(tracking_uri, connect_timeout)
             client = _client(tracking_uri)
-            existing = client.get_experiment_by_name(study_name)
+            reader = ClientReader(client)
+            existing = reader.experiment(study_name)
+        else:
+            client = None
+            reader = SQLiteReader(path)
+            with store_lock(path, exclusive=False):  # a store being created is read once it is whole
+                check_readable(path)
+                existing = reader.experiment(study_name)
         if existing is None:
-            raise no_experiment(tracking_uri, study_name)
-        _ownership(client, existing, tracking_uri, study_name)
-        return cls(tracking_uri, study_name, existing.experiment_id, client)
+            raise no_experiment(tracking_uri, study_name, chosen)
+        _ownership(reader, existing[0], existing[1], tracking_uri, study_name)
+        return cls(tracking_uri, study_name, existing[0], client, reader)
 
     # --- the study's parent run ---------------------------------------------------------------------------
     def _find_parent(self) -> str | None:
-        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'study'",
-                                       max_results=1, order_by=["attributes.start_time DESC"])
+        runs = self.reader.runs(self.experiment_id, ROLE_TAG, "study")
         return runs[0].info.run_id if runs else None
 
     def start_parent(self, tags: dict[str, str]) -> str:
@@ -157,19 +148,30 @@ class StudyStore:
         if self.parent_run_id:
             self.client.set_terminated(self.parent_run_id, status=status)
 
+    def refresh_dashboard(self) -> None:
+        """(Re)write the experiment tags of the study's MLflow dashboard from the trials' metrics: the
+        machine-learning kind and the saved view that `orchestrator ui` opens (tracking/dashboard.py)."""
+        runs = [(set(run.data.metrics), run.data.tags) for run in self.trial_runs()]
+        now = int(time.time() * 1000)
+        for key, value in dashboard.dashboard_tags(dashboard.study_metrics(runs), now).items():
+            self.client.set_experiment_tag(self.experiment_id, key, value)
+
     def log_artifacts(self, folder: Path) -> None:
         if self.parent_run_id:
             self.client.log_artifacts(self.parent_run_id, str(folder))
 
     # --- reading the trials' runs ---------------------------------------------------------------------------
-    def trial_runs(self) -> list[Run]:
-        return self.client.search_runs(
-            [self.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'trial'", max_results=10000,
-        )
+    def trial_runs(self) -> list:
+        """Every trial run of the study (mlflow.entities.Run, or readers.StoredRun: the same fields)."""
+        return self.reader.runs(self.experiment_id, ROLE_TAG, "trial")
 
-    def latest_runs(self) -> dict[str, Run]:
+    def metric_history(self, run_id: str, key: str) -> list:
+        """A metric's every logged point (value, step, timestamp)."""
+        return self.reader.metric_history(run_id, key)
+
+    def latest_runs(self) -> dict:
         """Each trial identity's most recent run (a trial redone after a failure or a kill has several)."""
-        latest: dict[str, Run] = {}
+        latest: dict = {}
         for run in sorted(self.trial_runs(), key=lambda r: r.info.start_time or 0):
             latest[run.data.tags.get(TRIAL_ID_TAG)] = run
         return latest
@@ -196,6 +198,8 @@ class StudyStore:
         return len(stale)
 
     def create_trial_run(self, run_name: str, tags: dict[str, str], params: dict[str, Any]) -> str:
+        from mlflow.entities import Param
+
         run = self.client.create_run(self.experiment_id, run_name=run_name,
                                      tags={ROLE_TAG: "trial", STUDY_TAG: self.study_name,
                                            PARENT_TAG: self.parent_run_id, **tags})
@@ -203,14 +207,31 @@ class StudyStore:
         return run.info.run_id
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int, timestamp_ms: int) -> None:
+        from mlflow.entities import Metric
+
         if metrics:
             self.client.log_batch(run_id, metrics=[Metric(k, float(v), timestamp_ms, step) for k, v in metrics.items()])
 
     def log_series(self, run_id: str, name: str, points: dict[int, float], timestamp_ms: int) -> None:
         """One metric whose step is the x value (e.g. perplexity by evaluation length)."""
+        from mlflow.entities import Metric
+
         self.client.log_batch(run_id, metrics=[Metric(name, float(v), timestamp_ms, int(x)) for x, v in points.items()])
 
+    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        if params:
+            self.client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()])
+
+    def log_inputs(self, run_id: str, datasets: list) -> None:
+        """MLflow dataset inputs (mlflow.entities.DatasetInput) of a trial's run."""
+        if datasets:
+            self.client.log_inputs(run_id, datasets=datasets)
+
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
         self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     def end_trial_run(self, run_id: str, status: str) -> None:
@@ -220,28 +241,38 @@ class StudyStore:
         self.client.log_artifact(run_id, str(path), folder)
 
 
-def _ownership(client: ReachabilityCheckedClient, experiment, tracking_uri: str, study_name: str) -> str:
+def _ownership(reader, experiment_id: str, tags: dict[str, str], tracking_uri: str, study_name: str) -> str:
     """"owned" (tagged by this tool), "legacy" (made by an earlier version: it holds our study parent run, but
     no tag yet); raises ForeignExperiment for anyone else's, StoreUnusable for a deleted one."""
-    if experiment.lifecycle_stage == "deleted":
+    if reader.deleted(experiment_id):
         raise StoreUnusable(
             f"The tracking store {tracking_uri} has a deleted experiment named {study_name!r} (id "
-            f"{experiment.experiment_id}): restore it (mlflow experiments restore --experiment-id "
-            f"{experiment.experiment_id}), remove it for good (mlflow gc), or give the study another `name:`.")
-    if experiment.tags.get(STUDY_TAG) == study_name:
+            f"{experiment_id}): restore it (mlflow experiments restore --experiment-id {experiment_id}), "
+            "remove it for good (mlflow gc), or give the study another `name:`.")
+    if tags.get(STUDY_TAG) == study_name:
         return "owned"
-    ours = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'study'",
-                              max_results=1)
-    if ours and not experiment.tags.get(STUDY_TAG):
+    if not tags.get(STUDY_TAG) and reader.runs(experiment_id, ROLE_TAG, "study"):
         return "legacy"
     raise ForeignExperiment(
         f"The tracking store {tracking_uri} already has an experiment named {study_name!r} (id "
-        f"{experiment.experiment_id}) that this tool did not create (it lacks the tag {STUDY_TAG}={study_name}); "
+        f"{experiment_id}) that this tool did not create (it lacks the tag {STUDY_TAG}={study_name}); "
         "its runs are left alone. Give the study another `name:` in its file, or use another store with "
         "--tracking-uri. Nothing was run.")
 
 
-def _client(tracking_uri: str) -> ReachabilityCheckedClient:
+def _probe_if_server(tracking_uri: str, connect_timeout: float | None) -> None:
+    """A tracking server that does not answer fails now, in bounded time (client.probe_server)."""
+    if is_server(tracking_uri):
+        from .client import DEFAULT_CONNECT_TIMEOUT_S, probe_server
+
+        probe_server(tracking_uri, DEFAULT_CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout)
+
+
+def _client(tracking_uri: str):
+    from mlflow.tracking import MlflowClient
+
+    from .client import ReachabilityCheckedClient
+
     # With a server, MLflow prints a "View run at" link per finished run, which would interleave with the progress.
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     return ReachabilityCheckedClient(MlflowClient(tracking_uri), tracking_uri)

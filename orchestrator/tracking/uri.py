@@ -1,22 +1,47 @@
-"""Where a study's tracking store is: the `--tracking-uri` flag, else MLFLOW_TRACKING_URI, else the embedded
-SQLite store under ./mlruns. Only names and paths here: nothing imports MLflow."""
+"""Where a study's tracking store is: the `--tracking-uri` flag (`tracking_uri=` in Python), else
+MLFLOW_TRACKING_URI, else the embedded SQLite store `mlruns/mlflow.db` in the study's project folder (the
+folder holding its `studies/` folder, else the current folder: study/locate.py). Only names and paths
+here: nothing imports MLflow."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..study.locate import project_folder
+
 _SQLITE = "sqlite:///"
+ENV = "MLFLOW_TRACKING_URI"
 
 
 def default_tracking_uri(root: Path | None = None) -> str:
-    """The embedded store: SQLite under ./mlruns (MLflow 3 refuses the plain file store)."""
+    """The embedded store: SQLite under <root>/mlruns (MLflow 3 refuses the plain file store)."""
     folder = (root or Path.cwd()) / "mlruns"
     return f"{_SQLITE}{(folder / 'mlflow.db').resolve()}"
 
 
-def resolve_tracking_uri(flag: str | None) -> str:
-    return flag or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+@dataclass(frozen=True)
+class StoreChoice:
+    """A tracking URI and how it was chosen, so that an error can say what was tried."""
+
+    uri: str
+    how: str
+
+
+def choose_store(given: str | None, study_path: str | Path | None = None) -> StoreChoice:
+    if given:
+        return StoreChoice(given, "given")
+    if os.environ.get(ENV):
+        return StoreChoice(os.environ[ENV], f"from {ENV}")
+    folder = project_folder(study_path)
+    whose = f"of {study_path}" if study_path is not None else "of a study without its file"
+    return StoreChoice(default_tracking_uri(folder),
+                       f"the default store {whose}: mlruns/mlflow.db in its project folder {folder}; {ENV} is not set")
+
+
+def resolve_tracking_uri(flag: str | None, study_path: str | Path | None = None) -> str:
+    return choose_store(flag, study_path).uri
 
 
 def sqlite_path(tracking_uri: str) -> Path | None:

@@ -1,0 +1,69 @@
+"""Which settings of an experiment its run does not read: a config carries every field (with defaults), but
+a model without a score processor has no kernel, an encoding other than FIRE has no L₀, a CHE trial has
+no corpus. A record of the run (the orchestrator's MLflow params) marks these as not applicable, so that
+nobody reads the Kerple baseline as a kernel-3 run.
+
+The rule, field by field (dotted names as in `ExperimentConfig.to_dict()`):
+- model: without a processor, `kernel_size`, `d_dape`, `form`, `leak` and `attention_block_size` (training
+  then uses PyTorch's fused kernel); with `dape`, `kernel_size` (always 1x1); with a processor but no bias
+  encoding, `form` (the processor reads the scores alone); `rope_random_max` except for `rope_random`;
+  `fire_width` and `fire_l0` except for `fire`.
+- train: `val_tokens` without `eval_every` (no periodic validation).
+- eval: the timing warm-up and repetitions without `timing`.
+- data: the fields of the other sources (`pattern` and `separator` are for text and Hugging Face sources,
+  `dtype` and `chunk_tokens` for token files, `text_field` and `hf_split` for Hugging Face datasets,
+  `vocab_size` for token files).
+- a CHE trial (`che:` set) reads neither `data` nor `eval`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .experiment import ExperimentConfig
+
+# data fields read by each source besides the ones every source reads (tokenizer, eos_token, fractions, seed)
+_DATA_FIELDS_OF_SOURCE = {
+    "stdlib": {"max_files"},
+    "text": {"path", "pattern", "separator", "max_files"},
+    "tokens": {"path", "dtype", "chunk_tokens", "vocab_size"},
+    "hf_disk": {"path", "separator", "text_field", "hf_split", "max_files"},
+}
+_SOURCE_SPECIFIC = set().union(*_DATA_FIELDS_OF_SOURCE.values())
+
+
+def _model(cfg: "ExperimentConfig") -> set[str]:
+    model, unused = cfg.model, set()
+    if model.processor == "none":
+        unused |= {"kernel_size", "d_dape", "form", "leak", "attention_block_size"}
+    elif model.processor == "dape":
+        unused.add("kernel_size")
+    if model.processor != "none" and not model.has_bias:
+        unused.add("form")
+    if model.pos_encoding != "rope_random":
+        unused.add("rope_random_max")
+    if model.pos_encoding != "fire":
+        unused |= {"fire_width", "fire_l0"}
+    return {f"model.{name}" for name in unused}
+
+
+def _data(cfg: "ExperimentConfig") -> set[str]:
+    known = {f.name for f in fields(cfg.data)}
+    read = _DATA_FIELDS_OF_SOURCE.get(cfg.data.source, _SOURCE_SPECIFIC)
+    return {f"data.{name}" for name in (_SOURCE_SPECIFIC - read) & known}
+
+
+def unused_settings(cfg: "ExperimentConfig") -> set[str]:
+    """Dotted names of the settings `cfg` holds that its run does not read (see the module's docstring)."""
+    unused = _model(cfg)
+    if cfg.train.eval_every is None:
+        unused.add("train.val_tokens")
+    if cfg.che is not None:
+        sections = cfg.to_dict()
+        return unused | {f"{section}.{name}" for section in ("data", "eval") for name in sections[section]}
+    unused |= _data(cfg)
+    if not cfg.eval.timing:
+        unused |= {"eval.timing_warmup", "eval.timing_reps"}
+    return unused

@@ -1,0 +1,47 @@
+"""Where a study file is, and its project folder: the one rule every command and `load_results` follow.
+
+- A study argument is a path when that file exists or the argument ends in `.yaml`/`.yml`; otherwise it is
+  a study's name, looked up as `studies/<name>.yaml` under the current folder.
+- A study's project folder is the folder that holds its `studies/` folder (`/p` for `/p/studies/x.yaml`);
+  a study file elsewhere has the current folder as its project folder. The embedded tracking store
+  defaults to `<project folder>/mlruns/mlflow.db` (tracking/uri.py), so a study is found from any folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .problems import StudyError
+
+STUDIES_FOLDER = "studies"
+SUFFIXES = (".yaml", ".yml")
+
+
+def names_a_file(argument: str | Path) -> bool:
+    """True when the argument is a study file's path rather than a study's name."""
+    return Path(argument).is_file() or str(argument).endswith(SUFFIXES)
+
+
+def study_file(argument: str | Path, cwd: Path | None = None) -> Path:
+    """The study file an argument names (a path, or a name looked up in studies/); StudyError naming every
+    place tried when there is none."""
+    if names_a_file(argument):
+        path = Path(argument)
+        if not path.is_file():
+            raise StudyError(str(argument), [f"(file): no such study file ({path.resolve()})"])
+        return path
+    candidate = (cwd or Path.cwd()) / STUDIES_FOLDER / f"{argument}.yaml"
+    if candidate.is_file():
+        return candidate
+    raise StudyError(str(argument), [
+        f"(file): no such study: {argument!r} is neither a file nor a study in {candidate.parent} "
+        f"(tried {candidate}). Give the study file's path, or the name of a file in studies/."])
+
+
+def project_folder(study_path: str | Path | None, cwd: Path | None = None) -> Path:
+    """The folder holding the study file's `studies/` folder, else the current folder."""
+    if study_path is not None:
+        parent = Path(study_path).resolve().parent
+        if parent.name == STUDIES_FOLDER:
+            return parent.parent
+    return (cwd or Path.cwd()).resolve()

@@ -1,0 +1,147 @@
+"""Reading a study's runs: through MLflow's client, or, for an embedded SQLite store, straight from its tables.
+
+Importing MLflow takes longer than a read-only command may (`orchestrator plan`, `status`, `report`: several
+seconds of CPU for MLflow and SQLAlchemy). An embedded store is an SQLite file in MLflow's schema, whose
+tables for experiments, runs, tags, params and metrics have kept their shape since MLflow 1.x; the
+`SQLiteReader` reads those, read-only, with the standard library and returns the same run records as
+MLflow's client (tests/test_readers.py compares the two on a real store). Every write still goes through
+MLflow's client, and a tracking server is read through it too.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    run_name: str
+    status: str
+    start_time: int | None
+    end_time: int | None
+    experiment_id: str
+    artifact_uri: str | None = None
+
+
+@dataclass
+class RunData:
+    tags: dict[str, str] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)  # each metric's latest value
+
+
+@dataclass
+class StoredRun:
+    """A run as `mlflow.entities.Run` presents the parts the orchestrator reads: `info` and `data`."""
+
+    info: RunInfo
+    data: RunData
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    key: str
+    value: float
+    step: int
+    timestamp: int
+
+
+class SQLiteReader:
+    """Read-only access to an MLflow SQLite store (nothing is created or locked for writing)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with closing(sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=60)) as db:
+            return db.execute(sql, args).fetchall()
+
+    def experiment_ids(self) -> list[str]:
+        """Every active experiment of the store."""
+        return [str(row[0]) for row in self._query("SELECT experiment_id FROM experiments WHERE lifecycle_stage = "
+                                                   "'active' ORDER BY experiment_id")]
+
+    def experiment(self, name: str) -> tuple[str, dict[str, str]] | None:
+        """(experiment id, tags) of the experiment of that name, or None."""
+        found = self._query("SELECT experiment_id FROM experiments WHERE name = ? ORDER BY experiment_id", (name,))
+        if not found:
+            return None
+        experiment_id = found[0][0]
+        tags = dict(self._query("SELECT key, value FROM experiment_tags WHERE experiment_id = ?", (experiment_id,)))
+        return str(experiment_id), tags
+
+    def deleted(self, experiment_id: str) -> bool:
+        """Whether the experiment is in MLflow's trash (deleted, not yet removed for good)."""
+        found = self._query("SELECT lifecycle_stage FROM experiments WHERE experiment_id = ?", (experiment_id,))
+        return bool(found) and found[0][0] == "deleted"
+
+    def runs(self, experiment_id: str, tag: str, value: str) -> list[StoredRun]:
+        """The experiment's active runs whose tag `tag` is `value`, newest first (MLflow's default order)."""
+        rows = self._query(
+            "SELECT r.run_uuid, r.name, r.status, r.start_time, r.end_time, r.artifact_uri FROM runs r "
+            "JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ? AND t.value = ? "
+            "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active' ORDER BY r.start_time DESC, r.run_uuid",
+            (tag, value, int(experiment_id)))
+        runs = {row[0]: StoredRun(RunInfo(row[0], row[1] or "", row[2], row[3], row[4], experiment_id, row[5]),
+                                  RunData()) for row in rows}
+        if not runs:
+            return []
+        marks = ",".join("?" * len(runs))
+        ids = tuple(runs)
+        for run_id, key, text in self._query(f"SELECT run_uuid, key, value FROM tags WHERE run_uuid IN ({marks})", ids):
+            runs[run_id].data.tags[key] = text
+        for run_id, key, text in self._query(f"SELECT run_uuid, key, value FROM params WHERE run_uuid IN ({marks})", ids):
+            runs[run_id].data.params[key] = text
+        for run_id, key, number, is_nan in self._query(
+                f"SELECT run_uuid, key, value, is_nan FROM latest_metrics WHERE run_uuid IN ({marks})", ids):
+            runs[run_id].data.metrics[key] = math.nan if is_nan else float(number)
+        for run in runs.values():  # MLflow keeps the name in the mlflow.runName tag too
+            run.info.run_name = run.info.run_name or run.data.tags.get("mlflow.runName", "")
+        return list(runs.values())
+
+    def metric_history(self, run_id: str, key: str) -> list[MetricPoint]:
+        rows = self._query("SELECT value, step, timestamp, is_nan FROM metrics WHERE run_uuid = ? AND key = ? "
+                           "ORDER BY timestamp, step", (run_id, key))
+        return [MetricPoint(key, math.nan if is_nan else float(value), int(step), int(stamp))
+                for value, step, stamp, is_nan in rows]
+
+
+class ClientReader:
+    """The same reads through MLflow's client (a tracking server, or a store the writer already opened)."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def experiment_ids(self) -> list[str]:
+        return [experiment.experiment_id for experiment in self.client.search_experiments()]
+
+    def experiment(self, name: str) -> tuple[str, dict[str, str]] | None:
+        found = self.client.get_experiment_by_name(name)
+        return (found.experiment_id, dict(found.tags)) if found is not None else None
+
+    def deleted(self, experiment_id: str) -> bool:
+        return self.client.get_experiment(experiment_id).lifecycle_stage == "deleted"
+
+    def runs(self, experiment_id: str, tag: str, value: str) -> list:
+        return self.client.search_runs([experiment_id], filter_string=f"tags.`{tag}` = '{value}'", max_results=50000,
+                                       order_by=["attributes.start_time DESC"])
+
+    def metric_history(self, run_id: str, key: str) -> list:
+        return self.client.get_metric_history(run_id, key)
+
+
+def reader_for(tracking_uri: str) -> SQLiteReader | ClientReader:
+    """The store's reader: an embedded SQLite store read directly, anything else through MLflow's client."""
+    from .uri import sqlite_path
+
+    path = sqlite_path(tracking_uri)
+    if path is not None:
+        return SQLiteReader(path)
+    from mlflow.tracking import MlflowClient
+
+    return ClientReader(MlflowClient(tracking_uri))

@@ -1,0 +1,86 @@
+"""What a trial's MLflow run carries besides params and metrics, so that its page alone says how to reproduce
+it: the resolved config as a one-trial study file (`trial_config.yaml`), the trial's log (`trial.log`) and
+its data as MLflow dataset inputs (source, content hash as digest, split)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..planning.trials import Trial
+
+CONFIG_FILE = "trial_config.yaml"
+LOG_FILE = "trial.log"
+
+
+def trial_study(trial: Trial, study_name: str, resources: dict[str, Any] | None = None) -> dict:
+    """A study file with this one trial: its effective config as `base`, its label and seed. Expanding it
+    gives the same config, hence the same trial identity. The seed is `seeds:`, the only place a study file
+    may set train.seed (study validation), so `base` leaves it out."""
+    base = dict(trial.config)
+    if "train" in base:
+        base["train"] = {key: value for key, value in base["train"].items() if key != "seed"}
+    document = {"name": f"{study_name}-trial-{trial.trial_id}",
+                "description": f'Trial "{trial.run_name}" of study {study_name}, as it ran.',
+                "base": base, "variants": [{"label": trial.label}], "seeds": [trial.seed]}
+    if resources:
+        document["resources"] = resources
+    return document
+
+
+def trial_study_yaml(trial: Trial, study_name: str, resources: dict[str, Any] | None = None,
+                     unused: list[str] | None = None) -> str:
+    header = [f'# Trial "{trial.run_name}" of study {study_name} (trial id {trial.trial_id}): its effective',
+              "# config, every field resolved, as a one-trial study file.",
+              f"# Rerun it:     orchestrator run {CONFIG_FILE}   (same config, same trial id)",
+              "# From Python:  from dape_core import ExperimentConfig, run_experiment",
+              f"#               study = yaml.safe_load(open('{CONFIG_FILE}'))",
+              "#               study['base']['train']['seed'] = study['seeds'][0]",
+              "#               run_experiment(ExperimentConfig(**study['base']))"]
+    if unused:
+        header += textwrap.wrap(f"Not read by this trial (its params say n/a): {', '.join(sorted(unused))}", 108,
+                                initial_indent="# ", subsequent_indent="#   ")
+    body = yaml.safe_dump(trial_study(trial, study_name, resources), sort_keys=False, allow_unicode=True)
+    return "\n".join(header) + "\n" + body
+
+
+def write_text(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def dataset_inputs(record: dict, eval_split: str | None) -> list:
+    """MLflow dataset inputs of a trial's data record (dape_core's `ExperimentResult.data_record`): the
+    training split and the evaluated split, each a dataset named `<data>:<split>` whose digest is the
+    content hash of the text or token file, with its source and the split's size as profile."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    source = record.get("source", "unknown")
+    if source == "che":
+        dataset = Dataset(name=f"che:{record.get('task')}", digest=str(record.get("content_hash", ""))[:36],
+                          source_type="generated", source=json.dumps({k: record.get(k) for k in
+                                                                      ("task", "form", "train_max_length",
+                                                                       "test_lengths")}, default=str))
+        return [DatasetInput(dataset, [InputTag("mlflow.data.context", "training")])]
+    path = record.get("path")
+    name = "stdlib" if source == "stdlib" else Path(str(path)).name
+    where = {"uri": Path(str(path)).resolve().as_uri()} if path else {"python_stdlib": True}
+    inputs = []
+    for split, context in (("train", "training"), (eval_split, "evaluation")):
+        if not split:
+            continue
+        profile = {"split": split, "tokens": (record.get("tokens") or {}).get(split),
+                   "split_seed": record.get("split_seed"), "val_fraction": record.get("val_fraction"),
+                   "test_fraction": record.get("test_fraction"), "tokenizer": record.get("tokenizer"),
+                   "vocab_size": record.get("vocab_size")}
+        dataset = Dataset(name=f"{name}:{split}", digest=str(record.get("content_hash", "")),
+                          source_type="local" if path else "python-stdlib",
+                          source=json.dumps({**where, "source": source}), profile=json.dumps(profile))
+        inputs.append(DatasetInput(dataset, [InputTag("mlflow.data.context", context)]))
+    return inputs

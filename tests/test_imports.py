@@ -1,0 +1,45 @@
+"""Each command imports what it needs when it needs it: dape_core's config sections load without torch (a study
+file is validated at once), and its public names are all still there, loaded on first use."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def _loaded(code: str) -> str:
+    probe = f"import sys\n{code}\nprint(sorted(m for m in ('torch', 'mlflow', 'ray', 'pandas', 'matplotlib') if m in sys.modules))"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                          check=True).stdout.strip().splitlines()[-1]
+
+
+def test_config_sections_load_without_torch():
+    code = ("from dape_core import CheConfig, DataConfig, EvalConfig, ExperimentConfig, ModelConfig, TrainConfig, PRESETS\n"
+            "cfg = ExperimentConfig(model={'preset': 'tiny', 'pos_encoding': 'rope_random'}, train={'seq_len': 32},\n"
+            "                       eval={'lengths': [32, 64, 128]})\n"
+            "assert cfg.model.train_length == 32 and cfg.model.rope_random_max == 128\n"
+            "ExperimentConfig(che={'task': 'parity_check'})")
+    assert _loaded(code) == "[]"
+
+
+def test_validating_a_study_loads_neither_torch_nor_mlflow():
+    code = "from orchestrator import load_study, expand\nexpand(load_study('studies/position_encoding.yaml'))"
+    assert _loaded(code) == "[]"
+
+
+def test_the_public_api_is_unchanged():
+    import dape_core
+    import dape_core.data
+    import dape_core.evaluate
+    import dape_core.train
+
+    for package in (dape_core, dape_core.train, dape_core.data, dape_core.evaluate):
+        for name in package.__all__:
+            assert getattr(package, name) is not None, (package.__name__, name)
+        assert set(package.__all__) <= set(dir(package))
+    from dape_core import CheConfig
+    from dape_core.che.experiment import CheConfig as FromItsOldHome
+
+    assert CheConfig is FromItsOldHome
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        dape_core.nothing  # noqa: B018
