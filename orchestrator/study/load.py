@@ -20,6 +20,7 @@ from dape_core import ExperimentConfig
 
 from .claim_checks import claim_problems
 from .data_paths import study_data_problems
+from .locate import folder_problem
 from .model import Study
 from .overrides import apply_study_overrides
 from .problems import StudyError, format_pydantic
@@ -137,9 +138,7 @@ def read_study(path: str | Path) -> tuple[Any, list[str]]:
     """(the YAML document, its duplicate-key problems); StudyError for a file that cannot be read as YAML."""
     path = Path(path)
     if path.is_dir():
-        found = sorted(p.name for p in path.glob("*.y*ml"))[:8]
-        inside = f" (it holds {', '.join(found)})" if found else ""
-        raise StudyError(str(path), [f"(file): {path} is a folder, not a study file; name a YAML file{inside}"])
+        raise StudyError(str(path), [folder_problem(path)])
     if not path.is_file():
         raise StudyError(str(path), ["(file): no such study file"])
     try:

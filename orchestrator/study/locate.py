@@ -22,9 +22,18 @@ def names_a_file(argument: str | Path) -> bool:
     return Path(argument).is_file() or str(argument).endswith(SUFFIXES)
 
 
+def folder_problem(path: Path) -> str:
+    """What is wrong with a folder given where a study file was expected (and which files it holds)."""
+    found = sorted(p.name for p in path.glob("*.y*ml"))[:8]
+    inside = f" (it holds {', '.join(found)})" if found else ""
+    return f"(file): {path} is a folder, not a study file; name a YAML file{inside}"
+
+
 def study_file(argument: str | Path, cwd: Path | None = None) -> Path:
     """The study file an argument names (a path, or a name looked up in studies/); StudyError naming every
     place tried when there is none."""
+    if Path(argument).is_dir():
+        raise StudyError(str(argument), [folder_problem(Path(argument))])
     if names_a_file(argument):
         path = Path(argument)
         if not path.is_file():
