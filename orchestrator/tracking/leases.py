@@ -175,7 +175,8 @@ class LeaseBook:
                 pass
 
     def _delete(self, run_id: str) -> None:
-        try:
+        try:  # closed first: a store read without MLflow's filter on deleted runs sees no RUNNING lease left
+            self.store.client.set_terminated(run_id, status="FINISHED")
             self.store.client.delete_run(run_id)
         except MlflowException:  # another orchestrator deleted it first
             pass
