@@ -4,15 +4,16 @@ training curves. Each line is one study row: the mean over seeds, with a band of
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display on servers and in CI
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator  # noqa: E402
 
 from dape_core import PRESETS  # noqa: E402
@@ -21,6 +22,14 @@ from ..tracking.store import SWEPT_TAG_PREFIX  # noqa: E402
 from .tables import Table  # noqa: E402
 
 DPI = 110
+
+
+def _subplots(*grid: int, **options):
+    """`pyplot.subplots` without pyplot: a Figure of its own (no global figure registry to close, and
+    pyplot's import, most of a second, is left to the figures that need it: Optuna's)."""
+    figure_options = {key: options.pop(key) for key in ("figsize",) if key in options}
+    fig = Figure(**figure_options)
+    return fig, fig.subplots(*grid, **options)
 
 
 @dataclass
@@ -48,7 +57,9 @@ def _save(fig, folder: Path, name: str, panels: bool = False) -> Path:
     if panels:
         fig.tight_layout()
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:  # a figure pyplot made (Optuna's) stays in its registry until closed
+        pyplot.close(fig)
     return path
 
 
@@ -68,7 +79,7 @@ def _panels(count: int, width: float = 3.6, height: float = 3.0):
     """A grid of `count` small axes (one per grid point), four per line; the spare ones hidden."""
     columns = min(4, count)
     lines = math.ceil(count / columns)
-    fig, axes = plt.subplots(lines, columns, figsize=(width * columns, height * lines), squeeze=False)
+    fig, axes = _subplots(lines, columns, figsize=(width * columns, height * lines), squeeze=False)
     for ax in axes.flat[count:]:
         ax.set_visible(False)
     return fig, list(axes.flat[:count])
@@ -88,7 +99,7 @@ def by_length(table: Table, finished: pd.DataFrame, folder: Path) -> Plot:
     family = table.family
     metric = "perplexity" if family.key == "perplexity" else family.title.split(" by ")[0]
     blocks = table.blocks or [""]
-    fig, axes = _panels(len(blocks)) if table.blocks else plt.subplots(figsize=(7.2, 4.4))
+    fig, axes = _panels(len(blocks)) if table.blocks else _subplots(figsize=(7.2, 4.4))
     axes = axes if table.blocks else [axes]
     for ax, block in zip(axes, blocks):
         lengths = _draw_by_length(ax, table, [row for row in table.rows if row.block == block], bool(table.blocks))
@@ -155,7 +166,7 @@ def versus_swept(key: str, table: Table, finished: pd.DataFrame, folder: Path) -
     values = _ordered_values(name_of, with_key[key].tolist())
     numeric = all(isinstance(v, (int, float)) for v in values)
     position = {v: (v if numeric else i) for i, v in enumerate(values)}
-    fig, axes = plt.subplots(1, len(columns), figsize=(4.4 * len(columns), 3.8), squeeze=False)
+    fig, axes = _subplots(1, len(columns), figsize=(4.4 * len(columns), 3.8), squeeze=False)
     for ax, column in zip(axes[0], columns):
         groups = with_key.groupby([with_key[k].astype(str) for k in others], dropna=False) if others else [((), with_key)]
         for group_key, group in groups:
@@ -188,7 +199,7 @@ def training_curves(history: pd.DataFrame, rows: list[tuple[str, bool, str, str]
         return None
     blocks = list(dict.fromkeys(block for _, _, block, _ in rows))
     in_blocks = len(blocks) > 1
-    fig, axes = _panels(len(blocks)) if in_blocks else plt.subplots(figsize=(7.2, 4.2))
+    fig, axes = _panels(len(blocks)) if in_blocks else _subplots(figsize=(7.2, 4.2))
     axes = axes if in_blocks else [axes]
     for ax, block in zip(axes, blocks):
         for label, is_baseline, row_block, variant in rows:
