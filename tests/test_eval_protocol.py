@@ -19,12 +19,7 @@ from dape_core.evaluate import (EvalConfig, attention_rows, delta_p, forward_flo
 TINY = {"preset": "tiny", "d_dape": 8}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -19,13 +19,7 @@ from dape_core.train.loop import TIMING_WARMUP_STEPS, median_step_ms
 TINY_MODEL = {"preset": "tiny", "pos_encoding": "kerple", "processor": "dapev2", "d_dape": 8}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One torch thread: on a shared 2-core machine, two spinning threads per process are many times slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

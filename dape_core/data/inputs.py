@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from .sources import glob_root
+
 FORMATS = ("auto", "text", "jsonl", "parquet", "hf_disk")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 DEFAULT_PATTERNS = ("**/*.txt", "**/*.jsonl", "**/*.jsonl.gz", "**/*.jsonl.zst", "**/*.parquet")
@@ -75,15 +77,6 @@ def _is_saved_dataset(path: Path) -> bool:
     return path.is_dir() and any((path / marker).is_file() for marker in HF_DISK_MARKERS)
 
 
-def _glob_root(pattern: Path) -> Path:
-    fixed = []
-    for part in pattern.parts:
-        if glob.has_magic(part):
-            break
-        fixed.append(part)
-    return Path(*fixed) if fixed else Path(".")
-
-
 def _folder_files(folder: Path, patterns: tuple[str, ...]) -> list[Path]:
     found = {p for pattern in patterns for p in folder.glob(pattern) if p.is_file()}
     if not found:
@@ -113,7 +106,7 @@ def expand_inputs(inputs: list[str], patterns: tuple[str, ...] | None = None,
         elif path.is_dir():
             root, files = path, _folder_files(path, patterns or DEFAULT_PATTERNS)
         elif glob.has_magic(spec):
-            root = _glob_root(path)
+            root = glob_root(path)
             files = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
             if not files:
                 raise FileNotFoundError(f"input glob {spec!r} matches no file")

@@ -56,7 +56,7 @@ def text_files(cfg: DataConfig) -> tuple[Path, list[Path]]:
     elif glob.has_magic(cfg.path):
         files = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
         where = f"glob {cfg.path!r}"
-        root = _glob_root(path)
+        root = glob_root(path)
     else:
         raise FileNotFoundError(f"data.path: {path} does not exist")
     if not files:
@@ -64,7 +64,7 @@ def text_files(cfg: DataConfig) -> tuple[Path, list[Path]]:
     return root, files
 
 
-def _glob_root(pattern: Path) -> Path:
+def glob_root(pattern: Path) -> Path:
     """The part of a glob before its first wildcard: document keys are relative to it."""
     fixed = []
     for part in pattern.parts:
