@@ -43,3 +43,11 @@ def test_the_public_api_is_unchanged():
     assert CheConfig is FromItsOldHome
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         dape_core.nothing  # noqa: B018
+
+
+def test_the_driver_of_a_run_loads_no_torch():
+    # Only the trials' processes train: the driver imports the trial function for Ray Tune, not the training code
+    # (seconds at every `orchestrator run`). Tune's TensorBoard logger, which imports torch, is switched off at fit.
+    code = "import orchestrator.execution.runner, orchestrator.execution.ray_tune, orchestrator.execution.local"
+    loaded = _loaded(code)
+    assert "torch" not in loaded and "ray" in loaded and "mlflow" in loaded, loaded

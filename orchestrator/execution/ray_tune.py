@@ -106,6 +106,9 @@ def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storag
     # result, and validation metrics every eval_every steps. Tune's strict check would reject the others.
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours stops the trials instead (interrupt.py)
+    # MLflow is the record of every result: Tune's own CSV/JSON/TensorBoard files would only copy it, and its
+    # TensorBoard logger alone loads torch into this driver (seconds at every start).
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     sampling = study.search.algorithm != "grid"
     payloads = [trial.payload() for trial in trials]
     param_space: dict = {"trial": tune.grid_search(payloads) if len(payloads) > 1 or not sampling else payloads[0]}

@@ -9,9 +9,11 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from dape_core import ExperimentConfig, NonFiniteLossError, run_experiment
+# Only torch-free names at import: the driver imports this module (Ray Tune needs the function), but only the
+# trial's process trains, so `execute` imports the training code (torch) when it runs.
+from dape_core import ExperimentConfig
 from dape_core.data import anchored
-from dape_core.train import CheckpointStore, TrainerCallback
+from dape_core.train.callbacks import TrainerCallback
 
 from ..planning.trials import materialize
 from .protocol import CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, FINAL_FLAG, LOG_KEY
@@ -69,6 +71,9 @@ def execute(tune_config: dict, report: Report, threads: int, all_ranks: bool = F
     empty one where the rank is not 0, since rank 0 alone evaluates). A failing worker does not report its
     log (the others could not match the call); Ray Train's error names the failure.
     """
+    from dape_core import NonFiniteLossError, run_experiment
+    from dape_core.train import CheckpointStore
+
     trial = materialize(tune_config)
     experiment = ExperimentConfig(**trial.config)
     if tune_config.get("launch_dir") and experiment.che is None:
