@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -109,6 +110,8 @@ def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storag
     # MLflow is the record of every result: Tune's own CSV/JSON/TensorBoard files would only copy it, and its
     # TensorBoard logger alone loads torch into this driver (seconds at every start).
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    # ... so the result grid Tune builds at the end finds no result files: its warning about them is not ours.
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     sampling = study.search.algorithm != "grid"
     payloads = [trial.payload() for trial in trials]
     param_space: dict = {"trial": tune.grid_search(payloads) if len(payloads) > 1 or not sampling else payloads[0]}
