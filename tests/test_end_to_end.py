@@ -56,6 +56,9 @@ def test_study_runs_logs_reports_and_resumes(tmp_path, local_ray):
         series = client.get_metric_history(run.info.run_id, "ppl_by_length")
         assert sorted(m.step for m in series) == [32, 64, 128]
         assert run.data.tags["data_hash"]
+    # Two trials at a time on two CPUs: the last two run in the processes the first two finished in (Tune reuses
+    # them, so torch and the corpus load once per process).
+    assert len({run.data.tags["worker_pid"] for run in runs}) == 2
 
     report = (tmp_path / "reports" / "tiny_e2e" / "report.md").read_text()
     perplexity_table = report.split("## Perplexity by evaluation length", 1)[1].split("\n\n")[2]

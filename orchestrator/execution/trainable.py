@@ -155,4 +155,19 @@ def run_trial(config: dict) -> None:
     def report(metrics: dict) -> None:
         tune.report({**metrics, "ray_node_id": ray.get_runtime_context().get_node_id()} if metrics.get(FINAL_FLAG) else metrics)
 
-    execute(config, report, threads)
+    try:
+        execute(config, report, threads)
+    finally:
+        _release_gpu_memory()
+
+
+def _release_gpu_memory() -> None:
+    """The process may run the study's next trial (Tune reuses it): hand this trial's cached GPU blocks back, so
+    that a larger model next finds the memory a fresh process would."""
+    import gc
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        gc.collect()
+        torch.cuda.empty_cache()
