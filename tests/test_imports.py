@@ -51,3 +51,12 @@ def test_the_driver_of_a_run_loads_no_torch():
     code = "import orchestrator.execution.runner, orchestrator.execution.ray_tune, orchestrator.execution.local"
     loaded = _loaded(code)
     assert "torch" not in loaded and "ray" in loaded and "mlflow" in loaded, loaded
+
+
+def test_a_trial_process_builds_and_runs_a_model_without_loading_dynamo():
+    # torch._dynamo costs seconds to import: only torch.compile (or the fused path's first call) needs it.
+    code = ("import sys, torch\nfrom dape_core import ModelConfig, build_model\n"
+            "model = build_model(ModelConfig(preset='tiny', processor='dapev2', kernel_size=3))\n"
+            "model(torch.zeros(1, 8, dtype=torch.long))\nprint('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.splitlines()[0] == "False", out.stdout

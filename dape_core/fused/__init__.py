@@ -117,9 +117,16 @@ def fused_attention(layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
     return _apply(spec, q, k, v, table, *pack_weights(processor, spec))
 
 
-@torch.compiler.disable
-def _apply(spec, q, k, v, table, *weights):
-    """Outside torch.compile's graphs: the compiled model calls the kernels as they are."""
-    from .launch import FusedDapeAttention
+_OUTSIDE_GRAPHS = None
 
-    return FusedDapeAttention.apply(spec, q, k, v, table, *weights)
+
+def _apply(spec, q, k, v, table, *weights):
+    """Outside torch.compile's graphs: the compiled model calls the kernels as they are. The wrapper is made on
+    first use, not at import: `torch.compiler.disable` imports torch._dynamo (seconds in every trial process,
+    which most trials, on CPU, never need)."""
+    global _OUTSIDE_GRAPHS
+    if _OUTSIDE_GRAPHS is None:
+        from .launch import FusedDapeAttention
+
+        _OUTSIDE_GRAPHS = torch.compiler.disable(FusedDapeAttention.apply)
+    return _OUTSIDE_GRAPHS(spec, q, k, v, table, *weights)
