@@ -12,6 +12,9 @@ Layout, in the trial's checkpoint folder (beside the single-file `trainer.pt` of
 
 `latest` is replaced (atomically, by rank 0) only after every rank has written its part, so a run killed
 mid-save resumes from the previous complete checkpoint; older folders are deleted after that.
+
+DCP is imported by the functions that use it: every one-worker trial asks whether sharded checkpoints exist,
+and importing DCP for that would cost it two seconds.
 """
 
 from __future__ import annotations
@@ -21,10 +24,7 @@ import shutil
 from pathlib import Path
 
 import torch
-import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_model_state_dict,
-                                                     set_optimizer_state_dict, set_state_dict)
 
 from .distributed import World, unwrap
 
@@ -61,6 +61,9 @@ class ShardedCheckpoints:
     def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, rank_state: dict,
              world: World) -> Path:
         """Collective: every rank calls it at the same step."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
         folder = self.directory / f"step_{step:06d}"
         if world.is_main and folder.exists():  # left by a run killed while writing this very step
             shutil.rmtree(folder)
@@ -84,6 +87,9 @@ class ShardedCheckpoints:
         """Load the latest checkpoint into `model` and `optimizer` (resharded for this world) and return
         (meta, this rank's RNG state). A rank beyond the writers' count takes rank 0's RNG state: the
         batch source and the torch RNG are the same on every rank by construction."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
         from .checkpoint import CheckpointMismatchError
 
         folder = self.latest()
@@ -110,6 +116,8 @@ class ShardedCheckpoints:
 def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
     """A one-worker checkpoint (`trainer.pt`: full tensors, the optimizer state keyed by parameter index)
     into a wrapped model and its optimizer: every rank reads the whole file and keeps its part."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
     options = StateDictOptions(full_state_dict=True)
     set_model_state_dict(model, state["model"], options=options)
     names = {id(parameter): name for name, parameter in unwrap(model).named_parameters()}
