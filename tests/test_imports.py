@@ -53,8 +53,8 @@ def test_the_driver_of_a_run_loads_no_torch():
     assert "torch" not in loaded and "ray" in loaded and "mlflow" in loaded, loaded
 
 
-def test_a_trial_process_builds_and_runs_a_model_without_loading_dynamo():
-    # torch._dynamo costs seconds to import: only torch.compile (or the fused path's first call) needs it.
+def test_building_and_running_a_model_does_not_load_dynamo():
+    # torch._dynamo costs seconds to import: only torch.compile, AdamW or the fused path's first call need it.
     code = ("import sys, torch\nfrom dape_core import ModelConfig, build_model\n"
             "model = build_model(ModelConfig(preset='tiny', processor='dapev2', kernel_size=3))\n"
             "model(torch.zeros(1, 8, dtype=torch.long))\nprint('torch._dynamo' in sys.modules)")

@@ -122,8 +122,8 @@ _OUTSIDE_GRAPHS = None
 
 def _apply(spec, q, k, v, table, *weights):
     """Outside torch.compile's graphs: the compiled model calls the kernels as they are. The wrapper is made on
-    first use, not at import: `torch.compiler.disable` imports torch._dynamo (seconds in every trial process,
-    which most trials, on CPU, never need)."""
+    first use, not at import: `torch.compiler.disable` imports torch._dynamo (4 s on a busy CPU), which a process
+    that only builds and evaluates models never needs (training loads it anyway: torch's AdamW imports it)."""
     global _OUTSIDE_GRAPHS
     if _OUTSIDE_GRAPHS is None:
         from .launch import FusedDapeAttention
