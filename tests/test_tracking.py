@@ -3,6 +3,7 @@ with its listeners, on a real SQLite MLflow store (no Ray: the events are fed as
 
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -72,7 +73,10 @@ class Recording(TrialListener):
         self.seen.append(("retried", event.trial.label, event.attempt))
 
 
-def test_events_say_what_an_end_means_and_the_recorder_writes_them(tmp_path):
+def test_events_say_what_an_end_means_and_the_recorder_writes_them(tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"  # the temporary folder the recorder writes its files through
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     a, b = expand(parse_study(STUDY))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     store = StudyStore.create(uri, "events")
@@ -107,6 +111,8 @@ def test_events_say_what_an_end_means_and_the_recorder_writes_them(tmp_path):
     assert run_a.data.params["train.steps"] == "4" and run_a.data.tags["device"] == "cpu"
     assert {m.step: m.value for m in client.get_metric_history(run_a.info.run_id, "ppl_by_length")} == {64: 9.0, 128: 9.5}
     assert run_b.info.status == "FAILED" and run_b.data.tags["error"].startswith("NonFiniteLossError")
+    assert "trial_config.yaml" in {artifact.path for artifact in client.list_artifacts(run_a.info.run_id)}
+    assert list(scratch.iterdir()) == []  # nothing left behind in the temporary folder
 
 
 def test_an_end_without_a_final_result_is_an_early_stop(tmp_path):

@@ -45,7 +45,6 @@ class MLflowRecorder(TrialListener):
         self.resources = resources
         self.run_ids: dict[str, str] = {}  # event key -> MLflow run id
         self.worker_pids: dict[str, int] = {}
-        self.files = Path(tempfile.mkdtemp(prefix="orchestrator_run_files_"))
 
     def trial_started(self, event: TrialStarted) -> None:
         if event.key in self.run_ids:  # a retried trial keeps its run
@@ -63,13 +62,17 @@ class MLflowRecorder(TrialListener):
         self.run_ids[event.key] = run_id
         unused = sorted(unused_settings(ExperimentConfig(**trial.config)))
         text = run_files.trial_study_yaml(trial, self.store.study_name, self.resources, unused)
-        self.store.log_artifact(run_id, run_files.write_text(self.files / run_id, run_files.CONFIG_FILE, text))
+        self._log_text(run_id, run_files.CONFIG_FILE, text)
+
+    def _log_text(self, run_id: str, name: str, text: str) -> None:
+        """`text` as the run's artifact `name`, through a file that is gone once the store has its copy."""
+        with tempfile.TemporaryDirectory(prefix="orchestrator_run_file_") as folder:
+            self.store.log_artifact(run_id, run_files.write_text(Path(folder), name, text))
 
     def trial_result(self, event: TrialResult) -> None:
         run_id, result, now = self.run_ids[event.key], event.result, int(time.time() * 1000)
         if result.get(LOG_KEY):
-            self.store.log_artifact(run_id, run_files.write_text(self.files / run_id, run_files.LOG_FILE,
-                                                                 result[LOG_KEY]))
+            self._log_text(run_id, run_files.LOG_FILE, result[LOG_KEY])
         if not event.final:
             if result.get(CHECKPOINT_SET_ASIDE_KEY):  # the trial found an unreadable checkpoint and started over
                 self.store.set_tags(run_id, {CHECKPOINT_SET_ASIDE_KEY: str(result[CHECKPOINT_SET_ASIDE_KEY])[:_TAG_LIMIT]})
