@@ -165,9 +165,9 @@ def _release_gpu_memory() -> None:
     """The process may run the study's next trial (Tune reuses it): hand this trial's cached GPU blocks back, so
     that a larger model next finds the memory a fresh process would."""
     import gc
-    import sys
 
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
+    import torch  # loaded already: the trial trained in this process
+
+    if torch.cuda.is_initialized():
         gc.collect()
         torch.cuda.empty_cache()
