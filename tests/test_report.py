@@ -1,8 +1,12 @@
 """The report of a tiny real study (2 rows x 3 seeds through Ray Tune into MLflow), checked against the same
 numbers computed directly from the MLflow store with pandas and scipy."""
 
+import os
 import re
 import shutil
+import subprocess
+import sys
+import time
 import typing
 
 import pandas as pd
@@ -294,6 +298,24 @@ def test_report_command(built, tmp_path):
     assert "--tracking-uri URI" in missing.output and "tracking_uri=" not in missing.output
     bad = runner.invoke(app, ["report", str(built.study_file), "--tracking-uri", built.tracking_uri, "--value", "last"])
     assert bad.exit_code == 2 and "'final', 'best' or 'step:N'" in bad.output
+
+
+def test_reports_of_one_study_written_at_once_all_succeed(built, tmp_path):
+    """Two orchestrators of one study end together and each writes the study's report into the same folder
+    (test_resilience's two runs at once): one's clearing plots/ took the figures from under the other's
+    writing them, and it stopped with FileNotFoundError. Four `orchestrator report` at once must all succeed."""
+    command = [sys.executable, "-m", "orchestrator", "report", str(built.study_file), "--tracking-uri",
+               built.tracking_uri, "--reports-dir", str(tmp_path)]
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    procs = []
+    for _ in range(4):  # half a second apart: one clears plots/ while another writes its figures
+        procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
+        time.sleep(0.5)
+    outputs = [proc.communicate(timeout=300)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0, 0, 0], outputs
+    folder = tmp_path / "tiny_report"
+    assert {"report.md", "report.html", "tables.tex", "results.csv"} <= {p.name for p in folder.iterdir()}
+    assert (folder / "plots" / "perplexity_vs_length.png").stat().st_size > 0
 
 
 def test_one_rule_finds_a_study_and_its_store_from_any_folder(built, tmp_path, monkeypatch):

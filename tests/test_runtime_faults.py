@@ -18,6 +18,8 @@ from mlflow.tracking import MlflowClient
 from orchestrator import expand, parse_study
 from orchestrator.cli import main
 from orchestrator.execution.cluster import fits, require_placeable, trial_bundles
+from orchestrator.execution.leased import run_leased
+from orchestrator.execution.runner import select_trials
 from orchestrator.errors import ResourcesUnavailable
 from orchestrator.tracking import StudyStore
 from orchestrator.tracking.leases import HEARTBEAT_TAG, LeaseBook
@@ -246,6 +248,30 @@ def test_two_orchestrators_claiming_at_once_never_hold_one_trial_together(tmp_pa
     assert first | second == trials  # and none lost: what one gave back while contested, the other kept
     for book in books:
         book.close()
+
+
+def test_a_trial_finished_and_given_back_before_the_claim_is_not_run_again(tmp_path):
+    """The second of two orchestrators reads its to-do list, then claims: a trial the first finished and gave
+    back in between is done, not run a second time (it was, when the first ended while the second started)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    study = parse_study({"name": "faulty", "base": BASE, "axes": {"model.n_layer": [1, 2]}})
+    done_by_first, left = expand(study)
+    first = StudyStore.create(uri, "faulty")
+    first.start_parent({"code_version": "test"})
+    with LeaseBook(first, heartbeat_s=1) as first_leases:
+        first_leases.acquire({done_by_first.trial_id})
+        second = StudyStore.create(uri, "faulty")
+        todo, _ = select_trials(study, second)  # the second reads the store while the first trains
+        assert [trial.trial_id for trial in todo] == [done_by_first.trial_id, left.trial_id]
+        run_id = first.create_trial_run(done_by_first.run_name, {"orchestrator.trial_id": done_by_first.trial_id}, {})
+        first.end_trial_run(run_id, "FINISHED")
+        first_leases.release({done_by_first.trial_id})  # ... and gives the trial back before the second claims
+
+    ran = []
+    with LeaseBook(second, heartbeat_s=1) as second_leases:
+        shared = run_leased(study, todo, second, second_leases, lambda batch: ran.extend(batch) or 1, print)
+    assert ran == [left]
+    assert shared.by_others == [done_by_first]
 
 
 def test_a_dead_orchestrators_lease_is_taken_over_and_a_live_ones_is_not(tmp_path):

@@ -39,6 +39,11 @@ def run_leased(study: Study, todo: list[Trial], store: StudyStore, leases: Lease
     shared = Shared()
     while pending:
         leases.acquire(set(pending))
+        # `todo` was read before the leases were: a trial another orchestrator finished, then gave back, in
+        # between is done (its holder records the FINISHED run before it lets go of the lease).
+        finished = _finished(study, store, set(pending) & leases.held)
+        leases.release(finished)
+        shared.by_others += [pending.pop(trial_id) for trial_id in sorted(finished)]
         mine = [trial for trial_id, trial in pending.items() if trial_id in leases.held]
         if mine:
             ids = {trial.trial_id for trial in mine}
@@ -73,10 +78,18 @@ def _wait_for_holders(leases: LeaseBook, trial_ids: set[str], say: Callable[[str
         time.sleep(poll_s)
 
 
+def _finished(study: Study, store: StudyStore, trial_ids: set[str]) -> set[str]:
+    """Of `trial_ids`, the grid trials that have a FINISHED run in the store (a search row has no identity to
+    look up: see _done_elsewhere)."""
+    if not trial_ids or study.search.algorithm != "grid":
+        return set()
+    return trial_ids & store.finished_trial_ids()
+
+
 def _done_elsewhere(study: Study, store: StudyStore, leases: LeaseBook, trial_ids: set[str]) -> set[str]:
     """Of trials no longer held by anyone: those another orchestrator completed. A grid trial is complete when
     the store has its FINISHED run; a search row (its samples have no identity in advance) when the
     orchestrator that held it gave it back rather than dying."""
     if study.search.algorithm == "grid":
-        return trial_ids & store.finished_trial_ids()
+        return _finished(study, store, trial_ids)
     return trial_ids - leases.taken_over

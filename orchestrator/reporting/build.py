@@ -6,8 +6,10 @@ table_<family>.csv (every number behind each table), plots/*.png.
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,9 +47,26 @@ def build_report(study: Study, store: StudyStore, reports_dir: Path, value: Valu
     `attach`: attach the files to the study's parent run and refresh its MLflow dashboard (tracking/
     dashboard.py); `orchestrator run` does, `orchestrator report` only with --attach (it then reads the store
     alone, and a SQLite store without loading MLflow)."""
+    folder = Path(reports_dir) / study.name
+    with _one_writer(folder):
+        return _build(study, store, folder, value, study_path, attach)
+
+
+@contextmanager
+def _one_writer(folder: Path):
+    """One process at a time writes a report folder: two orchestrators of one study end together (leased.py)
+    and each writes the whole report, but one's clearing plots/ must not pull the figures from under the
+    other's writing them. The lock is a file beside the folder, held until the report is attached."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when the process dies
+        yield
+
+
+def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, study_path: Path | None,
+           attach: bool) -> Report:
     frame = study_results(store, study, value)
     trials, outside = frame[frame["in_study"]], frame[~frame["in_study"]]
-    folder = Path(reports_dir) / study.name
     plot_dir = folder / "plots"
     if plot_dir.is_dir():
         shutil.rmtree(plot_dir)  # figures of a previous report may no longer apply
