@@ -98,7 +98,8 @@ def test_sigkilled_orchestrator_resumes_without_retraining(tmp_path):
 
 
 def test_killed_trial_process_is_retried_and_the_study_completes(tmp_path):
-    spec = dict(BASE, train={**BASE["train"], "steps": 150})
+    # Long enough to be still training when its process is killed (a tiny trial trains 100 steps in under a second).
+    spec = dict(BASE, train={**BASE["train"], "steps": 1500, "log_every": 50})
     path = tmp_path / "retry.yaml"
     path.write_text(yaml.safe_dump({"name": "retry", "base": spec, "resources": {"cpus": 1, "max_retries": 2}}))
     proc = _start(path, tmp_path)
@@ -107,11 +108,11 @@ def test_killed_trial_process_is_retried_and_the_study_completes(tmp_path):
             runs = _runs(tmp_path, "retry")[1]
             return runs and runs[0].data.tags.get("worker_pid")
 
-        def past_first_checkpoint():  # checkpoints every 15 of the 150 steps
+        def past_first_checkpoint():  # checkpoints every 150 of the 1500 steps
             runs = _runs(tmp_path, "retry")[1]
             return runs and runs[0].data.metrics.get("train_loss") and worker_pid() and \
                 max(m.step for m in MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_metric_history(
-                    runs[0].info.run_id, "train_loss")) >= 30
+                    runs[0].info.run_id, "train_loss")) >= 300
         _wait_for(past_first_checkpoint, 240, proc)
         os.kill(int(worker_pid()), signal.SIGKILL)  # the trial's own process, found through its MLflow tag
         output, _ = proc.communicate(timeout=300)
@@ -122,7 +123,7 @@ def test_killed_trial_process_is_retried_and_the_study_completes(tmp_path):
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     assert runs[0].data.tags["retries"] == "1"
     # The retry continued from the trial's last checkpoint instead of starting over.
-    assert 0 < runs[0].data.metrics["resumed_from_step"] < 150
+    assert 0 < runs[0].data.metrics["resumed_from_step"] < 1500
     assert "ppl_64" in runs[0].data.metrics
 
 
@@ -160,7 +161,9 @@ def _step_reached(cwd, run):
 
 
 def test_ctrl_c_stops_the_study_with_130_and_the_rerun_resumes_it(tmp_path):
-    spec = dict(BASE, train={**BASE["train"], "steps": 100})
+    # Long enough that the stopped trial is still training when Ctrl-C lands: with its process reused, a tiny
+    # trial trains 100 steps in well under a second, and one that ends first has no checkpoint left to resume.
+    spec = dict(BASE, train={**BASE["train"], "steps": 1000, "log_every": 50})
     path = tmp_path / "ctrl_c.yaml"
     path.write_text(yaml.safe_dump({"name": "ctrl_c", "base": spec, "axes": {"model.n_layer": [1, 2]},
                                     "resources": {"cpus": 1, "max_concurrent": 1}}))
@@ -175,11 +178,11 @@ def test_ctrl_c_stops_the_study_with_130_and_the_rerun_resumes_it(tmp_path):
 
     proc = _start(path, tmp_path)
     try:
-        def one_finished_one_past_a_checkpoint():  # checkpoints every 10 of the 100 steps
+        def one_finished_one_past_a_checkpoint():  # checkpoints every 100 of the 1000 steps
             runs = _runs(tmp_path, "ctrl_c")[1]
             running = [r for r in runs if r.info.status == "RUNNING"]
             return any(r.info.status == "FINISHED" for r in runs) and running and \
-                _step_reached(tmp_path, running[0]) >= 30
+                _step_reached(tmp_path, running[0]) >= 300
         _wait_for(one_finished_one_past_a_checkpoint, 300, proc)
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal signals the whole foreground group
         output, _ = proc.communicate(timeout=180)
@@ -208,7 +211,7 @@ def test_ctrl_c_stops_the_study_with_130_and_the_rerun_resumes_it(tmp_path):
     by_trial = _by_identity(runs)
     assert [r.info.run_id for r in by_trial[finished.data.tags["orchestrator.trial_id"]]] == [finished.info.run_id]
     resumed = [r for r in by_trial[stopped.data.tags["orchestrator.trial_id"]] if r.info.status == "FINISHED"]
-    assert len(resumed) == 1 and resumed[0].data.metrics["resumed_from_step"] >= 30  # from its checkpoint
+    assert len(resumed) == 1 and resumed[0].data.metrics["resumed_from_step"] >= 300  # from its checkpoint
 
 
 @pytest.mark.parametrize("second_starts", ["at once, on a new store", "while the first trains"])
@@ -216,7 +219,7 @@ def test_two_runs_of_one_study_at_once_run_each_trial_once(second_starts, tmp_pa
     at_once = second_starts.startswith("at once")
     # While the first trains, its trials must outlast the second's start-up (seconds of imports on a busy
     # machine), or the second finds them finished and never meets a live lease.
-    base = BASE if at_once else {**BASE, "train": {**BASE["train"], "steps": 600}}
+    base = BASE if at_once else {**BASE, "train": {**BASE["train"], "steps": 1000, "log_every": 50}}
     path = _write(tmp_path, "twice", base=base, axes={"model.n_layer": [1, 2]},
                   resources={"cpus": 1, "max_concurrent": 1})
     first = _start(path, tmp_path, create_schema=not at_once)
