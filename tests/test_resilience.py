@@ -67,7 +67,10 @@ def _kill_group(proc):
 
 
 def test_sigkilled_orchestrator_resumes_without_retraining(tmp_path):
-    path = _write(tmp_path, "killed", axes={"model.n_layer": [1, 2, 3]}, resources={"cpus": 1, "max_concurrent": 1})
+    # 300 steps: the trials after the first must still be running when the kill lands (a reused process trains a
+    # tiny trial's 60 steps in a fraction of a second).
+    path = _write(tmp_path, "killed", base={**BASE, "train": {**BASE["train"], "steps": 300, "log_every": 50}},
+                  axes={"model.n_layer": [1, 2, 3]}, resources={"cpus": 1, "max_concurrent": 1})
     proc = _start(path, tmp_path)
     try:
         _wait_for(lambda: any(r.info.status == "FINISHED" for r in _runs(tmp_path, "killed")[1]), 240, proc)
