@@ -66,6 +66,22 @@ def _project_path(study_path: Path, given: Path | None, name: str) -> Path:
     return given if given is not None else project_folder(study_path) / name
 
 
+def _writable_or_exit(folder: Path, option: str) -> Path:
+    """`folder`, created if need be, or exit 2 where it cannot be written: checked before anything runs, not
+    after the study's last trial."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        err.print(f"[red]Invalid option[/red] {option}: cannot write into {escape(str(folder))} "
+                  f"({escape(error.strerror or str(error))}). Nothing was run.")
+        raise typer.Exit(EXIT_INVALID)
+    return folder
+
+
 def _load_or_exit(path: Path, profile: str | None = None, overrides: list[str] | None = None, check_data: bool = False):
     """The validated study, or exit 2 with every problem. `check_data` (run, plan, validate): the data files the
     trials would read must exist too."""
@@ -136,8 +152,8 @@ def run(
     from .tracking.uri import resolve_tracking_uri, ui_command
 
     uri = resolve_tracking_uri(tracking_uri, study_path)
-    reports_dir = _project_path(study_path, reports_dir, "reports")
-    storage_dir = _project_path(study_path, storage_dir, ".orchestrator")
+    reports_dir = _writable_or_exit(_project_path(study_path, reports_dir, "reports"), "--reports-dir")
+    storage_dir = _writable_or_exit(_project_path(study_path, storage_dir, ".orchestrator"), "--storage-dir")
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
     try:
         from .execution.runner import run_study
@@ -370,6 +386,7 @@ def report(
     from .tracking.store import StudyNotFound, StudyStore
     from .tracking.uri import choose_store
 
+    reports_dir = _writable_or_exit(_project_path(study_path, reports_dir, "reports"), "--reports-dir")
     chosen = choose_store(tracking_uri, study_path)
     try:
         store = StudyStore.open(chosen.uri, study.name, chosen.how)
@@ -377,7 +394,7 @@ def report(
         # The study has not run in this store: an argument to change, not an outage.
         err.print(f"[red]No results[/red] {escape(error.describe(TRACKING_FLAG))}")
         raise typer.Exit(EXIT_INVALID)
-    built = build_report(study, store, _project_path(study_path, reports_dir, "reports"), choice, study_path, attach)
+    built = build_report(study, store, reports_dir, choice, study_path, attach)
     console.print(built.markdown if full else render_md.summary(built.document), markup=False)
     attached = "; attached to the study's parent run in MLflow" if attach and store.parent_run_id else ""
     console.print(f"Report: {built.folder / 'report.html'} (also report.md, tables.tex, CSV, plots/){attached}")

@@ -100,6 +100,23 @@ def test_an_unwritable_store_folder_fails_at_once(tmp_path, capsys):
     _one_paragraph(output)
 
 
+@pytest.mark.parametrize("option", ["--reports-dir", "--storage-dir"])
+def test_an_unwritable_output_folder_fails_before_anything_runs(option, tmp_path, capsys):
+    """Not after the last trial: the report's folder is checked with the store, before Ray or any run starts."""
+    (tmp_path / "a_file").write_text("")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for folder, reason in [(tmp_path / "a_file" / "out", "Not a directory"), (Path("/sys/out"), "")]:
+        code, output = _cli(capsys, "run", _study(tmp_path), "--tracking-uri", uri, option, folder)
+        assert code == 2, output
+        assert f"Invalid option {option}: cannot write into {folder} ({reason}" in " ".join(output.split())
+        assert "Nothing was run" in output
+        _one_paragraph(output)
+    assert not (tmp_path / "mlflow.db").exists()  # no store, no parent run: nothing was launched
+    if option == "--reports-dir":
+        code, output = _cli(capsys, "report", _study(tmp_path), "--tracking-uri", uri, option, tmp_path / "a_file")
+        assert code == 2 and f"cannot write into {tmp_path / 'a_file'}" in " ".join(output.split()), output
+
+
 def test_a_foreign_experiment_of_the_same_name_is_refused_and_left_alone(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
