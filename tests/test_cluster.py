@@ -159,7 +159,9 @@ def test_a_two_worker_trial_spans_both_nodes(cluster, tmp_path):
 
 
 def test_tracking_server_stopped_mid_study_fails_clearly_and_the_rerun_loses_nothing(cluster, tmp_path):
-    spec = {"name": "cluster_outage", "base": BASE,
+    # 300 steps: the running trial must still be training when the server stops (a trial process that Tune
+    # reuses trains 20 tiny steps in a fraction of a second, less than this test takes to see it running).
+    spec = {"name": "cluster_outage", "base": {**BASE, "train": {**BASE["train"], "steps": 300, "log_every": 50}},
             "variants": [{"label": "Kerple", "baseline": True, "set": {"model.processor": "none"}}],
             "seeds": [0, 1, 2], "resources": {"cpus": 1, "max_retries": 0, "max_concurrent": 1}}
     study = write_study(tmp_path, spec)
