@@ -7,6 +7,7 @@ table_<family>.csv (every number behind each table), plots/*.png.
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import time
 from contextlib import contextmanager
@@ -56,11 +57,15 @@ def build_report(study: Study, store: StudyStore, reports_dir: Path, value: Valu
 def _one_writer(folder: Path):
     """One process at a time writes a report folder: two orchestrators of one study end together (leased.py)
     and each writes the whole report, but one's clearing plots/ must not pull the figures from under the
-    other's writing them. The lock is a file beside the folder, held until the report is attached."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when the process dies
+    other's writing them. The lock is on the folder itself (as tracking/sqlite_file.py's store_lock: no lock file
+    left behind), held until the report is attached."""
+    folder.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(descriptor)  # closing releases the lock, as does the process's death
 
 
 def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, study_path: Path | None,
@@ -70,7 +75,6 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
     plot_dir = folder / "plots"
     if plot_dir.is_dir():
         shutil.rmtree(plot_dir)  # figures of a previous report may no longer apply
-    folder.mkdir(parents=True, exist_ok=True)
     search, figures, tabled = None, [], trials
     if is_search(study):
         history = metric_history(store, trials, study.search.metric)
