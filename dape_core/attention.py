@@ -8,7 +8,8 @@ mask -> softmax -> ·V. Four ways to compute it, all giving the same result:
 - fused processor (`dape_core.fused`): Triton kernels that compute the processor, the mask, the softmax and
   ·V tile by tile on chip, FlashAttention-style, in training and in evaluation; nothing of size T² is kept.
   Chosen automatically on CUDA when Triton is installed and the layer is supported (1 x k kernels, biases
-  that depend on the distance only: all but FIRE; see `dape_core.fused.unsupported`). `DAPE_FUSED_ATTENTION`
+  that depend on the distance only: all but FIRE; see `dape_core.fused.unsupported`) and its kernels launch
+  on the GPU (`dape_core.fused.fit`: else a warning, once, and the other paths). `DAPE_FUSED_ATTENTION`
   (or a layer's `fused` attribute) forces it on ("1"; on CPU it then runs in Triton's interpreter,
   TRITON_INTERPRET=1, for tests) or off ("0").
 - direct: the reference formulation with a processor: the full [B, C, T, T] maps, as the authors compute it.
@@ -97,7 +98,9 @@ class CausalSelfAttention(nn.Module):
         if self.processor is None and not self.pos.has_bias:
             return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         if self.uses_fused(q):
-            return fused.fused_attention(self, q, k, v)
+            out = fused.fused_attention(self, q, k, v, forced=self.fused_forced())
+            if out is not None:  # None: the kernels do not launch on this device (warned once), other paths
+                return out
         training = self.training and torch.is_grad_enabled()
         uniform = training and q.is_cuda
         rows = self.block_rows(q.shape[0], q.shape[2], cuda=q.is_cuda, element_size=q.element_size())
@@ -117,6 +120,10 @@ class CausalSelfAttention(nn.Module):
         if problem is not None and setting is True:
             raise RuntimeError(f"the fused attention path was forced on ({FUSED_ENV}=1) but cannot run: {problem}")
         return problem is None
+
+    def fused_forced(self) -> bool:
+        """Whether the fused processor path is forced on (the layer's `fused`, else DAPE_FUSED_ATTENTION=1)."""
+        return (self.fused if self.fused is not None else fused_setting()) is True
 
     def block_rows(self, batch: int, length: int, cuda: bool = False, element_size: int = 4) -> int | None:
         """Rows per block, or None for the direct path. Without a processor, training always takes the fused

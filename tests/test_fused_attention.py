@@ -27,6 +27,7 @@ from dape_core import fused  # noqa: E402
 from dape_core.attention import CausalSelfAttention  # noqa: E402
 from dape_core.fused import launch  # noqa: E402
 from dape_core.position import build_position_encoding  # noqa: E402
+from triton.runtime.errors import OutOfResources  # noqa: E402
 
 ON_CUDA = bool(os.environ.get("DAPE_FUSED_TESTS_ON_CUDA"))
 DEVICE = torch.device("cuda" if ON_CUDA else "cpu")
@@ -257,7 +258,8 @@ def test_which_layers_take_the_fused_path(monkeypatch):
     error that says why."""
     calls = []
     real = fused.fused_attention
-    monkeypatch.setattr(fused, "fused_attention", lambda layer, *x: calls.append(layer) or real(layer, *x))
+    monkeypatch.setattr(fused, "fused_attention",
+                        lambda layer, *x, **options: calls.append(layer) or real(layer, *x, **options))
     q, k, v, _ = _inputs(_layer(), 1, 20, EXACT_DTYPE)
     positions = torch.arange(20, device=DEVICE)
     for overrides, taken in [({"kernel_size": 3}, True), ({"kernel_size": (2, 3)}, False),
@@ -308,3 +310,53 @@ def test_a_compiled_model_calls_the_kernels_outside_its_graphs():
     _assert_close(logits_c, logits_e, EXACT_TOL, "logits")
     for name in grads_e:
         _assert_close(grads_c[name], grads_e[name], EXACT_TOL, name)
+
+
+class _SharedMemoryOf99KB:
+    """Fault injection: the real backward kernel, except that launching its 32-column tiles raises what Triton
+    raises on a GPU with 99 KB of shared memory per block (sm_86, sm_89), where they need 128 KB
+    (tests/benchmarks/fused_resources.py)."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def launch_(*args, **kwargs):
+            if kwargs["NZ"] >= 32:
+                raise OutOfResources(131072, 101376, "shared memory")
+            return self.kernel[grid](*args, **kwargs)
+        return launch_
+
+
+def test_tiles_a_gpu_cannot_launch_give_way_to_smaller_ones_then_to_the_other_paths(monkeypatch):
+    """On its first call a configuration tries the GPU's tile sizes in order and keeps the first that launches:
+    k = 3 trains with 16-column backward tiles, exactly. k = 5 cannot (its backward halo needs more than 16
+    columns): forced on, an error that says why; automatic, a warning and None (the layer's other paths), while
+    evaluation, which needs only the forward kernel, stays fused."""
+    if ON_CUDA and not RUN_ALL_ON_CUDA:
+        pytest.skip("the fault is injected, so the CPU run covers it; on CUDA it would compile three more kernels")
+    from dape_core.fused import fit
+
+    monkeypatch.setattr(launch, "interpreting", lambda: False)  # the GPU's choices of tiles (float64 is unaffected)
+    monkeypatch.setattr(launch, "dape_backward_kernel", _SharedMemoryOf99KB(launch.dape_backward_kernel))
+    monkeypatch.setattr(fit, "_FITTED", {})
+    layer = _layer(EXACT_DTYPE, processor="dapev2", kernel_size=3)
+    q, k, v, d_out = _inputs(layer, 1, 37, EXACT_DTYPE)
+    out, grads = _output_and_grads(lambda *x: fused.fused_attention(layer, *x), layer, q, k, v, d_out)
+    ref_out, ref_grads = _output_and_grads(lambda *x: _reference(layer, *x), layer, q, k, v, d_out)
+    _assert_close(out, ref_out, EXACT_TOL, "output")
+    _assert_grads_close(grads, ref_grads, EXACT_TOL)
+    assert set(fit._FITTED.values()) == {launch.Tiles(16, 16, 16, 16, 8)}
+
+    layer = _layer(EXACT_DTYPE, processor="dapev2", kernel_size=5)
+    layer.fused = True
+    positions = torch.arange(37, device=DEVICE)
+    with pytest.raises(RuntimeError, match=r"do not launch on .*backward 16x32 tiles: OutOfResources: out of "
+                                           r"resource: shared memory, Required: 131072, Hardware limit: 101376"):
+        layer.attend(q.requires_grad_(), k, v, positions)
+    with pytest.warns(RuntimeWarning, match="block or direct path instead"):
+        assert fused.fused_attention(layer, q, k, v, forced=False) is None
+    with torch.no_grad():
+        _assert_close(layer.attend(q, k, v, positions), _reference(layer, q, k, v), EXACT_TOL, "evaluation")
+    forward_only = [tiles for key, tiles in fit._FITTED.items() if key[0].kernel_width == 5 and not key[3]]
+    assert forward_only == [launch.Tiles(16, 32, 16, 32, 8)]  # the fused forward ran with the first choice

@@ -33,6 +33,13 @@ Design
 - Gradients of the weights and biases: per-program slots summed on the host (no contention); the bias
   table's: atomics, one per diagonal of a tile and head.
 
+Tile sizes (`fit`): whether a kernel launches depends on the GPU's shared memory per block (the 32-column
+tiles need 121 KB forward and 128 KB backward: fine on sm_80 and sm_90, too much for the 99 KB of sm_86 and
+sm_89). The first call of each configuration tries `launch.tile_choices` in order on a short slice of its
+inputs and keeps the first that launches, per kernel; where none does (16-column backward tiles serve k <= 3
+only), the layer warns once and computes that configuration on its other paths (an error when the path is
+forced on).
+
 Where the path does not apply (`unsupported`), the layer keeps its other paths: kernels taller than one query
 row (kq > 1: the query-axis padding would add a row halo to every tile), kernels wider than 7 (the halo
 would fill the tiles), biases that depend on more than the distance (FIRE: no per-distance table), head dims
@@ -46,6 +53,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import warnings
 
 import torch
 
@@ -102,9 +110,12 @@ def cannot_run(device: torch.device) -> str | None:
     return None
 
 
-def fused_attention(layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def fused_attention(layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    forced: bool = True) -> torch.Tensor | None:
     """softmax(mask(processed logits)) · V for layer `layer` (a CausalSelfAttention), q, k, v: [B, H, T, d]
-    (rotated already). Positions are 0..T−1 (the bias table is read off them)."""
+    (rotated already). Positions are 0..T−1 (the bias table is read off them). Where the kernels do not launch
+    on this device (`fit`: no tile size fits it), a RuntimeError that says why when `forced`, else a warning
+    (once per cause) and None: the caller then computes the layer on its other paths."""
     from .launch import Spec, Z_MODES, bias_table, pack_weights
 
     processor, encoding = layer.processor, layer.pos
@@ -114,19 +125,35 @@ def fused_attention(layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
                 residual_bias=form in ("concat_residual", "add_residual", "bias_only"),
                 has_bias=encoding.has_bias, tril=processor.tril, causal=layer.causal)
     table = bias_table(encoding, q.shape[2], q.device) if encoding.has_bias else None
-    return _apply(spec, q, k, v, table, *pack_weights(processor, spec))
+    return _apply(spec, forced, q, k, v, table, *pack_weights(processor, spec))
+
+
+def _run(spec, forced: bool, q, k, v, table, *weights):
+    from .fit import fitted_tiles
+    from .launch import FusedDapeAttention
+
+    backward = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (q, k, v, table, *weights))
+    tiles = fitted_tiles(spec, q, k, v, table, weights, backward)
+    if isinstance(tiles, str):
+        where = torch.cuda.get_device_name(q.device) if q.is_cuda else str(q.device)
+        message = (f"the fused attention kernels ({'training' if backward else 'forward only'}, {spec}, {q.dtype}) "
+                   f"do not launch on {where}: {tiles}")
+        if forced:
+            raise RuntimeError(message)
+        warnings.warn(f"{message}. These layers run on the block or direct path instead (slower; "
+                      f"DAPE_FUSED_ATTENTION=0 chooses them without trying the kernels).", RuntimeWarning)
+        return None
+    return FusedDapeAttention.apply(spec, tiles, q, k, v, table, *weights)
 
 
 _OUTSIDE_GRAPHS = None
 
 
-def _apply(spec, q, k, v, table, *weights):
+def _apply(spec, forced, q, k, v, table, *weights):
     """Outside torch.compile's graphs: the compiled model calls the kernels as they are. The wrapper is made on
     first use, not at import: `torch.compiler.disable` imports torch._dynamo (4 s on a busy CPU), which a process
     that only builds and evaluates models never needs (training loads it anyway: torch's AdamW imports it)."""
     global _OUTSIDE_GRAPHS
     if _OUTSIDE_GRAPHS is None:
-        from .launch import FusedDapeAttention
-
-        _OUTSIDE_GRAPHS = torch.compiler.disable(FusedDapeAttention.apply)
-    return _OUTSIDE_GRAPHS(spec, q, k, v, table, *weights)
+        _OUTSIDE_GRAPHS = torch.compiler.disable(_run)
+    return _OUTSIDE_GRAPHS(spec, forced, q, k, v, table, *weights)

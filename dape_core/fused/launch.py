@@ -42,28 +42,45 @@ class Tiles:
     warps: int
 
 
-def tiles_for(kernel_width: int) -> Tiles:
-    """Tile sizes. Not yet timed on a GPU (tests/benchmarks/gpu_check.sh tiles does that); chosen from what
-    ptxas reports compiling for sm_90 (bfloat16, k = 3, 12 heads padded to 16, d = 64, D = 32, 8 warps):
-    forward 16 x 16 tiles: 255 registers, 0.4 KB of spills per thread, 83 KB of shared memory; 16 x 32:
-    1.4 KB, 124 KB; 16 x 64: 3.2 KB (16 warps), 206 KB. Backward 16 x 16: 2.2 KB, 98 KB; 16 x 32: about
-    3 to 6 KB, 131 KB; 16 x 64: 512 KB of shared memory, over the 227 KB a block may have. So forward
-    tiles of 16 columns up to k = 3 (owning 12 of them for k = 3) and 32 beyond; backward tiles of 32
-    columns (owning 32 − 8·(k//2): 24 for k = 3, only 8 for k = 7, where the halo dominates the cost).
-    Under the interpreter, whose cost is per operation rather than per element, large tiles (few of them).
-    `DAPE_FUSED_TILES` overrides them."""
+def tile_choices(kernel_width: int) -> list[Tiles]:
+    """The tile sizes to try, best first; `fit.fitted_tiles` keeps, for each kernel, the first that compiles
+    and launches on the device. Not yet timed on a GPU (tests/benchmarks/gpu_check.sh tiles does that); chosen
+    from what the kernels need, compiled offline (tests/benchmarks/fused_resources.py: bfloat16, k = 3, 12
+    heads padded to 16, d = 64, D = 32, 8 warps; shared memory per program, spilled bytes per thread):
+
+        tile            forward 16x16   forward 16x32   backward 16x16   backward 16x32
+        shared memory   81 KB           121 KB          96 KB            128 KB
+        spills sm_90    484 B           1548 B          2420 B           7136 B
+
+    (16 x 64 tiles: 206 KB forward, 512 KB backward, over the 227 KB an sm_90 block may have.) So forward tiles
+    of 16 columns up to k = 3 (owning 12 of them for k = 3) and 32 beyond; backward tiles of 32 columns
+    (owning 32 − 8·(k//2): 24 for k = 3, only 8 for k = 7, where the halo dominates the cost). GPUs with
+    99 KB per block (sm_86, sm_89: A10, L4, L40S, RTX 30xx/40xx) cannot launch the 32-column tiles, so
+    16-column tiles come second: they fit there, but a 16-column backward tile serves k <= 3 only. Under the
+    interpreter, whose cost is per operation rather than per element, large tiles (few of them).
+    `DAPE_FUSED_TILES` sets the only choice."""
+    half = kernel_width // 2
     override = os.environ.get(TILES_ENV)
     if override:
         fwd_rows, fwd_cols, bwd_rows, bwd_cols, warps = (int(x) for x in override.split(","))
         tiles = Tiles(fwd_rows, fwd_cols, bwd_rows, bwd_cols, warps)
-    elif interpreting():
-        tiles = Tiles(32, 64, 32, 64, 4)
-    else:
-        tiles = Tiles(16, 16 if kernel_width <= 3 else 32, 16, 32, 8)
-    half = kernel_width // 2
-    if tiles.fwd_cols <= 4 * half or tiles.bwd_cols <= 8 * half:
-        raise ValueError(f"fused attention tiles {tiles} are too narrow for a 1x{kernel_width} kernel")
-    return tiles
+        if tiles.fwd_cols <= 4 * half or tiles.bwd_cols <= 8 * half:
+            raise ValueError(f"{TILES_ENV}={override}: tiles too narrow for a 1x{kernel_width} kernel (a tile "
+                             f"needs more than {4 * half} columns forward and {8 * half} backward)")
+        return [tiles]
+    if interpreting():
+        return [Tiles(32, 64, 32, 64, 4)]
+    return [Tiles(16, 16 if kernel_width <= 3 else 32, 16, 32, 8), Tiles(16, 16, 16, 16, 8)]
+
+
+def forward_fits(tiles: Tiles, kernel_width: int) -> bool:
+    """Whether a forward tile owns at least one column: it computes 2·(k//2) halo columns each side."""
+    return tiles.fwd_cols > 4 * (kernel_width // 2)
+
+
+def backward_fits(tiles: Tiles, kernel_width: int) -> bool:
+    """Whether a backward tile owns at least one column: 4·(k//2) halo columns each side."""
+    return tiles.bwd_cols > 8 * (kernel_width // 2)
 
 
 @dataclass(frozen=True)
@@ -152,11 +169,10 @@ def _strides(x: torch.Tensor) -> tuple[int, ...]:
     return tuple(x.stride())
 
 
-def run_forward(spec: Spec, q, k, v, table, weights) -> tuple[torch.Tensor, torch.Tensor]:
+def run_forward(spec: Spec, tiles: Tiles, q, k, v, table, weights) -> tuple[torch.Tensor, torch.Tensor]:
     """Output [B, H, T, d] (a view of a [B, T, H, d] tensor, so the layer's reshape back is free) and the
     log-sum-exp of each row [B, H, T] (accumulator dtype)."""
     batch, heads, length, head_dim = q.shape
-    tiles = tiles_for(spec.kernel_width)
     out = torch.empty(batch, length, heads, head_dim, dtype=q.dtype, device=q.device).transpose(1, 2)
     lse = torch.empty(batch, heads, length, dtype=accumulator_dtype(q.dtype), device=q.device)
     half = spec.kernel_width // 2
@@ -185,11 +201,10 @@ def _weight_gradient_slots(spec: Spec, programs: int, dtype: torch.dtype, device
     return {name: torch.zeros(programs, *shape, dtype=dtype, device=device) for name, shape in shapes.items()}
 
 
-def run_backward(spec: Spec, q, k, v, table, weights, out, lse, d_out):
+def run_backward(spec: Spec, tiles: Tiles, q, k, v, table, weights, out, lse, d_out):
     """Gradients of q, k, v, the table and the packed weights. Per chunk of rows, the kernel writes dS and the
     softmax weights of those rows; dq, dk, dv are matrix products of those maps with k, q and dO."""
     batch, heads, length, head_dim = q.shape
-    tiles = tiles_for(spec.kernel_width)
     acc, device, half = accumulator_dtype(q.dtype), q.device, spec.kernel_width // 2
     delta = (d_out.to(acc) * out.to(acc)).sum(-1).contiguous()  # Σ_d dO·O per row: the softmax backward's shift
     scale = 1.0 / math.sqrt(head_dim)
@@ -223,15 +238,16 @@ class FusedDapeAttention(torch.autograd.Function):
     its log-sum-exp (nothing of size T²)."""
 
     @staticmethod
-    def forward(ctx, spec: Spec, q, k, v, table, w_in_s, w_in_b, b_in, w_out, b_out):
+    def forward(ctx, spec: Spec, tiles: Tiles, q, k, v, table, w_in_s, w_in_b, b_in, w_out, b_out):
         weights = (w_in_s, w_in_b, b_in, w_out, b_out)
-        out, lse = run_forward(spec, q, k, v, table, weights)
-        ctx.spec = spec
+        out, lse = run_forward(spec, tiles, q, k, v, table, weights)
+        ctx.spec, ctx.tiles = spec, tiles
         ctx.save_for_backward(q, k, v, table, *weights, out, lse)
         return out
 
     @staticmethod
     def backward(ctx, d_out):
         q, k, v, table, *weights, out, lse = ctx.saved_tensors
-        dq, dk, dv, d_table, weight_grads = run_backward(ctx.spec, q, k, v, table, tuple(weights), out, lse, d_out)
-        return (None, dq, dk, dv, d_table, *weight_grads)
+        dq, dk, dv, d_table, weight_grads = run_backward(ctx.spec, ctx.tiles, q, k, v, table, tuple(weights), out,
+                                                         lse, d_out)
+        return (None, None, dq, dk, dv, d_table, *weight_grads)

@@ -17,12 +17,13 @@
 # .whl/ (ignored by git); carry that folder to the GPU machine, where the steps install it into /tmp/site.
 #
 # Not yet run on a GPU when written: the kernels have run only in Triton's interpreter (CPU), and compile
-# for sm_90 offline (Triton 3.9's ptxas). Compiling is slow: each configuration (kernel size, form, dtype,
-# tiles) compiles a forward and a backward kernel, measured here at 6 and 14 minutes on a CPU shared by ~20
-# jobs (expect one or two minutes on an idle one); Triton caches them in ~/.triton/cache for the machine's
-# life. `bench` compiles one configuration (bfloat16, 1x3) and, with torch.compile, three 125M models (about
-# a minute each); `tests` three configurations (DAPE_FUSED_TESTS_ALL=1: about fifteen); `tiles` six. On a
-# machine whose commands are cut at 10 minutes, run `bench` and `tests` as separate commands, bench first.
+# for sm_80, sm_86 and sm_90 offline (Triton 3.9's ptxas: tests/benchmarks/fused_resources.py). Compiling is
+# slow: each configuration (kernel size, form, dtype, tiles) compiles a forward and a backward kernel,
+# measured here at 6 and 14 minutes on a CPU shared by ~20 jobs (seconds to a minute on an idle one); Triton
+# caches them in ~/.triton/cache for the machine's life. `bench` compiles one configuration (bfloat16, 1x3)
+# and, with torch.compile, three 125M models (about a minute each); `tests` three configurations
+# (DAPE_FUSED_TESTS_ALL=1: about fifteen); `tiles` six. On a machine whose commands are cut at 10 minutes, run
+# `bench` and `tests` as separate commands, bench first.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 step="${1:-all}"

@@ -1,4 +1,4 @@
-"""Time the fused attention kernels of one layer for several tile sizes (on a GPU), to choose `tiles_for`'s
+"""Time the fused attention kernels of one layer for several tile sizes (on a GPU), to choose `tile_choices`'
 defaults in dape_core/fused/launch.py.
 
     python tests/benchmarks/tune_fused_tiles.py --batch 16 --length 512 --kernel 3
@@ -74,6 +74,7 @@ def main() -> None:
         base_fwd, base_train = measure(layer(None), args.batch, args.length, args.reps)
         print(f"Kerple alone: forward {1e3 * base_fwd:.2f} ms, forward + backward {1e3 * base_train:.2f} ms")
         processor_layer = layer(args.kernel)
+        processor_layer.fused = True  # tiles that do not launch raise instead of timing the fallback path
         for config in args.configs:
             os.environ[launch.TILES_ENV] = config
             try:
