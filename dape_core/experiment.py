@@ -164,6 +164,9 @@ class ExperimentResult:
     che_acc_train: float | None = None  # CHE experiments: accuracy averaged over the training lengths
     che_acc_test: float | None = None  # ... and over the test lengths
     che_accuracy: dict[int, float] = field(default_factory=dict)  # ... per test length
+    # The fused attention kernels (dape_core.fused), per configuration: the tiles they ran with, or why they did
+    # not launch on this GPU and the layers ran on their other paths; "" where they were not tried (CPU).
+    attention_kernels: str = ""
 
     def metrics(self) -> dict[str, float]:
         """Flat numeric metrics, named as the orchestrator logs them."""
@@ -208,6 +211,7 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     """
     import torch
 
+    from . import fused
     from .train import CheckpointStore
     from .train.distributed import World, check_world
 
@@ -216,9 +220,14 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     world = World.current()
     check_world(cfg.distributed, world)
     checkpoints = CheckpointStore(checkpoint_dir, cfg.fingerprint()) if checkpoint_dir is not None else None
+    fused.start_record()
     if cfg.che is not None:
-        return _run_che_experiment(cfg, callback, checkpoints, checkpoint_every, resume)
-    return _run_lm_experiment(cfg, callback, checkpoints, checkpoint_every, resume, artifacts_dir, world)
+        result = _run_che_experiment(cfg, callback, checkpoints, checkpoint_every, resume)
+    else:
+        result = _run_lm_experiment(cfg, callback, checkpoints, checkpoint_every, resume, artifacts_dir, world)
+    if result is not None:
+        result.attention_kernels = fused.recorded()
+    return result
 
 
 def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointStore | None,

@@ -340,6 +340,7 @@ def test_tiles_a_gpu_cannot_launch_give_way_to_smaller_ones_then_to_the_other_pa
     monkeypatch.setattr(launch, "interpreting", lambda: False)  # the GPU's choices of tiles (float64 is unaffected)
     monkeypatch.setattr(launch, "dape_backward_kernel", _SharedMemoryOf99KB(launch.dape_backward_kernel))
     monkeypatch.setattr(fit, "_FITTED", {})
+    fused.start_record()
     layer = _layer(EXACT_DTYPE, processor="dapev2", kernel_size=3)
     q, k, v, d_out = _inputs(layer, 1, 37, EXACT_DTYPE)
     out, grads = _output_and_grads(lambda *x: fused.fused_attention(layer, *x), layer, q, k, v, d_out)
@@ -360,3 +361,32 @@ def test_tiles_a_gpu_cannot_launch_give_way_to_smaller_ones_then_to_the_other_pa
         _assert_close(layer.attend(q, k, v, positions), _reference(layer, q, k, v), EXACT_TOL, "evaluation")
     forward_only = [tiles for key, tiles in fit._FITTED.items() if key[0].kernel_width == 5 and not key[3]]
     assert forward_only == [launch.Tiles(16, 32, 16, 32, 8)]  # the fused forward ran with the first choice
+    dtype = str(EXACT_DTYPE).removeprefix("torch.")
+    trained3, trained5, evaluated5 = fused.recorded().split("; ")  # what a run reports (attention_kernels)
+    assert trained3 == f"training ({dtype}, 1x3) on {q.device}: fused, tiles 16x16 forward, 16x16 backward"
+    assert trained5.startswith(f"training ({dtype}, 1x5) on {q.device}: not launched, the block or direct path ran "
+                               "instead (backward 16x32 tiles: OutOfResources: out of resource: shared memory, "
+                               "Required: 131072, Hardware limit: 101376")
+    assert evaluated5 == f"evaluation ({dtype}, 1x5) on {q.device}: fused, tiles 16x32 forward"
+
+
+def test_a_run_reports_what_the_fused_kernels_did(monkeypatch):
+    """run_experiment's result (a trial's `attention_kernels` tag) says which tiles the kernels trained and
+    evaluated with (why they did not launch: the test above), and is empty where they were not tried."""
+    from dape_core import ExperimentConfig, run_experiment
+
+    cfg = ExperimentConfig(
+        model={"preset": "tiny", "n_layer": 1, "d_model": 48, "n_head": 3, "d_dape": 8, "pos_encoding": "kerple",
+               "processor": "dapev2", "kernel_size": 3},
+        data={"max_files": 20}, train={"steps": 2, "batch_size": 2, "seq_len": 16, "log_every": 1},
+        eval={"lengths": [32], "tail_tokens": 8, "tokens_per_length": 32})
+    monkeypatch.setenv("DAPE_FUSED_ATTENTION", "1")
+    record = run_experiment(cfg, threads=1).attention_kernels
+    tiles = launch.tile_choices(3)[0]
+    assert f"training (float32, 1x3) on cpu: fused, tiles {tiles.fwd_rows}x{tiles.fwd_cols} forward, " \
+           f"{tiles.bwd_rows}x{tiles.bwd_cols} backward" in record
+    assert f"evaluation (float32, 1x3) on cpu: fused, tiles {tiles.fwd_rows}x{tiles.fwd_cols} forward" in record
+
+
+    monkeypatch.setenv("DAPE_FUSED_ATTENTION", "0")
+    assert run_experiment(cfg, threads=1).attention_kernels == ""

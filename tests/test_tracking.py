@@ -88,8 +88,9 @@ def test_events_say_what_an_end_means_and_the_recorder_writes_them(tmp_path, mon
     events.result(a, {"step": 1, "total_steps": 4, "train_loss": 2.5, "lr": 1e-3, "pid": 123})
     events.crashed(a, "RayActorError: died")
     events.started(a)  # the retry keeps its run
+    kernels = "training (bfloat16, 1x3) on cuda:0: fused, tiles 16x16 forward, 16x32 backward"
     events.result(a, {FINAL_FLAG: 1, "step": 4, "ppl_64": 9.0, "ppl_128": 9.5, "train_seconds": 2.0,
-                      "eval_seconds": 1.0, "device": "cpu"})
+                      "eval_seconds": 1.0, "device": "cpu", "attention_kernels": kernels})
     events.ended(a)
     events.started(b)
     events.result(b, {FINAL_FLAG: 1, "step": 4, "error": "NonFiniteLossError: loss is nan"})
@@ -109,6 +110,7 @@ def test_events_say_what_an_end_means_and_the_recorder_writes_them(tmp_path, mon
     assert run_a.info.status == "FINISHED" and run_a.data.metrics["ppl_128"] == 9.5
     assert run_a.data.tags["retries"] == "1" and run_a.data.tags["worker_pid"] == "123"
     assert run_a.data.params["train.steps"] == "4" and run_a.data.tags["device"] == "cpu"
+    assert run_a.data.tags["attention_kernels"] == kernels and "attention_kernels" not in run_a.data.metrics
     assert {m.step: m.value for m in client.get_metric_history(run_a.info.run_id, "ppl_by_length")} == {64: 9.0, 128: 9.5}
     assert run_b.info.status == "FAILED" and run_b.data.tags["error"].startswith("NonFiniteLossError")
     assert "trial_config.yaml" in {artifact.path for artifact in client.list_artifacts(run_a.info.run_id)}

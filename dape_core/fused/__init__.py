@@ -128,12 +128,37 @@ def fused_attention(layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return _apply(spec, forced, q, k, v, table, *pack_weights(processor, spec))
 
 
+# What the kernels did for each configuration since `start_record()`: (spec, dtype, device, backward) -> the tiles
+# they ran with, or why they did not launch. run_experiment reports it (ExperimentResult.attention_kernels).
+_RECORD: dict[tuple, object] = {}
+
+
+def start_record() -> None:
+    _RECORD.clear()
+
+
+def recorded() -> str:
+    """What the fused kernels did since `start_record()`, one clause per configuration, "" where none was tried
+    (on CPU, without a processor, or turned off): which tiles they ran with, or why they did not launch."""
+    clauses = []
+    for (spec, dtype, device, backward), outcome in _RECORD.items():
+        what = (f"{'training' if backward else 'evaluation'} ({str(dtype).removeprefix('torch.')}, "
+                f"1x{spec.kernel_width}) on {device}")
+        if isinstance(outcome, str):
+            clauses.append(f"{what}: not launched, the block or direct path ran instead ({outcome})")
+        else:
+            tiles = f"fused, tiles {outcome.fwd_rows}x{outcome.fwd_cols} forward"
+            clauses.append(f"{what}: {tiles}" + (f", {outcome.bwd_rows}x{outcome.bwd_cols} backward" if backward else ""))
+    return "; ".join(clauses)
+
+
 def _run(spec, forced: bool, q, k, v, table, *weights):
     from .fit import fitted_tiles
     from .launch import FusedDapeAttention
 
     backward = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (q, k, v, table, *weights))
     tiles = fitted_tiles(spec, q, k, v, table, weights, backward)
+    _RECORD[(spec, q.dtype, q.device, backward)] = tiles
     if isinstance(tiles, str):
         where = torch.cuda.get_device_name(q.device) if q.is_cuda else str(q.device)
         message = (f"the fused attention kernels ({'training' if backward else 'forward only'}, {spec}, {q.dtype}) "

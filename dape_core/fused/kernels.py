@@ -107,18 +107,18 @@ def _processor(q3, k_ptr, k_base, s_kh, s_kt, s_kd, table, w_in_s, w_in_b, b_in,
     z_b = tl.where(keep, bias, 0.0)
     in_taps = tl.arange(0, HP)[:, None] * DP + tl.arange(0, DP)[None, :]  # [HP, DP] of a [k, HP, DP] weight
     out_taps = tl.arange(0, DP)[:, None] * HP + tl.arange(0, HP)[None, :]  # [DP, HP] of a [k, DP, HP] weight
+    # hidden(p) = b_in + Σ_t z(p + t − W)·w_t: the product's input is shifted, in the products' dtype (exact: a
+    # shift moves values), which moves a quarter of the bytes of its output in float32 (bfloat16, HP < DP).
     hidden = tl.zeros((P, DP), ACC) + tl.load(b_in + tl.arange(0, DP))[None, :].to(ACC)
+    z_s_dot = z_s.to(DOT)
+    z_b_dot = z_b.to(DOT)
     for t in tl.static_range(KW):
-        y = tl.zeros((P, DP), ACC)
         if Z_MODE != 2:
-            y = tl.dot(z_s.to(DOT), tl.load(w_in_s + t * HP * DP + in_taps).to(DOT), y,
-                       input_precision=PREC)
+            hidden = tl.dot(_shift(z_s_dot, t - W, P, HP), tl.load(w_in_s + t * HP * DP + in_taps).to(DOT), hidden,
+                            input_precision=PREC)
         if Z_MODE == 0 or Z_MODE == 2:
-            y = tl.dot(z_b.to(DOT), tl.load(w_in_b + t * HP * DP + in_taps).to(DOT), y,
-                       input_precision=PREC)
-        if t != W:
-            y = _shift(y, t - W, P, DP)
-        hidden += y
+            hidden = tl.dot(_shift(z_b_dot, t - W, P, HP), tl.load(w_in_b + t * HP * DP + in_taps).to(DOT), hidden,
+                            input_precision=PREC)
     g = tl.where(inside, tl.where(hidden > 0, hidden, 0.01 * hidden), 0.0)  # g has hidden's sign
     f = tl.zeros((P, HP), ACC) + tl.load(b_out + tl.arange(0, HP))[None, :].to(ACC)
     for u in tl.static_range(KW):

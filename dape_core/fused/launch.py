@@ -50,7 +50,7 @@ def tile_choices(kernel_width: int) -> list[Tiles]:
 
         tile            forward 16x16   forward 16x32   backward 16x16   backward 16x32
         shared memory   81 KB           121 KB          96 KB            128 KB
-        spills sm_90    484 B           1548 B          2420 B           7136 B
+        spills sm_90    292 B           1204 B          1308 B           4768 B
 
     (16 x 64 tiles: 206 KB forward, 512 KB backward, over the 227 KB an sm_90 block may have.) So forward tiles
     of 16 columns up to k = 3 (owning 12 of them for k = 3) and 32 beyond; backward tiles of 32 columns

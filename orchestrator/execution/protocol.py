@@ -16,7 +16,8 @@ PERIODIC_KEYS = ("train_loss", "lr", "val_loss")
 # A progress result's text, sent once when the trial found its checkpoint unreadable and started over: a tag.
 CHECKPOINT_SET_ASIDE_KEY = "checkpoint_set_aside"
 # Final-result values that are text: logged as tags.
-STRING_RESULT_KEYS = ("data_hash", "device", "precision", "ray_node_id", "worker_node_ids", "error")
+STRING_RESULT_KEYS = ("data_hash", "device", "precision", "attention_kernels", "ray_node_id", "worker_node_ids",
+                      "error")
 # Series logged by the driver from the final per-length metrics, their step being the length (evaluation or
 # test length): name -> the prefix of the per-length metrics they are made of.
 SERIES = {"ppl_by_length": "ppl_", "delta_p_by_length": "delta_p_", "acc_by_length": "acc_"}

@@ -125,6 +125,9 @@ def _final_result(result, sink: ReportingSink, steps: int, log: TrialLog) -> dic
              "device": result.device, "precision": result.precision,
              "artifacts": [str(path) for path in result.artifacts],
              DATA_RECORD_KEY: json.dumps({**result.data_record, "content_hash": result.data_hash}, default=str)}
+    if result.attention_kernels:
+        final["attention_kernels"] = result.attention_kernels
+        log.write(f"fused attention kernels: {result.attention_kernels}")
     if result.resumed_from is not None:
         final["resumed_from_step"] = result.resumed_from
         log.write(f"resumed from the checkpoint of step {result.resumed_from}")

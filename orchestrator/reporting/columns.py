@@ -12,8 +12,8 @@ MISSING = "MISSING"  # the status of a trial the study defines but the store has
 # Metrics logged as a series over something other than training steps: their "latest" value means nothing.
 SERIES_METRICS = tuple(SERIES)
 IDENTITY_COLUMNS = ["label", "variant", "seed", "status", "baseline", "row_index", "block", "compare_with", "in_study",
-                    "trial_id", "run_id", "run_name", "error", "device", "precision", "data_hash", "code_version",
-                    "start_time", "stopped_early", "template_id"]
+                    "trial_id", "run_id", "run_name", "error", "device", "precision", "attention_kernels", "data_hash",
+                    "code_version", "start_time", "stopped_early", "template_id"]
 CONFIG_PREFIX = "config."
 
 

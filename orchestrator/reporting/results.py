@@ -66,6 +66,7 @@ def _run_row(run) -> dict:
         "row_index": int(tags.get("row_index", 0)), "in_study": False, "trial_id": tags.get(TRIAL_ID_TAG),
         "run_id": info.run_id, "run_name": info.run_name, "error": tags.get("error"),
         "device": tags.get("device"), "precision": tags.get("precision"), "data_hash": tags.get("data_hash"),
+        "attention_kernels": tags.get("attention_kernels"),
         "code_version": tags.get("code_version"), "stopped_early": tags.get(STOPPED_EARLY_TAG) == "true",
         "template_id": tags.get(TEMPLATE_TAG), "block": "", "compare_with": None,
         "start_time": pd.Timestamp(info.start_time, unit="ms") if info.start_time else pd.NaT,
