@@ -373,6 +373,8 @@ def test_tiles_a_gpu_cannot_launch_give_way_to_smaller_ones_then_to_the_other_pa
 def test_a_run_reports_what_the_fused_kernels_did(monkeypatch):
     """run_experiment's result (a trial's `attention_kernels` tag) says which tiles the kernels trained and
     evaluated with (why they did not launch: the test above), and is empty where they were not tried."""
+    if ON_CUDA:
+        pytest.skip("the record does not depend on the device; on CUDA the run would compile two more kernels")
     from dape_core import ExperimentConfig, run_experiment
 
     cfg = ExperimentConfig(
