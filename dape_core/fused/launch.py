@@ -3,6 +3,7 @@ the autograd function that ties the Triton forward to the chunked backward (see 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -71,6 +72,28 @@ def tile_choices(kernel_width: int) -> list[Tiles]:
     if interpreting():
         return [Tiles(32, 64, 32, 64, 4)]
     return [Tiles(16, 16 if kernel_width <= 3 else 32, 16, 32, 8), Tiles(16, 16, 16, 16, 8)]
+
+
+# Where ptxas, left to itself, allocates too few registers: on sm_80 it gave the backward kernel 32 registers and
+# 43 KB of spill stores per thread (16 x 32 tiles; 5.8 KB for 16 x 16), and with the cap below 255 and 7.1 KB
+# (2.3 KB). Elsewhere the cap made its choices worse (sm_90 backward 16 x 32: 4.8 -> 5.5 KB; sm_86 forward
+# 16 x 16: 172 -> 432 B), so it applies on sm_80 only. Measured with tests/benchmarks/fused_resources.py.
+REGISTER_CAPPED = {(8, 0)}
+
+
+def compile_options(warps: int, capability: tuple[int, int] | None) -> dict:
+    """The kernels' compile options on a GPU of this compute capability (None: the interpreter): one stage, and
+    on REGISTER_CAPPED GPUs the registers per thread capped at what one program of `warps` warps may have (64K
+    per SM, at most 255)."""
+    options = {"num_warps": warps, "num_stages": 1}
+    if capability in REGISTER_CAPPED:
+        options["maxnreg"] = min(255, 65536 // (32 * warps))
+    return options
+
+
+@functools.cache
+def _capability(device: torch.device) -> tuple[int, int] | None:
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
 
 
 def forward_fits(tiles: Tiles, kernel_width: int) -> bool:
@@ -182,7 +205,7 @@ def run_forward(spec: Spec, tiles: Tiles, q, k, v, table, weights) -> tuple[torc
         q, k, v, table if table is not None else lse, *weights, out, lse,
         *_strides(q), *_strides(k), *_strides(v), *_strides(out), length, heads, head_dim, 1.0 / math.sqrt(head_dim),
         M=rows, NZ=cols, P=rows * cols, OWN=cols - 4 * half, **spec.constexprs(q.dtype),
-        num_warps=tiles.warps, num_stages=1)
+        **compile_options(tiles.warps, _capability(q.device)))
     return out, lse
 
 
@@ -223,7 +246,7 @@ def run_backward(spec: Spec, tiles: Tiles, q, k, v, table, weights, out, lse, d_
             *slots.values(), *_strides(q), *_strides(k), *_strides(v), *_strides(d_out), length, heads, head_dim,
             scale, start, stop - start, keys, M=tiles.bwd_rows, NZ=tiles.bwd_cols, P=tiles.bwd_rows * tiles.bwd_cols,
             OWN=tiles.bwd_cols - 8 * half, NW=triton.next_power_of_2(tiles.bwd_rows + tiles.bwd_cols - 1),
-            **spec.constexprs(q.dtype), num_warps=tiles.warps, num_stages=1)
+            **spec.constexprs(q.dtype), **compile_options(tiles.warps, _capability(q.device)))
         with torch.autocast(device.type, enabled=False):
             dq[:, :, start:stop] = (d_scores @ k[:, :, :keys]).mul_(scale)
             dk[:, :, :keys] += (d_scores.transpose(-2, -1) @ q[:, :, start:stop]).to(acc).mul_(scale)

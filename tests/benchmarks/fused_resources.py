@@ -1,8 +1,8 @@
 """What the fused attention kernels need of a GPU, without one: compile them offline for CUDA targets (Triton's
 compiler, and ptxas with Triton's options, both in the triton wheel) and print, per kernel and tile size, the
 shared memory of one program, its registers and spilled bytes per thread, and whether it fits each target's
-shared memory per block (whether it launches there at all). `dape_core.fused.launch.tile_choices` comes from
-this table.
+shared memory per block (whether it launches there at all), with the launches' options (`launch.compile_options`).
+`dape_core.fused.launch.tile_choices` comes from this table.
 
     python tests/benchmarks/fused_resources.py                       # sm_80, sm_86, sm_90; the default choices
     python tests/benchmarks/fused_resources.py --arch 89 --tiles fwd:16x32 bwd:16x16 --kernel 5 --warps 4
@@ -30,7 +30,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from dape_core.fused import kernels  # noqa: E402
-from dape_core.fused.launch import Spec  # noqa: E402
+from dape_core.fused.launch import Spec, compile_options  # noqa: E402
 
 # Shared memory one block may use (opt-in maximum), by compute capability.
 SHARED_LIMIT = {70: 98304, 75: 65536, 80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448}
@@ -68,7 +68,8 @@ def compile_one(which: str, rows: int, cols: int, warps: int, width: int, arch: 
     report = io.StringIO()
     with contextlib.redirect_stdout(report):
         compiled = triton.compile(ASTSource(kernel, signature(kernel, constants), constants),
-                                  target=GPUTarget("cuda", arch, 32), options={"num_warps": warps, "num_stages": 1})
+                                  target=GPUTarget("cuda", arch, 32),
+                                  options=compile_options(warps, (arch // 10, arch % 10)))
     seconds = time.perf_counter() - started
     registers = re.search(r"Used (\d+) registers", report.getvalue())
     spills = re.search(r"(\d+) bytes spill stores", report.getvalue())
