@@ -9,10 +9,16 @@ and the layer computes that configuration on its other paths (`dape_core.fused.f
 from __future__ import annotations
 
 import torch
-from triton.errors import TritonError
+from triton.compiler.errors import CompilationError
+from triton.runtime.errors import OutOfResources
 
 from . import launch
 from .launch import Spec, Tiles
+
+try:  # Triton's common base class (PTXASError and the rest), where this Triton has one
+    from triton.errors import TritonError as _KernelError
+except ImportError:
+    _KernelError = (CompilationError, OutOfResources)
 
 PROBE_LENGTH = 64  # rows of the slice the kernels are tried on: a few tiles, a fraction of a second to compile
 
@@ -63,7 +69,7 @@ def _first(choices, fits, kernel: str, failures: list[str], run):
         tried.add((size, tiles.warps))
         try:
             return tiles, run(tiles)
-        except TritonError as error:  # out of shared memory or registers, ptxas, an unsupported construct
+        except _KernelError as error:  # out of shared memory or registers, ptxas, an unsupported construct
             failures.append(f"{kernel} {size[0]}x{size[1]} tiles: {type(error).__name__}: {error}")
     if not tried:
         failures.append(f"no {kernel} tiles of {[str(t) for t in choices]} are wide enough for this kernel")
