@@ -69,13 +69,10 @@ def _project_path(study_path: Path, given: Path | None, name: str) -> Path:
 def _writable_or_exit(folder: Path, option: str) -> Path:
     """`folder`, created if need be, or exit 2 where it cannot be written: checked before anything runs, not
     after the study's last trial."""
-    import tempfile
+    from .folders import unwritable
 
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as error:
+    error = unwritable(folder)
+    if error is not None:
         err.print(f"[red]Invalid option[/red] {option}: cannot write into {escape(str(folder))} "
                   f"({escape(error.strerror or str(error))}). Nothing was run.")
         raise typer.Exit(EXIT_INVALID)

@@ -6,16 +6,14 @@ table_<family>.csv (every number behind each table), plots/*.png.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import shutil
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from ..folders import folder_lock
 from ..study import Study
 from ..tracking.store import StudyStore
 from . import plots, render_html, render_latex, render_md
@@ -48,24 +46,13 @@ def build_report(study: Study, store: StudyStore, reports_dir: Path, value: Valu
     `attach`: attach the files to the study's parent run and refresh its MLflow dashboard (tracking/
     dashboard.py); `orchestrator run` does, `orchestrator report` only with --attach (it then reads the store
     alone, and a SQLite store without loading MLflow)."""
+    # One process at a time writes a report folder: two orchestrators of one study end together (leased.py)
+    # and each writes the whole report, but one's clearing plots/ must not pull the figures from under the
+    # other's writing them. The lock is held until the report is attached.
     folder = Path(reports_dir) / study.name
-    with _one_writer(folder):
-        return _build(study, store, folder, value, study_path, attach)
-
-
-@contextmanager
-def _one_writer(folder: Path):
-    """One process at a time writes a report folder: two orchestrators of one study end together (leased.py)
-    and each writes the whole report, but one's clearing plots/ must not pull the figures from under the
-    other's writing them. The lock is on the folder itself (as tracking/sqlite_file.py's store_lock: no lock file
-    left behind), held until the report is attached."""
     folder.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)  # closing releases the lock, as does the process's death
+    with folder_lock(folder):
+        return _build(study, store, folder, value, study_path, attach)
 
 
 def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, study_path: Path | None,

@@ -12,15 +12,14 @@ itself, so that no lock file is left behind) while a writer initialises the stor
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sqlite3
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from ..errors import StoreUnusable
+from ..folders import folder_lock, unwritable
 
 _MAGIC = b"SQLite format 3\x00"
 _MLFLOW_TABLES = ("experiments", "runs", "alembic_version")
@@ -77,11 +76,8 @@ def check_folder_writable(path: Path) -> None:
     """Raises StoreUnusable where the store's folder cannot be created or written (SQLite writes its journal
     beside the file, so a read-only folder fails every write, after minutes of MLflow's retries)."""
     folder = path.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as error:
+    error = unwritable(folder)
+    if error is not None:
         raise StoreUnusable(
             f"The tracking store's folder {folder} is not writable ({error.strerror or error}). Give a writable "
             "place with --tracking-uri sqlite:////path/to/mlflow.db (or MLFLOW_TRACKING_URI), or fix the "
@@ -108,9 +104,5 @@ def check_writable(path: Path) -> None:
 @contextmanager
 def store_lock(path: Path, exclusive: bool = True) -> Iterator[None]:
     """Hold a lock on the store's folder (exclusive to create or initialise the store, shared to read it)."""
-    descriptor = os.open(path.parent, os.O_RDONLY)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    with folder_lock(path.parent, exclusive):
         yield
-    finally:
-        os.close(descriptor)  # closing releases the lock
