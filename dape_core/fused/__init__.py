@@ -147,8 +147,8 @@ def recorded() -> str:
         if isinstance(outcome, str):
             clauses.append(f"{what}: not launched, the block or direct path ran instead ({outcome})")
         else:
-            tiles = f"fused, tiles {outcome.fwd_rows}x{outcome.fwd_cols} forward"
-            clauses.append(f"{what}: {tiles}" + (f", {outcome.bwd_rows}x{outcome.bwd_cols} backward" if backward else ""))
+            backward_tiles = f", {outcome.bwd_rows}x{outcome.bwd_cols} backward" if backward else ""
+            clauses.append(f"{what}: fused, tiles {outcome.fwd_rows}x{outcome.fwd_cols} forward{backward_tiles}")
     return "; ".join(clauses)
 
 
