@@ -340,6 +340,7 @@ def test_tiles_a_gpu_cannot_launch_give_way_to_smaller_ones_then_to_the_other_pa
     monkeypatch.setattr(launch, "interpreting", lambda: False)  # the GPU's choices of tiles (float64 is unaffected)
     monkeypatch.setattr(launch, "dape_backward_kernel", _SharedMemoryOf99KB(launch.dape_backward_kernel))
     monkeypatch.setattr(fit, "_FITTED", {})
+    monkeypatch.setattr(fused, "_WARNED", set())
     fused.start_record()
     layer = _layer(EXACT_DTYPE, processor="dapev2", kernel_size=3)
     q, k, v, d_out = _inputs(layer, 1, 37, EXACT_DTYPE)
@@ -347,7 +348,7 @@ def test_tiles_a_gpu_cannot_launch_give_way_to_smaller_ones_then_to_the_other_pa
     ref_out, ref_grads = _output_and_grads(lambda *x: _reference(layer, *x), layer, q, k, v, d_out)
     _assert_close(out, ref_out, EXACT_TOL, "output")
     _assert_grads_close(grads, ref_grads, EXACT_TOL)
-    assert set(fit._FITTED.values()) == {launch.Tiles(16, 16, 16, 16, 8)}
+    assert {fitted.tiles for fitted in fit._FITTED.values()} == {launch.Tiles(16, 16, 16, 16, 8)}
 
     layer = _layer(EXACT_DTYPE, processor="dapev2", kernel_size=5)
     layer.fused = True
@@ -359,15 +360,17 @@ def test_tiles_a_gpu_cannot_launch_give_way_to_smaller_ones_then_to_the_other_pa
         assert fused.fused_attention(layer, q, k, v, forced=False) is None
     with torch.no_grad():
         _assert_close(layer.attend(q, k, v, positions), _reference(layer, q, k, v), EXACT_TOL, "evaluation")
-    forward_only = [tiles for key, tiles in fit._FITTED.items() if key[0].kernel_width == 5 and not key[3]]
+    forward_only = [fitted.tiles for key, fitted in fit._FITTED.items() if key[0].kernel_width == 5 and not key[3]]
     assert forward_only == [launch.Tiles(16, 32, 16, 32, 8)]  # the fused forward ran with the first choice
     dtype = str(EXACT_DTYPE).removeprefix("torch.")
     trained3, trained5, evaluated5 = fused.recorded().split("; ")  # what a run reports (attention_kernels)
-    assert trained3 == f"training ({dtype}, 1x3) on {q.device}: fused, tiles 16x16 forward, 16x16 backward"
+    assert trained3.startswith(f"training ({dtype}, 1x3) on {q.device}: fused, tiles 16x16 forward, 16x16 backward, "
+                               "self-check passed (worst ")
     assert trained5.startswith(f"training ({dtype}, 1x5) on {q.device}: not launched, the block or direct path ran "
                                "instead (backward 16x32 tiles: OutOfResources: out of resource: shared memory, "
                                "Required: 131072, Hardware limit: 101376")
-    assert evaluated5 == f"evaluation ({dtype}, 1x5) on {q.device}: fused, tiles 16x32 forward"
+    assert evaluated5.startswith(f"evaluation ({dtype}, 1x5) on {q.device}: fused, tiles 16x32 forward, self-check "
+                                 "passed (worst output at ")
 
 
 def test_a_run_reports_what_the_fused_kernels_did(monkeypatch):
