@@ -143,6 +143,11 @@ def start_record() -> None:
     _RECORD.clear()
 
 
+def recorded_fits() -> dict:
+    """What the fused kernels did since `start_record()`: (spec, dtype, device, backward) -> its `fit.Fit`."""
+    return dict(_RECORD)
+
+
 def recorded() -> str:
     """What the fused kernels did since `start_record()`, one clause per configuration, "" where none was tried
     (on CPU, without a processor, or turned off): which tiles they ran with and how their self-check went, or
