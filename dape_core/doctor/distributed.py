@@ -20,6 +20,7 @@ STEPS = 3
 TOLERANCE = 1e-4  # nats, on a loss of about 5.5 (tests/test_distributed.py measures ~5e-7 on CPU)
 MODEL = {"preset": "tiny", "pos_encoding": "kerple", "processor": "dapev2", "kernel_size": 3, "d_dape": 8,
          "train_length": 64}
+PARALLELISMS = ("ddp", "fsdp")
 TRAIN = {"steps": STEPS, "batch_size": 8, "seq_len": 64, "log_every": 1, "precision": "fp32", "lr": 1e-3}
 
 
@@ -33,16 +34,16 @@ def run() -> list[Outcome]:
 
 def compare(devices: list[torch.device], backend: str) -> list[Outcome]:
     """One device's loss curve (devices[0], in this process), then DDP's and FSDP's over `devices` (one spawned
-    process per device, `backend`), each against it."""
+    process per device, `backend`, both runs in the same processes), each against it."""
     one = curve(devices[0])
+    names = {p: f"{p.upper()} on {len(devices)} x {devices[0].type} = one device ({STEPS} steps)" for p in PARALLELISMS}
+    try:
+        runs = on_workers(devices, backend)
+    except Exception as error:  # noqa: BLE001 - a failed run is this check's failure
+        return [Outcome(FAIL, name, f"{type(error).__name__}: {error}"[:300]) for name in names.values()]
     outcomes = []
-    for parallelism in ("ddp", "fsdp"):
-        name = f"{parallelism.upper()} on {len(devices)} x {devices[0].type} = one device ({STEPS} steps)"
-        try:
-            theirs = on_workers(devices, backend, parallelism)
-        except Exception as error:  # noqa: BLE001 - a failed run is this check's failure
-            outcomes.append(Outcome(FAIL, name, f"{type(error).__name__}: {error}"[:300]))
-            continue
+    for parallelism, name in names.items():
+        theirs = runs[parallelism]
         difference = max(abs(one["losses"][step] - theirs["losses"][step]) for step in one["losses"])
         detail = (f"max |Δ loss| {difference:.2g} nats (tolerance {TOLERANCE:g}), final loss "
                   f"{theirs['losses'][str(STEPS)]:.4f}; ms/step {theirs['ms_per_step']:.1f} vs one device's "
@@ -77,17 +78,17 @@ def curve(device: torch.device, parallelism: str = "ddp") -> dict:
     return {"losses": losses, "ms_per_step": result.ms_per_step or 0.0}
 
 
-def on_workers(devices: list[torch.device], backend: str, parallelism: str) -> dict:
-    """Rank 0's `curve` of a run on one spawned process per device."""
+def on_workers(devices: list[torch.device], backend: str) -> dict[str, dict]:
+    """Rank 0's `curve` of a DDP and an FSDP run, one after the other on one spawned process per device."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="dape-doctor-") as folder:
-        mp.start_processes(_rank, args=(folder, [str(d) for d in devices], backend, parallelism),
-                           nprocs=len(devices), join=True, start_method="spawn")
-        return json.loads(Path(folder, "rank0.json").read_text())
+        mp.start_processes(_rank, args=(folder, [str(d) for d in devices], backend), nprocs=len(devices), join=True,
+                           start_method="spawn")
+        return {p: json.loads(Path(folder, f"{p}.json").read_text()) for p in PARALLELISMS}
 
 
-def _rank(rank: int, folder: str, devices: list[str], backend: str, parallelism: str) -> None:
+def _rank(rank: int, folder: str, devices: list[str], backend: str) -> None:
     import torch.distributed as dist
 
     device = torch.device(devices[rank])
@@ -97,8 +98,9 @@ def _rank(rank: int, folder: str, devices: list[str], backend: str, parallelism:
         torch.set_num_threads(1)
     dist.init_process_group(backend, init_method=f"file://{folder}/store", rank=rank, world_size=len(devices))
     try:
-        summary = curve(device, parallelism)
-        if rank == 0:
-            Path(folder, "rank0.json").write_text(json.dumps(summary))
+        for parallelism in PARALLELISMS:
+            summary = curve(device, parallelism)
+            if rank == 0:
+                Path(folder, f"{parallelism}.json").write_text(json.dumps(summary))
     finally:
         dist.destroy_process_group()
