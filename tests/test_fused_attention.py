@@ -557,3 +557,22 @@ def test_the_self_checks_rule():
     missing = compare({"output": exact["output"]}, direct, exact_grads, torch.float64)
     assert not missing.passed and missing.worst.name == "gradient of q" and missing.worst.error == 1.0
     assert compare({"output": exact["output"]}, {}, exact, torch.float64).worst.allowed == 256 * 2.0**-52
+
+
+def test_kernels_whose_self_check_cannot_run_are_not_used(fresh_fits, monkeypatch):
+    """An error inside the check itself (injected) does not stop training, nor lets unchecked kernels run: the
+    configuration takes the other paths, with a warning and a record saying why."""
+    if ON_CUDA and not RUN_ALL_ON_CUDA:
+        pytest.skip("the fault is injected, so the CPU run covers it")
+    from dape_core.fused import selfcheck
+
+    def broken(*args):
+        raise ValueError("injected")
+
+    monkeypatch.setattr(selfcheck, "check_slice", broken)
+    layer, q, k, v, _ = _self_checked_layer()
+    with pytest.warns(RuntimeWarning, match="are not used on cpu: their self-check could not run: ValueError: injected"):
+        with torch.no_grad():
+            assert fused.fused_attention(layer, q, k, v, forced=False) is None
+    assert fused.recorded() == ("evaluation (float32, 1x3) on cpu: not used, the block or direct path ran instead "
+                                "(their self-check could not run: ValueError: injected)")

@@ -158,8 +158,10 @@ def recorded() -> str:
                 f"1x{spec.kernel_width}) on {device}")
         if fit.failed_check:
             clauses.append(f"{what}: failed its self-check: {fit.problem}; the block or direct path ran instead")
-        elif fit.tiles is None:
+        elif not fit.launched:
             clauses.append(f"{what}: not launched, the block or direct path ran instead ({fit.problem})")
+        elif fit.tiles is None:
+            clauses.append(f"{what}: not used, the block or direct path ran instead ({fit.problem})")
         else:
             tiles = fit.tiles
             backward_tiles = f", {tiles.bwd_rows}x{tiles.bwd_cols} backward" if backward else ""
@@ -182,7 +184,8 @@ def _run(layer, spec, forced: bool, q, k, v, table, *weights):
         kernels = f"the fused attention kernels ({'training' if backward else 'forward only'}, {spec}, {q.dtype})"
         message = (f"{kernels} failed their self-check on {where}: they differ from the direct path on a slice of "
                    f"this call's inputs, {fit.problem}" if fit.failed_check else
-                   f"{kernels} do not launch on {where}: {fit.problem}")
+                   f"{kernels} do not launch on {where}: {fit.problem}" if not fit.launched else
+                   f"{kernels} are not used on {where}: {fit.problem}")
         if forced:
             raise RuntimeError(message)
         if key not in _WARNED:

@@ -28,6 +28,7 @@ try:  # Triton's common base class (PTXASError and the rest), where this Triton 
 except ImportError:
     _KernelError = (CompilationError, OutOfResources)
 
+CHECK_ERROR = "their self-check could not run"
 PROBE_LENGTH = 64  # rows of the slice the kernels are tried on: a few tiles, a fraction of a second to compile
 
 
@@ -46,6 +47,11 @@ class Fit:
     @property
     def failed_check(self) -> bool:
         return self.check is not None and not self.check.passed
+
+    @property
+    def launched(self) -> bool:
+        """Whether the kernels launched (with tiles None: they failed, or could not run, their self-check)."""
+        return self.tiles is not None or self.check is not None or self.problem.startswith(CHECK_ERROR)
 
 
 _FITTED: dict[tuple, Fit] = {}
@@ -83,8 +89,11 @@ def _first_that_runs(layer, spec: Spec, choices: list[Tiles], q, k, v, backward:
             if found is None:
                 return Fit(None, "; ".join(failures))
             tiles, grads = _with_backward_of(tiles, found[0]), found[1]
-    gradients = piece.fused_gradients(table, weights, leaves, grads) if backward else None
-    check = selfcheck.check_slice(piece, q.dtype, out, gradients)
+    try:
+        gradients = piece.fused_gradients(table, weights, leaves, grads) if backward else None
+        check = selfcheck.check_slice(piece, q.dtype, out, gradients)
+    except Exception as error:  # noqa: BLE001 - unchecked kernels are not used; the reason is reported
+        return Fit(None, f"{CHECK_ERROR}: {type(error).__name__}: {error}")
     return Fit(tiles if check.passed else None, "" if check.passed else check.describe(), check)
 
 

@@ -157,7 +157,7 @@ def epsilon(dtype: torch.dtype) -> float:
 
 
 def compare(fused: dict[str, torch.Tensor | None], direct: dict[str, torch.Tensor | None],
-            exact: dict[str, torch.Tensor | None], dtype: torch.dtype, seconds: float = 0.0) -> Check:
+            exact: dict[str, torch.Tensor | None], dtype: torch.dtype) -> Check:
     """The rule of the module doc over every tensor `exact` has (None: no gradient, taken as zero)."""
     def norm(x):
         return 0.0 if x is None else x.double().norm().item()
@@ -180,7 +180,7 @@ def compare(fused: dict[str, torch.Tensor | None], direct: dict[str, torch.Tenso
         reference = diff(direct.get(name), want) / scale if direct.get(name) is not None else 0.0
         allowed = MARGIN * reference + FLOOR * epsilon(dtype)
         differences.append(Difference(_label(name), error, reference, allowed))
-    return Check(tuple(differences), seconds)
+    return Check(tuple(differences))
 
 
 def _label(name: str) -> str:
