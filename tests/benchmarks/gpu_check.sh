@@ -4,14 +4,15 @@
 #
 #   tests/benchmarks/gpu_check.sh prepare        # here, with network, once: the wheels the GPU machine may lack
 #   tests/benchmarks/gpu_check.sh doctor [OUT]   # on the GPU: orchestrator doctor (checks, then its benchmark)
+#   tests/benchmarks/gpu_check.sh check  [OUT]   # on the GPU: bench_selfcheck.py (the self-check's cost)
 #   tests/benchmarks/gpu_check.sh bench  [OUT]   # on the GPU: bench_attention.py's 125M tables, bfloat16
 #   tests/benchmarks/gpu_check.sh dist   [OUT]   # on the GPU: bench_distributed.py (350M, FSDP vs one device)
 #   tests/benchmarks/gpu_check.sh tests  [OUT]   # on the GPU: tests/test_fused_attention.py on CUDA
 #   tests/benchmarks/gpu_check.sh tiles  [OUT]   # on the GPU: the kernels' time for several tile sizes
-#   tests/benchmarks/gpu_check.sh all    [OUT]   # doctor, bench, dist, tests, tiles (in that order of priority)
+#   tests/benchmarks/gpu_check.sh all    [OUT]   # doctor, check, bench, dist, tests, tiles (in that order)
 #
-# OUT defaults to $OUT, else ./gpu_check_out. Each step writes its log there (env.txt, doctor.txt, bench.txt,
-# dist.txt, tests.txt, tiles.txt) as it goes, so a step cut short still leaves what it printed; `doctor` also
+# OUT defaults to $OUT, else ./gpu_check_out. Each step writes its log there (env.txt, doctor.txt, check.txt,
+# bench.txt, dist.txt, tests.txt, tiles.txt) as it goes, so a step cut short still leaves what it printed; `doctor` also
 # writes its exit code to doctor.rc (1: a check failed).
 #
 # The GPU machine needs PyTorch with CUDA and Triton (>= 3.3, for tl.gather), and dape_core's own imports:
@@ -85,6 +86,10 @@ sys.exit(1 if run_doctor(quick=bool(sys.argv[1:])).failed else 0)" "${quick[@]}"
   return "$rc"
 }
 
+run_check() {
+  "$python" tests/benchmarks/bench_selfcheck.py --device cuda 2>&1 | tee "$out/check.txt"
+}
+
 run_dist() {
   "$python" tests/benchmarks/bench_distributed.py 2>&1 | tee "$out/dist.txt"
 }
@@ -107,10 +112,11 @@ run_tiles() {
 case "$step" in
   prepare) prepare ;;
   doctor) setup && run_doctor ;;
+  check) setup && run_check ;;
   bench) setup && run_bench ;;
   dist) setup && run_dist ;;
   tests) setup && run_tests ;;
   tiles) setup && run_tiles ;;
-  all) setup && { run_doctor; run_bench; run_dist; run_tests; run_tiles; } ;;
-  *) echo "usage: $0 prepare|doctor|bench|dist|tests|tiles|all [OUT]" >&2; exit 2 ;;
+  all) setup && { run_doctor; run_check; run_bench; run_dist; run_tests; run_tiles; } ;;
+  *) echo "usage: $0 prepare|doctor|check|bench|dist|tests|tiles|all [OUT]" >&2; exit 2 ;;
 esac
