@@ -93,9 +93,9 @@ def test_the_environment_follows_the_shared_contract():
 def test_the_benchmark_table_and_what_does_not_apply():
     """Ratios to Kerple of the same phase; a case without figures says why; on CPU the fused variant does not
     run (it would in the interpreter, far too slow to time) and the rest do, at a tiny size."""
-    rows = [benchmark.Row("training", "Kerple", 0.1, 100 * 2**20), benchmark.Row("training", "DAPE1x3 block", 0.25,
-                                                                                   150 * 2**20),
-            benchmark.Row("evaluation", "Kerple", 0.02), benchmark.Row("evaluation", "DAPE1x3 direct", note="out of memory")]
+    rows = [benchmark.Row("training", "Kerple", 0.1, 100 * 2**20),
+            benchmark.Row("training", "DAPE1x3 block", 0.25, 150 * 2**20), benchmark.Row("evaluation", "Kerple", 0.02),
+            benchmark.Row("evaluation", "DAPE1x3 direct", note="out of memory")]
     text = benchmark.table(rows).splitlines()
     assert re.search(r"training\s+DAPE1x3 block\s+250.0\s+2.50\s+150\s+1.50", text[3]), text
     assert re.search(r"evaluation\s+DAPE1x3 direct\s+-\s+-\s+-\s+-\s+out of memory", text[5]), text
@@ -114,9 +114,9 @@ def test_what_the_gpu_checks_would_run_and_their_skips():
     """On a GPU: bfloat16 autocast and float32, k = 3 and 5, at the 125M layer's width; where the kernels cannot
     run, one SKIP saying why; with fewer than two GPUs the distributed check is skipped."""
     labels = [case.label for case in exactness.cases(torch.device("cuda"))]
-    assert labels == ["DAPE1x3-Kerple training, bfloat16 (autocast, float32 weights)",
-                      "DAPE1x3-Kerple evaluation, bfloat16 (autocast, float32 weights)",
-                      "DAPE1x3-Kerple training, float32", "DAPE1x5-Kerple training, bfloat16 (autocast, float32 weights)"]
+    autocast = "bfloat16 (autocast, float32 weights)"
+    assert labels == [f"DAPE1x3-Kerple training, {autocast}", f"DAPE1x3-Kerple evaluation, {autocast}",
+                      "DAPE1x3-Kerple training, float32", f"DAPE1x5-Kerple training, {autocast}"]
     assert exactness.SIZES["cuda"]["d_model"] == 768 and exactness.SIZES["cuda"]["length"] > 64
     assert exactness.run(torch.device("meta")) == [Outcome(SKIP, "fused kernels' exactness",
                                                            "no Triton kernels for device meta")]

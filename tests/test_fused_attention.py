@@ -571,7 +571,7 @@ def test_kernels_whose_self_check_cannot_run_are_not_used(fresh_fits, monkeypatc
 
     monkeypatch.setattr(selfcheck, "check_slice", broken)
     layer, q, k, v, _ = _self_checked_layer()
-    with pytest.warns(RuntimeWarning, match="are not used on cpu: their self-check could not run: ValueError: injected"):
+    with pytest.warns(RuntimeWarning, match="not used on cpu: their self-check could not run: ValueError: injected"):
         with torch.no_grad():
             assert fused.fused_attention(layer, q, k, v, forced=False) is None
     assert fused.recorded() == ("evaluation (float32, 1x3) on cpu: not used, the block or direct path ran instead "

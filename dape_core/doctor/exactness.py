@@ -1,8 +1,8 @@
 """The fused attention kernels against the direct path on this device: one attention layer of DAPE1x3-Kerple
 (and 1x5 on a GPU), its output and every gradient, in the dtypes training uses here, at a small size (on a GPU
 the 125M layer's heads and channels at T = 256, beyond the self-check's 64-row slice; on CPU, in Triton's
-interpreter, 3 heads at T = 40). The comparison is the self-check's rule (`dape_core.fused.selfcheck`) on the whole input,
-and the kernels run forced on, so their own first-call self-check, whose cost is reported, must pass first.
+interpreter, 3 heads at T = 40). The comparison is the self-check's rule (`dape_core.fused.selfcheck`) on the
+whole input, and the kernels run forced on, so their own first-call self-check, whose cost is reported, must pass first.
 """
 
 from __future__ import annotations

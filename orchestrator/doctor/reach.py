@@ -39,8 +39,8 @@ def ray_cluster(address: str | None, timeout: float) -> Outcome:
             ray.shutdown()
     cpus = sum(node.get("CPU", 0.0) for node in nodes)
     gpus = sum(node.get("GPU", 0.0) for node in nodes)
-    return Outcome(PASS, name, f"joined in {time.perf_counter() - start:.1f} s: {len(nodes)} live node(s), {cpus:g} CPU, "
-                               f"{gpus:g} GPU")
+    took = time.perf_counter() - start
+    return Outcome(PASS, name, f"joined in {took:.1f} s: {len(nodes)} live node(s), {cpus:g} CPU, {gpus:g} GPU")
 
 
 def tracking_store(uri: str | None, timeout: float) -> Outcome:
