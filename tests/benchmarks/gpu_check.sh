@@ -10,6 +10,8 @@
 #   tests/benchmarks/gpu_check.sh tests  [OUT]   # on the GPU: tests/test_fused_attention.py on CUDA
 #   tests/benchmarks/gpu_check.sh tiles  [OUT]   # on the GPU: the kernels' time for several tile sizes
 #   tests/benchmarks/gpu_check.sh all    [OUT]   # doctor, check, bench, dist, tests, tiles (in that order)
+#   tests/benchmarks/gpu_check.sh lease  [OUT]   # one command for a short device lease (under 10 minutes):
+#                                                # doctor, check, bench, dist, each cut at its own time limit
 #
 # OUT defaults to $OUT, else ./gpu_check_out. Each step writes its log there (env.txt, doctor.txt, check.txt,
 # bench.txt, dist.txt, tests.txt, tiles.txt) as it goes, so a step cut short still leaves what it printed; `doctor` also
@@ -94,6 +96,22 @@ run_dist() {
   "$python" tests/benchmarks/bench_distributed.py 2>&1 | tee "$out/dist.txt"
 }
 
+# The steps of `lease`, each cut at its limit in seconds (what it printed so far stays in OUT): about 9.5
+# minutes in all, for a device lent for 15 minutes with commands cut at 10. Not yet timed on a GPU: the limits
+# are guesses from the compile times above; a step cut short says so in OUT/lease.txt.
+LEASE_DOCTOR_S="${LEASE_DOCTOR_S:-210}" LEASE_CHECK_S="${LEASE_CHECK_S:-45}" LEASE_BENCH_S="${LEASE_BENCH_S:-240}"
+LEASE_DIST_S="${LEASE_DIST_S:-60}"
+
+lease() {
+  local step limit rc
+  for step in doctor check bench dist; do
+    limit="LEASE_${step^^}_S"
+    timeout -k 5 "${!limit}" bash "$0" "$step" "$out"
+    rc=$?
+    echo "$step: exit $rc$([ "$rc" = 124 ] && echo " (cut at ${!limit} s)")" | tee -a "$out/lease.txt"
+  done
+}
+
 run_tests() {
   DAPE_FUSED_TESTS_ON_CUDA=1 "$python" -m pytest -q -p no:cacheprovider tests/test_fused_attention.py \
     --durations=10 2>&1 | tee "$out/tests.txt"
@@ -118,5 +136,6 @@ case "$step" in
   tests) setup && run_tests ;;
   tiles) setup && run_tiles ;;
   all) setup && { run_doctor; run_check; run_bench; run_dist; run_tests; run_tiles; } ;;
-  *) echo "usage: $0 prepare|doctor|check|bench|dist|tests|tiles|all [OUT]" >&2; exit 2 ;;
+  lease) setup && lease ;;
+  *) echo "usage: $0 prepare|doctor|check|bench|dist|tests|tiles|all|lease [OUT]" >&2; exit 2 ;;
 esac
