@@ -132,7 +132,13 @@ def test_reaching_stores_is_bounded_and_says_what_failed(tmp_path):
     broken = tmp_path / "mlflow.db"
     broken.write_text("not a database")
     assert reach.tracking_store(f"sqlite:///{broken}", timeout=3).status == FAIL
-    assert reach.tracking_store(None, timeout=3).status == SKIP if not os.environ.get("MLFLOW_TRACKING_URI") else True
+    from mlflow.tracking import MlflowClient
+
+    store = tmp_path / "store" / "mlflow.db"
+    store.parent.mkdir()
+    MlflowClient(f"sqlite:///{store}").create_experiment("doctor-test")
+    found = reach.tracking_store(f"sqlite:///{store}", timeout=3)
+    assert found.status == PASS and found.detail == "2 experiment(s)", found  # MLflow's Default and ours
     ray = reach.ray_cluster(f"127.0.0.1:{port}", timeout=3)
     assert ray.status == FAIL and "Cannot connect to the Ray cluster" in ray.detail
     assert Outcome(PASS, "x", "y").line() == "PASS x: y"
