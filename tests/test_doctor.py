@@ -150,3 +150,13 @@ def test_ddp_and_fsdp_equal_one_device_on_cpu_processes():
     outcomes = distributed.compare([torch.device("cpu")] * 2, "gloo")
     assert [outcome.status for outcome in outcomes] == [PASS, PASS], outcomes
     assert outcomes[1].name == "FSDP on 2 x cpu = one device (3 steps)"
+
+
+def test_a_section_that_raises_is_a_failure_and_the_others_still_run():
+    from orchestrator.doctor import guarded
+
+    def broken():
+        raise torch.OutOfMemoryError("CUDA out of memory.\nTried to allocate 2 GiB")
+
+    assert guarded("x", broken) == [Outcome(FAIL, "x", "OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")]
+    assert guarded("x", lambda: [Outcome(PASS, "y")]) == [Outcome(PASS, "y")]

@@ -81,11 +81,11 @@ def run_doctor(address: str | None = None, tracking_uri: str | None = None, quic
     say("")
     say(f"## Fused attention kernels = the direct path, on {device}"
         + ("" if cuda else " (Triton's interpreter: tiny sizes, float32)"))
-    for outcome in exactness.run(device):
+    for outcome in guarded("fused kernels' exactness", lambda: exactness.run(device)):
         record(outcome)
     say("")
     say("## Distributed training")
-    for outcome in distributed.run():
+    for outcome in guarded("DDP and FSDP steps = one device's", distributed.run):
         record(outcome)
     if not quick:
         from dape_core.doctor import benchmark
@@ -101,6 +101,14 @@ def run_doctor(address: str | None = None, tracking_uri: str | None = None, quic
         say(f"No CUDA device here: the GPU checks did not run ({'; '.join(GPU_CHECKS)}). Run `orchestrator "
             "doctor` on a GPU node of the cluster for them.")
     return report
+
+
+def guarded(name: str, check: Callable[[], list[Outcome]]) -> list[Outcome]:
+    """A section's outcomes, or one FAIL saying what went wrong where it raised (the other sections still run)."""
+    try:
+        return check()
+    except Exception as error:  # noqa: BLE001 - an error of this machine is what the doctor reports
+        return [Outcome(FAIL, name, f"{type(error).__name__}: {error}"[:500].replace("\n", " "))]
 
 
 def environment_lines(device) -> list[str]:
