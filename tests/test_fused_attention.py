@@ -557,6 +557,9 @@ def test_the_self_checks_rule():
     missing = compare({"output": exact["output"]}, direct, exact_grads, torch.float64)
     assert not missing.passed and missing.worst.name == "gradient of q" and missing.worst.error == 1.0
     assert compare({"output": exact["output"]}, {}, exact, torch.float64).worst.allowed == 256 * 2.0**-52
+    zeros = {"output": torch.zeros(3, dtype=torch.float64)}
+    nothing = compare(zeros, zeros, zeros, torch.float32)  # all zero (inputs of zeros): passes, says so
+    assert nothing.passed and nothing.worst is None and nothing.summary().startswith("nothing to compare")
 
 
 def test_kernels_whose_self_check_cannot_run_are_not_used(fresh_fits, monkeypatch):

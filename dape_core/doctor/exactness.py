@@ -83,11 +83,9 @@ def check(case: Case, device: torch.device) -> Outcome:
     except RuntimeError as error:  # forced on: kernels that do not launch, or a failed first-call self-check
         return Outcome(FAIL, name, str(error))
     fit = next(iter(fused.recorded_fits().values()))
-    worst = result.worst
     cost = (f"first call {fit.seconds:.2f} s (tiles {_tiles(fit.tiles, case.training)}: compilation, probe and "
             f"self-check), of which the self-check {1e3 * fit.check.seconds:.0f} ms")
-    detail = (f"worst {worst.name}: relative error {worst.error:.2g} against float64, {worst.ratio:.2g}x its "
-              f"tolerance; {cost}")
+    detail = f"{result.describe()}; {cost}"
     return Outcome(PASS if result.passed else FAIL, name, detail)
 
 

@@ -165,9 +165,8 @@ def recorded() -> str:
         else:
             tiles = fit.tiles
             backward_tiles = f", {tiles.bwd_rows}x{tiles.bwd_cols} backward" if backward else ""
-            worst = fit.check.worst
             clauses.append(f"{what}: fused, tiles {tiles.fwd_rows}x{tiles.fwd_cols} forward{backward_tiles}, "
-                           f"self-check passed (worst {worst.name} at {worst.ratio:.2g}x its tolerance)")
+                           f"self-check passed ({fit.check.summary()})")
     return "; ".join(clauses)
 
 

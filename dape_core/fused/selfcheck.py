@@ -39,6 +39,7 @@ MARGIN = 4.0
 FLOOR = 256.0
 ZERO = 1e-9  # a gradient is "exactly zero" when its float64 norm is below this fraction of the largest one
 SEED = 0  # of the output gradient the backward is checked with
+NOTHING = "nothing to compare: every tensor is exactly zero on this slice"
 
 
 @dataclass(frozen=True)
@@ -72,14 +73,21 @@ class Check:
         return all(difference.ok for difference in self.differences)
 
     @property
-    def worst(self) -> Difference:
-        return max(self.differences, key=lambda difference: difference.ratio)
+    def worst(self) -> Difference | None:
+        """The tensor nearest its tolerance, or beyond it the furthest; None where every one is exactly zero."""
+        return max(self.differences, key=lambda difference: difference.ratio, default=None)
 
     def describe(self) -> str:
         worst = self.worst
+        if worst is None:
+            return NOTHING
         return (f"worst {worst.name}: relative error {worst.error:.2g} against float64, {worst.ratio:.2g}x its "
                 f"tolerance {worst.allowed:.2g} ({MARGIN:g}x the direct path's own {worst.reference:.2g} + "
                 f"{FLOOR:g} eps)")
+
+    def summary(self) -> str:
+        worst = self.worst
+        return NOTHING if worst is None else f"worst {worst.name} at {worst.ratio:.2g}x its tolerance"
 
 
 class _Layer(nn.Module):
