@@ -18,6 +18,7 @@ from orchestrator.cli import app
 from orchestrator.doctor import reach
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+on_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="what the doctor says on a machine without CUDA")
 CONTRACT = ("python", "platform", "torch", "torch_cuda", "cudnn", "triton", "ray", "mlflow", "optuna", "pydantic",
             "numpy", "cuda_driver", "device", "device_model", "device_memory_gb", "gpu_count", "torch_threads",
             "cpu_count")
@@ -29,6 +30,7 @@ def _closed_port() -> int:
         return probe.getsockname()[1]
 
 
+@on_cpu_only
 def test_doctor_on_this_cpu_machine(tmp_path):
     """The command in a fresh process: every section's lines, the interpreter checks passing, the GPU checks
     said not to have run; an unreachable --address fails (fast, bounded) and makes the exit code 1, while the
@@ -55,6 +57,7 @@ def test_doctor_on_this_cpu_machine(tmp_path):
     assert "No CUDA device here: the GPU checks did not run" in out
 
 
+@on_cpu_only
 def test_a_wrong_kernel_fails_the_doctor(monkeypatch):
     """A kernel off by a relative 1e-3 past its first tile (fault injection, as in tests/test_fused_attention.py)
     fails the exactness check: FAIL lines naming the self-check, exit code 1."""
@@ -82,6 +85,7 @@ def test_a_wrong_kernel_fails_the_doctor(monkeypatch):
     assert len(lines) == 2 and all("failed their self-check on cpu" in line for line in lines), result.output
 
 
+@on_cpu_only
 def test_the_environment_follows_the_shared_contract():
     env = describe_environment()
     assert tuple(env) == CONTRACT and all(isinstance(value, str) for value in env.values())
@@ -110,6 +114,7 @@ def test_the_benchmark_table_and_what_does_not_apply():
     assert "batch 2 x 32, evaluation at batch 1 x 160, float32, on cpu" in setting.describe(cpu)
 
 
+@on_cpu_only
 def test_what_the_gpu_checks_would_run_and_their_skips():
     """On a GPU: bfloat16 autocast and float32, k = 3 and 5, at the 125M layer's width; where the kernels cannot
     run, one SKIP saying why; with fewer than two GPUs the distributed check is skipped."""
