@@ -7,6 +7,7 @@ import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -37,11 +38,11 @@ def test_doctor_on_this_cpu_machine(tmp_path):
     other checks still run; a SQLite store that does not exist yet passes (nothing is created)."""
     store = tmp_path / "mlruns" / "mlflow.db"
     port = _closed_port()
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.run([sys.executable, "-m", "orchestrator", "doctor", "--quick", "--address", f"127.0.0.1:{port}",
                            "--tracking-uri", f"sqlite:///{store}", "--connect-timeout", "5"],
-                          capture_output=True, text=True, timeout=300, env=env)
+                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     out = proc.stdout
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"torch {torch.__version__} (CUDA none" in out and f"triton {package_version('triton')}" in out
