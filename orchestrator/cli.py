@@ -1,7 +1,7 @@
-"""`orchestrator` command line: validate, plan, run, status, report, ui and schema of study files.
+"""`orchestrator` command line: validate, plan, run, status, report, ui and schema of study files; doctor.
 
-Exit codes: 0 every trial succeeded; 1 some trials failed (the rest completed); 2 invalid study or
-argument; 3 interrupted and resumable (re-run the same command); 4 a claim of the study's `expect:`
+Exit codes: 0 every trial succeeded; 1 some trials failed (the rest completed; `doctor`: a check failed); 2 invalid
+study or argument; 3 interrupted and resumable (re-run the same command); 4 a claim of the study's `expect:`
 section fails (only with --strict-claims; claims are findings, so without it they never change the code);
 130 interrupted by Ctrl-C.
 Errors are one clear paragraph, never a traceback, unless --debug.
@@ -428,6 +428,23 @@ def ui(
         raise typer.Exit(EXIT_INVALID)
     if code not in (0, -signal.SIGINT, -signal.SIGTERM):
         raise typer.Exit(code if code > 0 else 1)
+
+
+@app.command()
+def doctor(
+    address: Annotated[Optional[str], typer.Option(help="A Ray cluster to reach (default: RAY_ADDRESS; none: skipped).")] = None,
+    tracking_uri: Annotated[Optional[str], typer.Option(help="An MLflow store to reach (default: MLFLOW_TRACKING_URI; none: skipped).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="The checks alone, without the benchmark.")] = False,
+    connect_timeout: Annotated[float, typer.Option(min=1, help="Seconds the Ray cluster and the tracking store get to answer.")] = 10.0,
+) -> None:
+    """Check this machine: environment, cluster and store reachability, the fused attention kernels' exactness on
+    this device, DDP/FSDP on 2+ GPUs, and a short benchmark. Exit code 1 when a check fails."""
+    from .doctor import run_doctor
+
+    report = run_doctor(address, tracking_uri, quick, connect_timeout, say=lambda line: console.print(line, markup=False),
+                        progress=lambda line: err.print(line, markup=False))
+    if report.failed:
+        raise typer.Exit(EXIT_TRIALS_FAILED)
 
 
 from .data_cli import data_app  # noqa: E402  (the `data` sub-commands: prepare, verify)

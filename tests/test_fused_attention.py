@@ -11,6 +11,8 @@ multiplies them in float32).
 
 import math
 import os
+import re
+import warnings
 
 if not os.environ.get("DAPE_FUSED_TESTS_ON_CUDA"):
     os.environ["TRITON_INTERPRET"] = "1"  # must precede the first import of the kernels
@@ -340,6 +342,7 @@ def test_tiles_a_gpu_cannot_launch_give_way_to_smaller_ones_then_to_the_other_pa
     monkeypatch.setattr(launch, "interpreting", lambda: False)  # the GPU's choices of tiles (float64 is unaffected)
     monkeypatch.setattr(launch, "dape_backward_kernel", _SharedMemoryOf99KB(launch.dape_backward_kernel))
     monkeypatch.setattr(fit, "_FITTED", {})
+    monkeypatch.setattr(fused, "_WARNED", set())
     fused.start_record()
     layer = _layer(EXACT_DTYPE, processor="dapev2", kernel_size=3)
     q, k, v, d_out = _inputs(layer, 1, 37, EXACT_DTYPE)
@@ -347,7 +350,7 @@ def test_tiles_a_gpu_cannot_launch_give_way_to_smaller_ones_then_to_the_other_pa
     ref_out, ref_grads = _output_and_grads(lambda *x: _reference(layer, *x), layer, q, k, v, d_out)
     _assert_close(out, ref_out, EXACT_TOL, "output")
     _assert_grads_close(grads, ref_grads, EXACT_TOL)
-    assert set(fit._FITTED.values()) == {launch.Tiles(16, 16, 16, 16, 8)}
+    assert {fitted.tiles for fitted in fit._FITTED.values()} == {launch.Tiles(16, 16, 16, 16, 8)}
 
     layer = _layer(EXACT_DTYPE, processor="dapev2", kernel_size=5)
     layer.fused = True
@@ -359,15 +362,17 @@ def test_tiles_a_gpu_cannot_launch_give_way_to_smaller_ones_then_to_the_other_pa
         assert fused.fused_attention(layer, q, k, v, forced=False) is None
     with torch.no_grad():
         _assert_close(layer.attend(q, k, v, positions), _reference(layer, q, k, v), EXACT_TOL, "evaluation")
-    forward_only = [tiles for key, tiles in fit._FITTED.items() if key[0].kernel_width == 5 and not key[3]]
+    forward_only = [fitted.tiles for key, fitted in fit._FITTED.items() if key[0].kernel_width == 5 and not key[3]]
     assert forward_only == [launch.Tiles(16, 32, 16, 32, 8)]  # the fused forward ran with the first choice
     dtype = str(EXACT_DTYPE).removeprefix("torch.")
     trained3, trained5, evaluated5 = fused.recorded().split("; ")  # what a run reports (attention_kernels)
-    assert trained3 == f"training ({dtype}, 1x3) on {q.device}: fused, tiles 16x16 forward, 16x16 backward"
+    assert trained3.startswith(f"training ({dtype}, 1x3) on {q.device}: fused, tiles 16x16 forward, 16x16 backward, "
+                               "self-check passed (worst ")
     assert trained5.startswith(f"training ({dtype}, 1x5) on {q.device}: not launched, the block or direct path ran "
                                "instead (backward 16x32 tiles: OutOfResources: out of resource: shared memory, "
                                "Required: 131072, Hardware limit: 101376")
-    assert evaluated5 == f"evaluation ({dtype}, 1x5) on {q.device}: fused, tiles 16x32 forward"
+    assert evaluated5.startswith(f"evaluation ({dtype}, 1x5) on {q.device}: fused, tiles 16x32 forward, self-check "
+                                 "passed (worst output at ")
 
 
 def test_a_run_reports_what_the_fused_kernels_did(monkeypatch):
@@ -392,3 +397,185 @@ def test_a_run_reports_what_the_fused_kernels_did(monkeypatch):
 
     monkeypatch.setenv("DAPE_FUSED_ATTENTION", "0")
     assert run_experiment(cfg, threads=1).attention_kernels == ""
+
+
+# ---------------------------------------------------------------- the self-check (dape_core/fused/selfcheck.py)
+def warnings_recorded():
+    """Every warning raised inside, each one (not only the first of its text and place)."""
+    context = warnings.catch_warnings(record=True)
+
+    class _Recorded:
+        def __enter__(self):
+            caught = context.__enter__()
+            warnings.simplefilter("always")
+            return caught
+
+        def __exit__(self, *exc):
+            return context.__exit__(*exc)
+    return _Recorded()
+
+
+class _Perturbed:
+    """Fault injection: the real kernel, then one of the tensors it wrote changed a little, as a miscompiled
+    kernel might (rows past the first tile, a relative 1e-3): `argument` is that tensor's position among the
+    kernel's arguments (the forward's output, the backward's dS)."""
+
+    FORWARD_OUTPUT, BACKWARD_SCORES = 9, 12
+
+    def __init__(self, kernel, argument: int):
+        self.kernel, self.argument = kernel, argument
+
+    def __getitem__(self, grid):
+        def launch_(*args, **kwargs):
+            self.kernel[grid](*args, **kwargs)
+            written = args[self.argument]
+            written[..., 16:, :].mul_(1 + 1e-3)
+        return launch_
+
+
+@pytest.fixture
+def fresh_fits(monkeypatch):
+    """No configuration probed or warned of yet, so that this test's first calls probe and check again."""
+    from dape_core.fused import fit
+
+    monkeypatch.setattr(fit, "_FITTED", {})
+    monkeypatch.setattr(fused, "_WARNED", set())
+    fused.start_record()
+    return fit
+
+
+def _self_checked_layer(dtype=torch.float32):
+    layer = _layer(dtype, processor="dapev2", kernel_size=3)
+    q, k, v, d_out = _inputs(layer, 1, 37, dtype)
+    return layer, q, k, v, d_out
+
+
+def test_the_self_check_passes_correct_kernels_once_per_configuration(fresh_fits, monkeypatch):
+    """Correct kernels pass, with the output and the gradients of q, k, v and every processor and encoding
+    parameter compared; each configuration (here training and evaluation, float32 and float64) is checked once,
+    on its first call, whatever the number of calls."""
+    if ON_CUDA and not RUN_ALL_ON_CUDA:
+        pytest.skip("on CUDA it would compile two more kernels; the run-record test covers a passing check there")
+    from dape_core.fused import selfcheck
+
+    checks = []
+    real = selfcheck.check_slice
+    monkeypatch.setattr(selfcheck, "check_slice", lambda *args: checks.append(args) or real(*args))
+    layer, q, k, v, d_out = _self_checked_layer()
+    for _ in range(2):
+        out, grads = _output_and_grads(lambda *x: fused.fused_attention(layer, *x), layer, q, k, v, d_out)
+        with torch.no_grad():
+            fused.fused_attention(layer, q, k, v)
+    assert len(checks) == 2
+    fits = list(fresh_fits._FITTED.values())
+    assert all(fit.tiles is not None and fit.check.passed for fit in fits)
+    training = next(fit.check for key, fit in fresh_fits._FITTED.items() if key[3])
+    assert {d.name for d in training.differences} == {
+        "output", "gradient of q", "gradient of k", "gradient of v", "gradient of processor.conv_in.weight",
+        "gradient of processor.conv_in.bias", "gradient of processor.conv_out.weight", "gradient of pos.p",
+        "gradient of pos.a"}  # conv_out's bias is left out: its gradient is exactly zero
+    assert max(d.ratio for d in training.differences) < 0.5  # well within: the rule is not near its edge here
+    layer64, q64, k64, v64, _ = _self_checked_layer(torch.float64)
+    with torch.no_grad():
+        fused.fused_attention(layer64, q64, k64, v64)
+    assert len(checks) == 3
+
+
+@pytest.mark.parametrize("planted", ["forward", "backward"])
+def test_the_self_check_catches_a_wrong_kernel(planted, fresh_fits, monkeypatch):
+    """A kernel off by a relative 1e-3 past its first tile (the forward's output, or the backward's dS and with it
+    the gradients of q and k) is caught on its first call: a warning, once, naming the configuration and the
+    worst error; that configuration runs on the direct path for the rest of the process (the other one, a
+    correct forward for evaluation, stays fused); the record (the attention_kernels tag) says it failed its
+    self-check; forced on, an error."""
+    if ON_CUDA and not RUN_ALL_ON_CUDA:
+        pytest.skip("the fault is injected, so the CPU run covers it; on CUDA it would compile two more kernels")
+    if planted == "forward":
+        monkeypatch.setattr(launch, "dape_forward_kernel",
+                            _Perturbed(launch.dape_forward_kernel, _Perturbed.FORWARD_OUTPUT))
+    else:
+        monkeypatch.setattr(launch, "dape_backward_kernel",
+                            _Perturbed(launch.dape_backward_kernel, _Perturbed.BACKWARD_SCORES))
+    layer, q, k, v, d_out = _self_checked_layer()
+    layer.fused = True
+    layer.fused_forced = lambda: False  # chosen but not forced, as on CUDA by default
+    positions = torch.arange(37, device=DEVICE)
+    with warnings_recorded() as caught:
+        out, grads = _output_and_grads(lambda *x: layer.attend(*x, positions), layer, q, k, v, d_out)
+        again, _ = _output_and_grads(lambda *x: layer.attend(*x, positions), layer, q, k, v, d_out)
+    direct, direct_grads = _output_and_grads(lambda *x: layer.attend_rows(*x, positions, 0, 37), layer, q, k, v,
+                                             d_out)
+    assert torch.equal(out, direct) and torch.equal(again, direct)  # the direct path ran, both times
+    assert all(torch.equal(grads[name], direct_grads[name]) for name in grads)
+    messages = [str(w.message) for w in caught if "self-check" in str(w.message)]
+    assert len(messages) == 1, messages
+    assert re.search(r"training, Spec\(.*kernel_width=3.*torch.float32\) failed their self-check on cpu: .*worst "
+                     r"(output|gradient of \S+): relative error \S+ against float64, \S+x its tolerance", messages[0])
+    check = next(fit.check for key, fit in fresh_fits._FITTED.items() if key[3])
+    failing = {d.name for d in check.differences if not d.ok}
+    assert ("output" in failing) == (planted == "forward") and "gradient of q" in failing, failing
+
+    with torch.no_grad(), warnings_recorded() as caught:
+        evaluated = layer.attend(q, k, v, positions)
+    assert [("forward only" in str(w.message)) for w in caught] == ([True] if planted == "forward" else [])
+    record = fused.recorded().split("; the block or direct path ran instead; ")
+    assert record[0].startswith("training (float32, 1x3) on cpu: failed its self-check: worst ")
+    if planted == "forward":  # the evaluation configuration has the same wrong forward: caught too
+        assert torch.equal(evaluated, layer.attend_rows(q, k, v, positions, 0, 37))
+        assert record[1].startswith("evaluation (float32, 1x3) on cpu: failed its self-check: worst output")
+    else:  # only the backward is wrong: evaluation passes its own check and stays fused
+        assert record[1].startswith("evaluation (float32, 1x3) on cpu: fused, tiles")
+        _assert_close(evaluated, layer.attend_rows(q, k, v, positions, 0, 37), 1e-5, "evaluation")
+
+    del layer.fused_forced  # forced on (layer.fused = True; DAPE_FUSED_ATTENTION=1 alike): an error
+    with pytest.raises(RuntimeError, match=r"failed their self-check on cpu: .*worst "):
+        _output_and_grads(lambda *x: layer.attend(*x, positions), layer, q, k, v, d_out)
+    layer.fused = None
+    monkeypatch.setenv("DAPE_FUSED_ATTENTION", "1")
+    with pytest.raises(RuntimeError, match="failed their self-check"):
+        _output_and_grads(lambda *x: layer.attend(*x, positions), layer, q, k, v, d_out)
+
+
+def test_the_self_checks_rule():
+    """By norm against float64: up to 4x the direct path's own error plus a floor of 256 eps of the accumulators;
+    a NaN, or a gradient the kernels did not give, fails; exactly-zero gradients are left out."""
+    from dape_core.fused.selfcheck import compare
+
+    exact = {"output": torch.ones(100, dtype=torch.float64), "b": torch.full((4,), 1e-17, dtype=torch.float64)}
+    direct = {"output": exact["output"] + 1e-3, "b": torch.zeros(4)}
+    eps = torch.finfo(torch.float32).eps
+
+    def check(fused_out, **others):
+        return compare({"output": fused_out, "b": torch.ones(4), **others}, direct, exact, torch.bfloat16)
+
+    within = check(exact["output"] + 4e-3)
+    assert within.passed and [d.name for d in within.differences] == ["output"]
+    assert abs(within.worst.allowed - (4e-3 + 256 * eps)) < 1e-12
+    assert not check(exact["output"] + 4.1e-3 + 256 * eps).passed
+    assert not check(exact["output"] * float("nan")).passed
+    exact_grads = {**exact, "q": torch.ones(3, dtype=torch.float64)}
+    missing = compare({"output": exact["output"]}, direct, exact_grads, torch.float64)
+    assert not missing.passed and missing.worst.name == "gradient of q" and missing.worst.error == 1.0
+    assert compare({"output": exact["output"]}, {}, exact, torch.float64).worst.allowed == 256 * 2.0**-52
+    zeros = {"output": torch.zeros(3, dtype=torch.float64)}
+    nothing = compare(zeros, zeros, zeros, torch.float32)  # all zero (inputs of zeros): passes, says so
+    assert nothing.passed and nothing.worst is None and nothing.summary().startswith("nothing to compare")
+
+
+def test_kernels_whose_self_check_cannot_run_are_not_used(fresh_fits, monkeypatch):
+    """An error inside the check itself (injected) does not stop training, nor lets unchecked kernels run: the
+    configuration takes the other paths, with a warning and a record saying why."""
+    if ON_CUDA and not RUN_ALL_ON_CUDA:
+        pytest.skip("the fault is injected, so the CPU run covers it")
+    from dape_core.fused import selfcheck
+
+    def broken(*args):
+        raise ValueError("injected")
+
+    monkeypatch.setattr(selfcheck, "check_slice", broken)
+    layer, q, k, v, _ = _self_checked_layer()
+    with pytest.warns(RuntimeWarning, match="not used on cpu: their self-check could not run: ValueError: injected"):
+        with torch.no_grad():
+            assert fused.fused_attention(layer, q, k, v, forced=False) is None
+    assert fused.recorded() == ("evaluation (float32, 1x3) on cpu: not used, the block or direct path ran instead "
+                                "(their self-check could not run: ValueError: injected)")

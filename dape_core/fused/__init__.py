@@ -33,11 +33,14 @@ Design
 - Gradients of the weights and biases: per-program slots summed on the host (no contention); the bias
   table's: atomics, one per diagonal of a tile and head.
 
-Tile sizes (`fit`): whether a kernel launches depends on the GPU's shared memory per block (the 32-column
-tiles need 121 KB forward and 128 KB backward: fine on sm_80 and sm_90, too much for the 99 KB of sm_86 and
-sm_89). The first call of each configuration tries `launch.tile_choices` in order on a short slice of its
-inputs and keeps the first that launches, per kernel; where none does (16-column backward tiles serve k <= 3
-only), the layer warns once and computes that configuration on its other paths (an error when the path is
+Tile sizes and the self-check (`fit`, `selfcheck`): whether a kernel launches depends on the GPU's shared memory
+per block (the 32-column tiles need 121 KB forward and 128 KB backward: fine on sm_80 and sm_90, too much for the
+99 KB of sm_86 and sm_89), and what a compiled kernel computes may differ from the interpreter the tests run in.
+The first call of each configuration (kernel shape, dtype, kernel size, form, bias kind, causal or not; training
+or evaluation) tries `launch.tile_choices` in order on a short slice of its inputs, keeps the first that launches,
+per kernel, and compares the results, output and every gradient, with the layer's direct path on that slice.
+Where no tile size launches (16-column backward tiles serve k <= 3 only) or the comparison fails, the layer warns
+once and computes that configuration on its other paths for the rest of the process (an error when the path is
 forced on).
 
 Where the path does not apply (`unsupported`), the layer keeps its other paths: kernels taller than one query
@@ -114,8 +117,9 @@ def fused_attention(layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     forced: bool = True) -> torch.Tensor | None:
     """softmax(mask(processed logits)) · V for layer `layer` (a CausalSelfAttention), q, k, v: [B, H, T, d]
     (rotated already). Positions are 0..T−1 (the bias table is read off them). Where the kernels do not launch
-    on this device (`fit`: no tile size fits it), a RuntimeError that says why when `forced`, else a warning
-    (once per cause) and None: the caller then computes the layer on its other paths."""
+    on this device (`fit`: no tile size fits it) or fail their self-check, a RuntimeError that says why when
+    `forced`, else a warning (once per configuration) and None: the caller then computes the layer on its other
+    paths."""
     from .launch import Spec, Z_MODES, bias_table, pack_weights
 
     processor, encoding = layer.processor, layer.pos
@@ -125,60 +129,81 @@ def fused_attention(layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 residual_bias=form in ("concat_residual", "add_residual", "bias_only"),
                 has_bias=encoding.has_bias, tril=processor.tril, causal=layer.causal)
     table = bias_table(encoding, q.shape[2], q.device) if encoding.has_bias else None
-    return _apply(spec, forced, q, k, v, table, *pack_weights(processor, spec))
+    return _apply(layer, spec, forced, q, k, v, table, *pack_weights(processor, spec))
 
 
-# What the kernels did for each configuration since `start_record()`: (spec, dtype, device, backward) -> the tiles
-# they ran with, or why they did not launch. run_experiment reports it (ExperimentResult.attention_kernels).
+# What the kernels did for each configuration since `start_record()`: (spec, dtype, device, backward) -> its
+# `fit.Fit` (the tiles they ran with and their self-check, or why they did not run). run_experiment reports it
+# (ExperimentResult.attention_kernels).
 _RECORD: dict[tuple, object] = {}
+_WARNED: set[tuple] = set()  # the configurations whose fallback was warned of (once per process)
 
 
 def start_record() -> None:
     _RECORD.clear()
 
 
+def recorded_fits() -> dict:
+    """What the fused kernels did since `start_record()`: (spec, dtype, device, backward) -> its `fit.Fit`."""
+    return dict(_RECORD)
+
+
 def recorded() -> str:
     """What the fused kernels did since `start_record()`, one clause per configuration, "" where none was tried
-    (on CPU, without a processor, or turned off): which tiles they ran with, or why they did not launch."""
+    (on CPU, without a processor, or turned off): which tiles they ran with and how their self-check went, or
+    why they did not launch, or that they failed their self-check."""
     clauses = []
-    for (spec, dtype, device, backward), outcome in _RECORD.items():
+    for (spec, dtype, device, backward), fit in _RECORD.items():
         what = (f"{'training' if backward else 'evaluation'} ({str(dtype).removeprefix('torch.')}, "
                 f"1x{spec.kernel_width}) on {device}")
-        if isinstance(outcome, str):
-            clauses.append(f"{what}: not launched, the block or direct path ran instead ({outcome})")
+        if fit.failed_check:
+            clauses.append(f"{what}: failed its self-check: {fit.problem}; the block or direct path ran instead")
+        elif not fit.launched:
+            clauses.append(f"{what}: not launched, the block or direct path ran instead ({fit.problem})")
+        elif fit.tiles is None:
+            clauses.append(f"{what}: not used, the block or direct path ran instead ({fit.problem})")
         else:
-            backward_tiles = f", {outcome.bwd_rows}x{outcome.bwd_cols} backward" if backward else ""
-            clauses.append(f"{what}: fused, tiles {outcome.fwd_rows}x{outcome.fwd_cols} forward{backward_tiles}")
+            tiles = fit.tiles
+            backward_tiles = f", {tiles.bwd_rows}x{tiles.bwd_cols} backward" if backward else ""
+            clauses.append(f"{what}: fused, tiles {tiles.fwd_rows}x{tiles.fwd_cols} forward{backward_tiles}, "
+                           f"self-check passed ({fit.check.summary()})")
     return "; ".join(clauses)
 
 
-def _run(spec, forced: bool, q, k, v, table, *weights):
-    from .fit import fitted_tiles
+def _run(layer, spec, forced: bool, q, k, v, table, *weights):
+    from .fit import fitted
     from .launch import FusedDapeAttention
 
     backward = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (q, k, v, table, *weights))
-    tiles = fitted_tiles(spec, q, k, v, table, weights, backward)
-    _RECORD[(spec, q.dtype, q.device, backward)] = tiles
-    if isinstance(tiles, str):
+    fit = fitted(layer, spec, q, k, v, backward)
+    key = (spec, q.dtype, q.device, backward)
+    _RECORD[key] = fit
+    if fit.tiles is None:
         where = torch.cuda.get_device_name(q.device) if q.is_cuda else str(q.device)
-        message = (f"the fused attention kernels ({'training' if backward else 'forward only'}, {spec}, {q.dtype}) "
-                   f"do not launch on {where}: {tiles}")
+        kernels = f"the fused attention kernels ({'training' if backward else 'forward only'}, {spec}, {q.dtype})"
+        message = (f"{kernels} failed their self-check on {where}: they differ from the direct path on a slice of "
+                   f"this call's inputs, {fit.problem}" if fit.failed_check else
+                   f"{kernels} do not launch on {where}: {fit.problem}" if not fit.launched else
+                   f"{kernels} are not used on {where}: {fit.problem}")
         if forced:
             raise RuntimeError(message)
-        warnings.warn(f"{message}. These layers run on the block or direct path instead (slower; "
-                      f"DAPE_FUSED_ATTENTION=0 chooses them without trying the kernels).", RuntimeWarning)
+        if key not in _WARNED:
+            _WARNED.add(key)
+            warnings.warn(f"{message}. This configuration runs on the block or direct path instead for the rest of "
+                          f"the process (slower; DAPE_FUSED_ATTENTION=0 chooses them without trying the kernels).",
+                          RuntimeWarning)
         return None
-    return FusedDapeAttention.apply(spec, tiles, q, k, v, table, *weights)
+    return FusedDapeAttention.apply(spec, fit.tiles, q, k, v, table, *weights)
 
 
 _OUTSIDE_GRAPHS = None
 
 
-def _apply(spec, forced, q, k, v, table, *weights):
+def _apply(layer, spec, forced, q, k, v, table, *weights):
     """Outside torch.compile's graphs: the compiled model calls the kernels as they are. The wrapper is made on
     first use, not at import: `torch.compiler.disable` imports torch._dynamo (4 s on a busy CPU), which a process
     that only builds and evaluates models never needs (training loads it anyway: torch's AdamW imports it)."""
     global _OUTSIDE_GRAPHS
     if _OUTSIDE_GRAPHS is None:
         _OUTSIDE_GRAPHS = torch.compiler.disable(_run)
-    return _OUTSIDE_GRAPHS(spec, forced, q, k, v, table, *weights)
+    return _OUTSIDE_GRAPHS(layer, spec, forced, q, k, v, table, *weights)

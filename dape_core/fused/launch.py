@@ -44,7 +44,7 @@ class Tiles:
 
 
 def tile_choices(kernel_width: int) -> list[Tiles]:
-    """The tile sizes to try, best first; `fit.fitted_tiles` keeps, for each kernel, the first that compiles
+    """The tile sizes to try, best first; `fit.fitted` keeps, for each kernel, the first that compiles
     and launches on the device. Not yet timed on a GPU (tests/benchmarks/gpu_check.sh tiles does that); chosen
     from what the kernels need, compiled offline (tests/benchmarks/fused_resources.py: bfloat16, k = 3, 12
     heads padded to 16, d = 64, D = 32, 8 warps; shared memory per program, spilled bytes per thread):
