@@ -147,6 +147,34 @@ def test_verdicts_are_tags_and_metrics_of_the_parent_run(judged, built):
     assert "claim.dape_flat_to_4x.p_holm" in parent.data.metrics
 
 
+def test_a_verdict_on_fewer_than_three_seeds_never_reads_like_a_tested_one(judged, built):
+    """The stored 3-seed study judged on its seed 0 alone: the same claims hold and fail on the means, but
+    every word says no test ran, in the report's table, its details, the command line's count and the tag."""
+    from orchestrator.reporting import render_claims
+    from orchestrator.reporting.claims import evaluate_claims, headline, mlflow_record
+
+    study, _, tested = judged
+    frame = load_results(built.study, built.tracking_uri)
+    results = {r.claim.id: r for r in evaluate_claims(study, frame[frame["seed"] == 0])}
+    one = results["dape_flat_to_4x"]
+    assert one.verdict == "holds" and not one.tested and math.isnan(one.p_holm)
+    assert one.words == "holds on 1 seed, untested" and "may be seed noise" in one.reason
+    assert results["dape1x3_tenfold_lower"].words == "fails on 1 seed, untested"
+    assert tested["dape_flat_to_4x"].words == "holds" and tested["dape_flat_to_4x"].tested  # 3 seeds, tested
+    claims = list(results.values())
+    assert headline(claims) == ("0 holds (paired test), 1 holds on 1 seed (untested), 0 fails (on 3+ seeds), "
+                                "1 fails on 1 seed (untested), 2 inconclusive")
+    assert headline(list(tested.values())) == "1 holds, 1 fails, 2 inconclusive"
+    text = "\n".join(render_claims.markdown(claims))
+    assert "*holds on 1 seed, untested*" in text and "**holds**" not in text
+    assert "**dape_flat_to_4x** (holds on 1 seed, untested):" in text
+    assert '<tr class="claim-holds claim-untested">' in render_claims.html(claims)
+    tags, metrics = mlflow_record(claims)
+    assert tags["claim.dape_flat_to_4x"] == "holds on 1 seed, untested"
+    assert (metrics["claims_holding"], metrics["claims_holding_untested"], metrics["claims_failing"],
+            metrics["claims_failing_untested"]) == (0, 1, 0, 1)
+
+
 def test_strict_claims_sets_the_exit_code(built, tmp_path):
     study_file = tmp_path / "tiny_report.yaml"
     runner = CliRunner()
@@ -154,7 +182,7 @@ def test_strict_claims_sets_the_exit_code(built, tmp_path):
     common = ["--tracking-uri", built.tracking_uri, "--reports-dir", str(tmp_path / "reports")]
     lenient = runner.invoke(app, ["report", str(study_file), *common])
     assert lenient.exit_code == 0, lenient.output
-    assert "Claims: 1 holds, 1 fails, 0 inconclusive" in lenient.output
+    assert "Claims: 1 holds, 1 fails, 0 inconclusive" in lenient.output  # 3 seeds: every verdict tested
     strict = runner.invoke(app, ["report", str(study_file), *common, "--strict-claims"])
     assert strict.exit_code == EXIT_CLAIMS_FAILED == 4 and "dape1x3_tenfold_lower" in strict.output
     # `run` on the finished study reruns nothing, reports, and exits by the same rule.

@@ -6,6 +6,10 @@ A claim is a set of checks (orchestrator/study/claim_checks.py), each "left < ri
 - fails: some check does not hold on the means over the seeds;
 - holds: every check holds on the means and, with 3 or more seeds, the paired test by seed agrees.
 
+A verdict on fewer than 3 seeds is *untested*: no test could say whether the difference is more than seed noise,
+so it is shown and counted apart, in other words ("holds on 1 seed, untested": `ClaimResult.words`), never
+as the bare "holds" of a claim that passed the paired test; the MLflow tag claim.<id> carries the same words.
+
 The test is reporting/stats.py's paired t-test of the checks' two sides by seed, made one-sided in the claimed
 direction; a claim's p-value is the largest of its checks' (it holds only if all do: an intersection-union
 test), and the p-values of the study's claims are Holm-corrected together. With fewer than 3 seeds no test
@@ -45,11 +49,28 @@ class ClaimResult:
     p_holm: float = math.nan
 
     @property
+    def tested(self) -> bool:
+        """Judged on enough seeds for the paired test (MIN_SEEDS): an untested verdict rests on the means alone."""
+        return self.seeds >= MIN_SEEDS
+
+    @property
+    def words(self) -> str:
+        """The verdict as the report, the command line and the MLflow tag say it: "holds", "fails",
+        "inconclusive", or for a verdict on fewer than MIN_SEEDS seeds "holds on 1 seed, untested"."""
+        if self.verdict == INCONCLUSIVE or self.tested:
+            return self.verdict
+        return f"{self.verdict} on {_seeds(self.seeds)}, untested"
+
+    @property
     def held(self) -> int:
         return sum(check.holds for check in self.checks)
 
     def measured(self) -> str:
         return f"{self.held}/{len(self.checks)} checks hold" if self.checks else "–"
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed" + ("" if n == 1 else "s")
 
 
 def _seed_values(trials: pd.DataFrame, term: Term) -> pd.Series:
@@ -137,10 +158,12 @@ def _verdict(result: ClaimResult) -> None:
     if result.held < len(result.checks):
         result.verdict = FAILS
         result.reason = f"{len(result.checks) - result.held} of {len(result.checks)} checks do not hold on the means"
+        if not result.tested:
+            result.reason += f" of {_seeds(result.seeds)} (no paired test with fewer than {MIN_SEEDS} seeds)"
     elif math.isnan(result.p_holm):
         result.verdict = HOLDS
-        result.reason = (f"on the means of {result.seeds} seed(s); no test with fewer than {MIN_SEEDS}"
-                         if result.seeds < MIN_SEEDS else "")
+        result.reason = (f"on the means of {_seeds(result.seeds)} only: no paired test with fewer than {MIN_SEEDS} "
+                         "seeds, so the difference may be seed noise" if not result.tested else "")
     elif result.p_holm < ALPHA:
         result.verdict = HOLDS
         result.reason = f"paired test by seed over {result.seeds} seeds, Holm-corrected {format_p(result.p_holm)}"
@@ -159,15 +182,45 @@ def evaluate_claims(study: Study, trials: pd.DataFrame) -> list[ClaimResult]:
     return results
 
 
-def summary(results: list[ClaimResult]) -> dict[str, int]:
-    return {verdict: sum(r.verdict == verdict for r in results) for verdict in (HOLDS, FAILS, INCONCLUSIVE)}
+# The groups a study's verdicts are counted in: (verdict, tested); untested groups hold verdicts on fewer seeds.
+GROUPS = ((HOLDS, True), (HOLDS, False), (FAILS, True), (FAILS, False), (INCONCLUSIVE, True))
+
+
+def _group(result: ClaimResult) -> tuple[str, bool]:
+    return result.verdict, result.verdict == INCONCLUSIVE or result.tested
+
+
+def summary(results: list[ClaimResult]) -> dict[tuple[str, bool], int]:
+    """How many claims fall in each of GROUPS."""
+    return {group: sum(_group(r) == group for r in results) for group in GROUPS}
+
+
+def headline(results: list[ClaimResult]) -> str:
+    """The verdicts counted, untested ones apart: "1 holds, 1 fails, 0 inconclusive" when every claim had
+    the paired test; else e.g. "0 holds (paired test), 5 hold on 1 seed (untested), 0 fails, 2 fail on 1
+    seed (untested), 0 inconclusive"."""
+    counts = summary(results)
+    untested = any(n for (_, tested), n in counts.items() if not tested)
+    parts = []
+    for (verdict, tested), n in counts.items():
+        if tested:
+            suffix = {HOLDS: " (paired test)", FAILS: f" (on {MIN_SEEDS}+ seeds)"}.get(verdict, "") if untested else ""
+            parts.append(f"{n} {verdict}{suffix}")
+        elif n:
+            seeds = sorted({r.seeds for r in results if _group(r) == (verdict, tested)})
+            on = _seeds(seeds[0]) if len(seeds) == 1 else f"fewer than {MIN_SEEDS} seeds"
+            parts.append(f"{n} {verdict if n == 1 else verdict.removesuffix('s')} on {on} (untested)")
+    return ", ".join(parts)
 
 
 def mlflow_record(results: list[ClaimResult]) -> tuple[dict[str, str], dict[str, float]]:
-    """Tags (claim.<id> = verdict) and metrics (claims_holding, ..., claim.<id>.p_holm) for the parent run."""
-    tags = {f"claim.{r.claim.id}": r.verdict for r in results}
+    """Tags (claim.<id> = its words: "holds", "holds on 1 seed, untested", ...) and metrics for the parent
+    run: claims_holding and claims_failing (on enough seeds for the paired test), claims_holding_untested and
+    claims_failing_untested (fewer), claims_inconclusive, and claim.<id>.p_holm where a test ran."""
+    tags = {f"claim.{r.claim.id}": r.words for r in results}
     counts = summary(results)
-    metrics = {"claims_holding": counts[HOLDS], "claims_failing": counts[FAILS],
-               "claims_inconclusive": counts[INCONCLUSIVE]}
+    metrics = {"claims_holding": counts[HOLDS, True], "claims_holding_untested": counts[HOLDS, False],
+               "claims_failing": counts[FAILS, True], "claims_failing_untested": counts[FAILS, False],
+               "claims_inconclusive": counts[INCONCLUSIVE, True]}
     metrics.update({f"claim.{r.claim.id}.p_holm": r.p_holm for r in results if not math.isnan(r.p_holm)})
     return tags, metrics
