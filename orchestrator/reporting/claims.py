@@ -26,6 +26,7 @@ import pandas as pd
 
 from ..study import Study
 from ..study.claim_checks import Check, Term, claim_checks
+from .metrics import ISOLATED_PREFIX, is_timing
 from .stats import ALPHA, MIN_SEEDS, compare, format_p, holm
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
@@ -73,14 +74,35 @@ def _seeds(n: int) -> str:
     return f"{n} seed" + ("" if n == 1 else "s")
 
 
-def _seed_values(trials: pd.DataFrame, term: Term) -> pd.Series:
-    rows = trials[(trials["label"] == term.label) & (trials["status"] == "FINISHED")]
-    if term.column not in rows or (term.over is not None and term.over not in rows):
+def _finished(trials: pd.DataFrame, label: str) -> pd.DataFrame:
+    return trials[(trials["label"] == label) & (trials["status"] == "FINISHED")]
+
+
+def _seed_values(trials: pd.DataFrame, term: Term, prefix: str = "") -> pd.Series:
+    """The term's value per seed; `prefix`: read `<prefix><column>` instead (the isolated timings)."""
+    rows = _finished(trials, term.label)
+    column, over = prefix + term.column, (prefix + term.over) if term.over is not None else None
+    if column not in rows or (over is not None and over not in rows):
         return pd.Series(dtype=float)
-    values = rows[term.column].astype(float)
-    if term.over is not None:
-        values = values / rows[term.over].astype(float)
+    values = rows[column].astype(float)
+    if over is not None:
+        values = values / rows[over].astype(float)
     return pd.Series(values.to_numpy(), index=rows["seed"].to_numpy()).dropna()
+
+
+def _timing_prefix(trials: pd.DataFrame, check: Check) -> str:
+    """ISOLATED_PREFIX where every finished trial on both sides of a timing check has its isolated timing (taken
+    one trial at a time by `orchestrator evaluate --time`), as the report's time table prefers it; else "":
+    both sides from the timings taken during training (never one side of each)."""
+    terms = [term for term in (check.left, check.right) if term is not None]
+    if not all(is_timing(term.column) for term in terms):
+        return ""
+    for term in terms:
+        rows = _finished(trials, term.label)
+        for column in (term.column, term.over):
+            if column is not None and (ISOLATED_PREFIX + column not in rows or rows[ISOLATED_PREFIX + column].isna().any()):
+                return ""
+    return ISOLATED_PREFIX
 
 
 def _unfinished(trials: pd.DataFrame, labels: set[str]) -> list[str]:
@@ -92,22 +114,27 @@ def _unfinished(trials: pd.DataFrame, labels: set[str]) -> list[str]:
     return lines
 
 
-def _sides(trials: pd.DataFrame, check: Check) -> tuple[pd.Series, pd.Series]:
-    left = _seed_values(trials, check.left)
+def _sides(trials: pd.DataFrame, check: Check, prefix: str = "") -> tuple[pd.Series, pd.Series]:
+    left = _seed_values(trials, check.left, prefix)
     if check.right is None:
         return left, pd.Series(check.shift, index=left.index, dtype=float)
-    return left, _seed_values(trials, check.right) * check.scale + check.shift
+    return left, _seed_values(trials, check.right, prefix) * check.scale + check.shift
 
 
-def _describe(check: Check, left: float, right: float) -> str:
+def _describe(check: Check, left: float, right: float, prefix: str = "") -> str:
+    """The check with its measured means; a ratio bound also gives the measured ratio, and a timing says
+    whether it is the isolated one."""
     relation = {"<": "<", ">": ">"}[check.relation]
+    timing = " (isolated timing)" if prefix else ""
     if check.right is None:
-        return f"{check.left.describe()} = {left:.4g} {relation} {check.shift:g}"
+        return f"{check.left.describe()}{timing} = {left:.4g} {relation} {check.shift:g}"
     raw = (right - check.shift) / check.scale
     scaled = f"{check.scale:g} × " if check.scale != 1 else ""
     shifted = f" {'+' if check.shift > 0 else '-'} {abs(check.shift):g}" if check.shift else ""
     bound = f" (= {right:.4g})" if scaled or shifted else ""
-    return f"{check.left.describe()} = {left:.4g} {relation} {scaled}{check.right.describe()} = {raw:.4g}{shifted}{bound}"
+    measured = f"; measured ratio {left / raw:.3g}" if check.scale != 1 and not check.shift and raw else ""
+    return (f"{check.left.describe()}{timing} = {left:.4g} {relation} {scaled}{check.right.describe()} = "
+            f"{raw:.4g}{shifted}{bound}{measured}")
 
 
 def _one_sided(left: pd.Series, right: pd.Series, relation: str, holds: bool) -> float:
@@ -131,7 +158,8 @@ def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame) -> ClaimResul
     if unfinished:
         result.reason = "trials not finished: " + "; ".join(unfinished)
         return result
-    sides = [_sides(trials, check) for check in checks]
+    prefixes = [_timing_prefix(trials, check) for check in checks]
+    sides = [_sides(trials, check, prefix) for check, prefix in zip(checks, prefixes)]
     seeds = set.intersection(*(set(left.index) & set(right.index) for left, right in sides)) if sides else set()
     result.seeds = len(seeds)
     if not seeds:
@@ -141,12 +169,12 @@ def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame) -> ClaimResul
         result.reason = f"{len(seeds)} seed(s) finished; the claim needs min_seeds = {claim.min_seeds}"
         return result
     common = sorted(seeds)
-    for check, (left, right) in zip(checks, sides):
+    for check, prefix, (left, right) in zip(checks, prefixes, sides):
         left, right = left[common], right[common]
         a, b = float(left.mean()), float(right.mean())
         holds = a < b if check.relation == "<" else a > b
         p = _one_sided(left, right, check.relation, holds) if len(common) >= MIN_SEEDS else math.nan
-        result.checks.append(CheckResult(_describe(check, a, b), holds, p))
+        result.checks.append(CheckResult(_describe(check, a, b, prefix), holds, p))
     tested = [check.p for check in result.checks]
     result.p = max(tested) if tested and not any(math.isnan(p) for p in tested) else math.nan
     return result
@@ -160,6 +188,8 @@ def _verdict(result: ClaimResult) -> None:
         result.reason = f"{len(result.checks) - result.held} of {len(result.checks)} checks do not hold on the means"
         if not result.tested:
             result.reason += f" of {_seeds(result.seeds)} (no paired test with fewer than {MIN_SEEDS} seeds)"
+        first = next(check for check in result.checks if not check.holds)
+        result.reason += f"; the first that does not: ✗ {first.text}"
     elif math.isnan(result.p_holm):
         result.verdict = HOLDS
         result.reason = (f"on the means of {_seeds(result.seeds)} only: no paired test with fewer than {MIN_SEEDS} "
