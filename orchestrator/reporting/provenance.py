@@ -29,6 +29,8 @@ def _software(row: pd.Series) -> str | None:
 def _cuda(row: pd.Series) -> str | None:
     if _env(row, "torch_cuda") is None:
         return None
+    if _env(row, "torch_cuda") == "none":
+        return "none (a CPU build of torch)"
     return (f"CUDA {_env(row, 'torch_cuda')} (torch's build), cuDNN {_env(row, 'cudnn') or '?'}, driver "
             f"{_env(row, 'cuda_driver') or '?'}")
 
