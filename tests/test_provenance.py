@@ -139,7 +139,8 @@ def test_every_environment_field_is_on_the_trial_run_as_the_trial_used_it(ran):
     assert env["torch_threads"] == "1" and env["device"] == "cpu" == tags["device"]
     report = (root / "reports" / "tiny_provenance" / "report.md").read_text()
     header = report[:report.index("## Claims") if "## Claims" in report else report.index("## Perplexity")]
-    assert f"torch {here['torch']}" in header and f"Ray {here['ray']}" in header and f"MLflow {here['mlflow']}" in header
+    for name, key in (("torch", "torch"), ("Ray", "ray"), ("MLflow", "mlflow"), ("Optuna", "optuna"), ("Triton", "triton")):
+        assert f"{name} {here[key]}" in header, name
     assert f"cpu: {here['device_model']}" in header and "torch threads per trial: 1" in header
     assert f"code version: {code_source().version}" in header
 

@@ -100,7 +100,8 @@ def _timing_prefix(trials: pd.DataFrame, check: Check) -> str:
     for term in terms:
         rows = _finished(trials, term.label)
         for column in (term.column, term.over):
-            if column is not None and (ISOLATED_PREFIX + column not in rows or rows[ISOLATED_PREFIX + column].isna().any()):
+            isolated = ISOLATED_PREFIX + (column or "")
+            if column is not None and (isolated not in rows or rows[isolated].isna().any()):
                 return ""
     return ISOLATED_PREFIX
 

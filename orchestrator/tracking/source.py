@@ -5,8 +5,9 @@ changed) and `code_diff_sha256`.
 
 Uncommitted changes are the diff of the tracked files against HEAD (staged or not) and the untracked files
 git does not ignore (a new module is code too); their hash is the SHA-256 of that diff and of each untracked
-file's path, size and content (its size alone beyond 1 MiB), so two runs with the same hash ran the same code. Outside a git checkout (an
-installed package) the commit is "unknown" and the installed version is named instead.
+file's path, size and content (its size alone beyond 1 MiB), so two runs with the same hash ran the same
+code. Outside a git checkout (an installed package) the commit is "unknown" and the installed version is
+named instead.
 """
 
 from __future__ import annotations
