@@ -172,3 +172,16 @@ def test_trial_config_is_resolved_and_reruns_bit_identically(ran, tmp_path):
             [(m.step, m.value) for m in again_client.get_metric_history(again.info.run_id, key)]
     same = ("train.device", "train.precision", "model.kernel_size", "train.seed", "train.steps")
     assert {k: again.data.params[k] for k in same} == {k: trial.data.params[k] for k in same}
+
+
+def test_only_an_auto_device_or_precision_is_replaced_by_what_ran():
+    from orchestrator.tracking.run_files import ran_config
+
+    auto = {"model": {}, "train": {"device": "auto", "precision": "auto", "steps": 3}}
+    # A GPU is named without its index: each trial (each rank) sees its own GPU as the current one.
+    assert ran_config(auto, {"device": "cuda:0", "precision": "bf16"})["train"] == {
+        "device": "cuda", "precision": "bf16", "steps": 3}
+    assert ran_config(auto, {"device": "cpu", "precision": "fp32"})["train"]["device"] == "cpu"
+    chosen = {"train": {"device": "cuda:1", "precision": "fp16"}}
+    assert ran_config(chosen, {"device": "cuda:1", "precision": "fp16"}) == chosen  # asked for: kept as asked
+    assert ran_config(auto, None) is auto and auto["train"]["device"] == "auto"  # not finished: as asked, unchanged

@@ -25,9 +25,9 @@ def ran_config(config: dict, ran: dict[str, str] | None) -> dict:
     if not ran:
         return config
     train = dict(config.get("train") or {})
-    if ran.get("device"):
+    if ran.get("device") and train.get("device") == "auto":
         train["device"] = "cuda" if str(ran["device"]).startswith("cuda") else str(ran["device"])
-    if ran.get("precision"):
+    if ran.get("precision") and train.get("precision") == "auto":
         train["precision"] = str(ran["precision"])
     return {**config, "train": train}
 
