@@ -118,7 +118,8 @@ def test_parent_and_trial_runs_carry_mlflows_source_tags(ran):
     expected = code_source()
     for run in (trial, parent):
         tags = run.data.tags
-        assert tags[mlflow_tags.MLFLOW_GIT_COMMIT] == expected.commit and len(expected.commit) == 40
+        assert tags[mlflow_tags.MLFLOW_GIT_COMMIT] == expected.commit
+        assert len(expected.commit) == 40 or expected.commit == "unknown"  # a checkout, or an installed copy
         assert tags[mlflow_tags.MLFLOW_SOURCE_TYPE] == "LOCAL"
         assert tags[mlflow_tags.MLFLOW_SOURCE_NAME].endswith("tiny_provenance.yaml")
         assert tags[mlflow_tags.MLFLOW_GIT_DIRTY] == str(expected.dirty).lower()
