@@ -125,6 +125,10 @@ def test_parent_and_trial_runs_carry_mlflows_source_tags(ran):
         assert tags[mlflow_tags.MLFLOW_GIT_DIRTY] == str(expected.dirty).lower()
         assert tags["code_version"] == expected.version
         assert tags.get("code_diff_sha256", "") == expected.diff_sha256
+    # A dirty checkout (as while developing) leaves its changes on the parent run; a clean one (CI) has none.
+    client = ran[2]
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert ("uncommitted.diff" in artifacts) == expected.dirty
 
 
 def test_every_environment_field_is_on_the_trial_run_as_the_trial_used_it(ran):
@@ -144,6 +148,8 @@ def test_every_environment_field_is_on_the_trial_run_as_the_trial_used_it(ran):
         assert f"{name} {here[key]}" in header, name
     assert f"cpu: {here['device_model']}" in header and "torch threads per trial: 1" in header
     assert f"code version: {code_source().version}" in header
+    html = (root / "reports" / "tiny_provenance" / "report.html").read_text()
+    assert "torch threads per trial" in html and here["device_model"] in html
 
 
 def test_trial_config_is_resolved_and_reruns_bit_identically(ran, tmp_path):
