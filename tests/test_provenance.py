@@ -90,6 +90,12 @@ def test_a_dirty_checkout_is_flagged_with_the_hash_of_its_changes(tmp_path):
     (repo / "new_module.py").write_text("y = 1\n")  # an untracked file is code too
     with_new = code_source(repo)
     assert with_new.diff_sha256 != edited.diff_sha256 and "untracked: new_module.py" in with_new.diff
+    # The diff recreates the checkout: applied to a clean copy of the commit, it gives the same files.
+    copy = tmp_path / "copy"
+    _git(tmp_path, "clone", "-q", str(repo), str(copy))
+    (tmp_path / "changes.diff").write_text(with_new.diff)
+    _git(copy, "apply", str(tmp_path / "changes.diff"))
+    assert (copy / "code.py").read_text() == "x = 2\n" and (copy / "new_module.py").read_text() == "y = 1\n"
 
     outside = code_source(tmp_path)  # not a checkout
     assert outside.commit == "unknown" and not outside.dirty and outside.version.startswith("unknown")

@@ -37,7 +37,7 @@ _HASHED_BYTES = 1 << 20
 class CodeSource:
     commit: str  # full hash, or "unknown"
     dirty: bool = False
-    diff: str = ""  # the uncommitted changes (tracked files' diff, then the untracked files)
+    diff: str = ""  # the uncommitted changes: `git apply` on the commit recreates the checkout (files <= 1 MiB)
     diff_sha256: str = ""
     branch: str = ""
     repo_url: str = ""
@@ -71,12 +71,21 @@ class CodeSource:
         return tags
 
 
-def _git(folder: Path, *args: str) -> str | None:
+def _git(folder: Path, *args: str, ok: tuple[int, ...] = (0,)) -> str | None:
     try:
         done = subprocess.run(["git", *args], capture_output=True, cwd=folder, timeout=_GIT_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout.decode("utf-8", errors="replace") if done.returncode == 0 else None
+    return done.stdout.decode("utf-8", errors="replace") if done.returncode in ok else None
+
+
+def _new_file_diff(root: Path, name: str) -> str:
+    """An untracked file as a diff that creates it (git apply recreates it); "" where it is beyond
+    _HASHED_BYTES. `git diff --no-index` exits 1 when the sides differ, as they do here."""
+    path = root / name
+    if not path.is_file() or path.stat().st_size > _HASHED_BYTES:
+        return ""
+    return _git(root, "diff", "--no-index", "--binary", "--", "/dev/null", name, ok=(0, 1)) or ""
 
 
 def _installed_version() -> str:
@@ -119,6 +128,8 @@ def code_source(folder: Path | None = None) -> CodeSource:
     dirty = bool(tracked or untracked)
     branch = (_git(root, "rev-parse", "--abbrev-ref", "HEAD") or "").strip()
     remote = (_git(root, "config", "--get", "remote.origin.url") or "").strip()
-    diff = tracked + ("\n".join(listing) + "\n" if listing else "")
+    # The artifact: the tracked diff, then each untracked file as a diff creating it, then the listing.
+    diff = tracked + "".join(_new_file_diff(root, name) for name in sorted(untracked)) + \
+        ("\n".join(listing) + "\n" if listing else "")
     return CodeSource(commit, dirty, diff if dirty else "", digest.hexdigest() if dirty else "",
                       "" if branch == "HEAD" else branch, remote, root)
