@@ -198,3 +198,27 @@ def test_only_an_auto_device_or_precision_is_replaced_by_what_ran():
     chosen = {"train": {"device": "cuda:1", "precision": "fp16"}}
     assert ran_config(chosen, {"device": "cuda:1", "precision": "fp16"}) == chosen  # asked for: kept as asked
     assert ran_config(auto, None) is auto and auto["train"]["device"] == "auto"  # not finished: as asked, unchanged
+
+
+def test_the_header_lists_every_value_and_says_what_older_runs_did_not_record():
+    import pandas as pd
+
+    from orchestrator.reporting.provenance import provenance
+
+    env = {f"env.{key}": value for key, value in describe_environment("cpu").items()}
+    trials = pd.DataFrame([
+        {"status": "FINISHED", "code_version": "abc1234", "data_hash": "d1", "device": "cpu", **env,
+         "env.torch_threads": "1"},
+        {"status": "FINISHED", "code_version": "abc1234-dirty-0123abcd", "data_hash": "d1", "device": "cpu",
+         **env, "env.torch_threads": "2"},
+        {"status": "FINISHED", "code_version": "0ld0ld0", "data_hash": "d1", "device": "cpu"},  # before env.*
+        {"status": "RUNNING", "code_version": "abc1234", "data_hash": None, "device": None},  # no numbers yet
+    ])
+    facts = dict(provenance(trials))
+    assert facts["code version"].startswith("0ld0ld0 | abc1234 | abc1234-dirty-0123abcd (differs between trials")
+    assert "uncommitted.diff" in facts["code version"] and facts["data hash"] == "d1"
+    threads = facts["torch threads per trial"]
+    assert threads.startswith("1 | 2 (differs") and threads.endswith("1 run(s): not recorded")
+    assert facts["CUDA"].startswith("none (a CPU build of torch)")
+    old = dict(provenance(trials.iloc[2:3]))
+    assert old["software"] == "not recorded (runs from before it was recorded)"

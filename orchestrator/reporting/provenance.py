@@ -64,14 +64,16 @@ FACTS = (
 
 
 def provenance(trials: pd.DataFrame) -> list[tuple[str, str]]:
-    """(name, value) per fact over the trials that ran: every distinct value, "not recorded" for runs that
-    lack it; a fact no run recorded is left out."""
-    ran = trials[trials["status"] != "MISSING"] if "status" in trials else trials
+    """(name, value) per fact over the finished trials (whose numbers the report shows): every distinct value,
+    "not recorded" for runs that lack it (runs from before it was recorded)."""
+    ran = trials[trials["status"] == "FINISHED"] if "status" in trials else trials
     facts = []
     for name, read in FACTS:
         values = [read(row) for _, row in ran.iterrows()]
         known = sorted({value for value in values if value})
         if not known:
+            if values:
+                facts.append((name, f"{NOT_RECORDED} (runs from before it was recorded)"))
             continue
         missing = sum(value is None for value in values)
         text = " | ".join(known) + (f" (differs between trials: {len(known)} values)" if len(known) > 1 else "")
