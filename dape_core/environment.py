@@ -1,4 +1,7 @@
-"""What a number was measured on: the software versions and the device, as one flat dict of strings.
+"""What software and hardware a run used, as one flat dict of strings: package versions, CUDA and its driver,
+the device model and the thread count. A trial records it from the process that trained (a cluster's workers may
+differ from the machine that launched them), so a number can say where it was obtained; `orchestrator doctor`
+prints it.
 
 Pure torch and the standard library (package versions through importlib.metadata, without importing the
 packages); cheap: a subprocess (nvidia-smi, bounded by a timeout) only where CUDA is available.
@@ -60,10 +63,12 @@ def package_version(name: str) -> str:
 @functools.cache
 def cpu_model() -> str:
     try:
-        with open("/proc/cpuinfo") as cpuinfo:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
             for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    name = line.split(":", 1)[1].strip()
+                    if name:
+                        return name
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"

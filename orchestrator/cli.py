@@ -192,10 +192,9 @@ def run(
 
 def _claims_line(claims: list) -> None:
     if claims:
-        from .reporting.claims import summary
+        from .reporting.claims import headline
 
-        counts = summary(claims)
-        console.print("Claims: " + ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
+        console.print("Claims: " + headline(claims)  # verdicts on fewer than 3 seeds counted apart, as untested
                       + " (the report's Claims section; MLflow tags claim.<id> on the study's run)")
 
 

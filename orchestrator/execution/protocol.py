@@ -11,6 +11,8 @@ from __future__ import annotations
 FINAL_FLAG = "final"
 LOG_KEY = "trial_log"  # the trial's log (text), with the final result or a last progress result before an error
 DATA_RECORD_KEY = "data_record"  # JSON: source, path, split sizes, content hash (MLflow dataset inputs)
+# JSON: the trial process's software and hardware (dape_core.environment.describe_environment): tags env.<key>
+ENVIRONMENT_KEY = "environment"
 # Logged step by step as they arrive (and so not again with the final result).
 PERIODIC_KEYS = ("train_loss", "lr", "val_loss")
 # A progress result's text, sent once when the trial found its checkpoint unreadable and started over: a tag.

@@ -4,7 +4,6 @@ events written to MLflow by the driver's recorder and shown by the console, and 
 from __future__ import annotations
 
 import logging
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from ..tracking.console import ConsoleProgress
 from ..tracking.events import Tally, TrialEvents
 from ..tracking.leases import LeaseBook
 from ..tracking.recorder import MLflowRecorder
+from ..tracking.source import DIFF_FILE, code_source
 from ..tracking.store import StudyStore
 from . import interrupt
 from .cluster import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RESOURCE_WAIT_S
@@ -54,14 +54,6 @@ class StudyOutcome:
         return 1.0 - (self.trial_seconds / self.concurrency) / self.wall_seconds
 
 
-def code_version() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def select_trials(study: Study, store: StudyStore, failed_only: bool = False) -> tuple[list[Trial], list[Trial]]:
     """(to run, already finished). With `failed_only`, only trials whose latest run FAILED are run."""
     trials = expand(study)
@@ -91,16 +83,19 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
     progress.total = len(todo) if study.search.algorithm == "grid" else study.search.num_samples * len(todo)
     if todo and not local:  # before the parent run: an unreachable cluster leaves nothing behind
         _prepare_ray(study, address, connect_timeout, resource_wait, progress.message)
-    version = code_version()
+    source = code_source()  # which code ran: mlflow.source.* tags, code_version, the uncommitted diff's hash
+    source_tags = source.tags(study_path)
     outcome = StudyOutcome(trials=todo + skipped, skipped=skipped)
     # The recorder first: a listener that fails (the tracking server went away) stops the study before the
     # console says a trial finished that the store does not know about.
     resources = {"cpus": study.resources.cpus, "gpus": study.resources.gpus}
-    events = TrialEvents([MLflowRecorder(store, {"code_version": version, "study": study.name}, resources), progress])
+    events = TrialEvents([MLflowRecorder(store, {**source_tags, "study": study.name}, resources), progress])
     interrupt.reset()
     with LeaseBook(store) as leases:
-        store.start_parent({"description": study.description[:4000], "code_version": version,
+        store.start_parent({"description": study.description[:4000], **source_tags,
                             "trials": str(len(todo) + len(skipped))})
+        if source.dirty:
+            store.log_parent_text(source.diff, DIFF_FILE)
         if skipped:
             progress.message(f"{len(skipped)} trial(s) already finished in the tracking store: not rerun")
         _run_and_close(study, store, leases, todo, events, progress, outcome,

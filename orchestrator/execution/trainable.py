@@ -16,7 +16,7 @@ from dape_core.data import anchored
 from dape_core.train.callbacks import TrainerCallback
 
 from ..planning.trials import materialize
-from .protocol import CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, FINAL_FLAG, LOG_KEY
+from .protocol import CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, FINAL_FLAG, LOG_KEY
 from .trial_log import TrialLog
 
 Report = Callable[[dict], None]
@@ -120,11 +120,17 @@ def _summary(cfg: ExperimentConfig) -> str:
 
 
 def _final_result(result, sink: ReportingSink, steps: int, log: TrialLog) -> dict:
-    """The final result: metrics, provenance (data, device, precision), the heat maps' paths and the log."""
+    """The final result: metrics, provenance (data, device, precision, this process's environment), the heat
+    maps' paths and the log."""
+    from dape_core.environment import describe_environment
+
+    environment = describe_environment(result.device)  # here, in the trial's process: what it trained with
     final = {FINAL_FLAG: 1, "step": steps, "total_steps": steps, "data_hash": result.data_hash,
              "device": result.device, "precision": result.precision,
              "artifacts": [str(path) for path in result.artifacts],
-             DATA_RECORD_KEY: json.dumps({**result.data_record, "content_hash": result.data_hash}, default=str)}
+             DATA_RECORD_KEY: json.dumps({**result.data_record, "content_hash": result.data_hash}, default=str),
+             ENVIRONMENT_KEY: json.dumps(environment)}
+    log.write("environment: " + ", ".join(f"{key} {value}" for key, value in environment.items()))
     if result.attention_kernels:
         final["attention_kernels"] = result.attention_kernels
         log.write(f"fused attention kernels: {result.attention_kernels}")

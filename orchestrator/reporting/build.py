@@ -118,7 +118,8 @@ def _write(folder: Path, texts: dict[str, str], frame: pd.DataFrame, tables: lis
 
 
 def _record_claims(store: StudyStore, claims: list[ClaimResult]) -> None:
-    """The verdicts on the parent run: tag claim.<id> = holds|fails|inconclusive, metrics claims_holding, ..."""
+    """The verdicts on the parent run: tag claim.<id> = its words (holds, holds on 1 seed, untested, fails, ...),
+    metrics claims_holding, claims_holding_untested, ... (claims.mlflow_record)"""
     if not claims or not store.parent_run_id:
         return
     tags, metrics = mlflow_record(claims)

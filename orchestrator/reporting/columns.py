@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..execution.protocol import SERIES
-from ..tracking.store import SWEPT_TAG_PREFIX
+from ..tracking.store import ENV_TAG_PREFIX, SWEPT_TAG_PREFIX
 
 MISSING = "MISSING"  # the status of a trial the study defines but the store has no run for
 # Metrics logged as a series over something other than training steps: their "latest" value means nothing.
@@ -18,6 +18,6 @@ CONFIG_PREFIX = "config."
 
 
 def metric_columns(frame: pd.DataFrame) -> list[str]:
-    """Columns that hold metrics: everything that is not identity, config or swept values."""
+    """Columns that hold metrics: everything that is not identity, config, swept values or environment."""
     return [c for c in frame.columns
-            if c not in IDENTITY_COLUMNS and not c.startswith((CONFIG_PREFIX, SWEPT_TAG_PREFIX))]
+            if c not in IDENTITY_COLUMNS and not c.startswith((CONFIG_PREFIX, SWEPT_TAG_PREFIX, ENV_TAG_PREFIX))]

@@ -67,14 +67,10 @@ class ReportDocument:
         return f"{len(self.trials)} {what}: " + ", ".join(parts)
 
     def provenance(self) -> list[tuple[str, str]]:
-        """Study-wide facts a reader needs to trust the numbers: code, data, hardware."""
-        facts = []
-        for column, name in (("code_version", "code version"), ("data_hash", "data hash"), ("device", "device")):
-            if column in self.trials:
-                values = sorted({str(v) for v in self.trials[column].dropna() if str(v)})
-                if values:
-                    facts.append((name, ", ".join(values)))
-        return facts
+        """Study-wide facts a reader needs to trust the numbers: code, data, hardware, software (provenance.py)."""
+        from .provenance import provenance
+
+        return provenance(self.trials)
 
     def trial_listing(self) -> pd.DataFrame:
         columns = {"label": "variant", "seed": "seed", "status": "status", "run_name": "MLflow run",

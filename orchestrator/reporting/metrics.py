@@ -99,6 +99,16 @@ FAMILIES = (
 )
 
 
+# The isolated timings of `orchestrator evaluate --time` (one trial at a time on its device): isolated_ms_per_step,
+# isolated_ms_forward_<L>. Where both sides have them, a timing claim is judged on them (claims.py).
+ISOLATED_PREFIX = "isolated_"
+
+
+def is_timing(column: str) -> bool:
+    """A per-step or per-forward time in milliseconds (ms_per_step, ms_forward_<L>)."""
+    return column.startswith("ms_")
+
+
 def headline_first(metric: str) -> list[Family]:
     """The families in report order: the study's headline (report.metric) first, the others as listed."""
     return sorted(FAMILIES, key=lambda family: family.metric != metric)

@@ -1,6 +1,7 @@
 """The report's Claims section (Markdown and HTML): the first thing a reader sees, since it says which of the
 paper's claims this run reproduces. One row per claim (verdict, seeds, Holm-corrected p, why), then each
-claim's measured values."""
+claim's measured values. A verdict on fewer than 3 seeds reads "holds on 1 seed, untested" (claims.py's
+`ClaimResult.words`), in italics, never the bold **holds** of a claim that passed the paired test."""
 
 from __future__ import annotations
 
@@ -9,18 +10,22 @@ from html import escape
 
 from tabulate import tabulate
 
-from .claims import ClaimResult, summary
+from .claims import ClaimResult, headline
 from .stats import format_p
 
 INTRO = ("Each claim of the study file's `expect:` section, judged on this run: *holds* (on the means of the "
-         "seeds and, with 3 or more seeds, a paired test by seed, Holm-corrected across the claims, at 0.05), "
-         "*fails* (the means contradict it) or *inconclusive* (trials missing, fewer seeds than the claim's "
-         "min_seeds, or not significant).")
+         "seeds and a paired test by seed, Holm-corrected across the claims, at 0.05), *fails* (the means "
+         "contradict it) or *inconclusive* (trials missing, fewer seeds than the claim's min_seeds, or not "
+         "significant). With fewer than 3 seeds no test is possible: the verdict rests on the means alone and "
+         "says so (*holds on 1 seed, untested*); a difference smaller than the seed-to-seed spread reads the same.")
 
 
 def _headline(results: list[ClaimResult]) -> str:
-    counts = summary(results)
-    return ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
+    return headline(results)
+
+
+def _verdict_cell(result: ClaimResult) -> str:
+    return f"**{result.words}**" if result.tested or result.verdict == "inconclusive" else f"*{result.words}*"
 
 
 def _claim_text(result: ClaimResult) -> str:
@@ -29,7 +34,7 @@ def _claim_text(result: ClaimResult) -> str:
 
 def _row(result: ClaimResult) -> list[str]:
     p = format_p(result.p_holm) if not math.isnan(result.p_holm) else "–"
-    return [result.claim.id, _claim_text(result), result.claim.source, f"**{result.verdict}**", str(result.seeds),
+    return [result.claim.id, _claim_text(result), result.claim.source, _verdict_cell(result), str(result.seeds),
             result.measured(), p, result.reason or "–"]
 
 
@@ -47,7 +52,7 @@ def markdown(results: list[ClaimResult]) -> list[str]:
     out += [tabulate(body, headers=HEADER, tablefmt="pipe", disable_numparse=True), ""]
     for result in results:
         if result.checks:
-            out += [f"**{result.claim.id}** ({result.verdict}):", ""]
+            out += [f"**{result.claim.id}** ({result.words}):", ""]
             out += [f"- {'✓' if check.holds else '✗'} {cell(check.text)}"
                     + (f" (one-sided p = {check.p:.3g})" if not math.isnan(check.p) else "") for check in result.checks]
             out.append("")
@@ -61,16 +66,17 @@ def html(results: list[ClaimResult]) -> str:
     rows = []
     for result in results:
         cells = _row(result)
-        cells[3] = result.verdict
+        cells[3] = result.words
         tds = "".join(f"<td>{escape(text)}</td>" for text in cells)
-        rows.append(f'<tr class="claim-{result.verdict}">{tds}</tr>')
+        strength = "" if result.tested or result.verdict == "inconclusive" else " claim-untested"
+        rows.append(f'<tr class="claim-{result.verdict}{strength}">{tds}</tr>')
     details = []
     for result in results:
         if result.checks:
             items = "".join(f"<li>{'✓' if c.holds else '✗'} {escape(c.text)}"
                             + (f" (one-sided p = {c.p:.3g})" if not math.isnan(c.p) else "") + "</li>"
                             for c in result.checks)
-            details.append(f"<details><summary>{escape(result.claim.id)}: {escape(result.verdict)}, "
+            details.append(f"<details><summary>{escape(result.claim.id)}: {escape(result.words)}, "
                            f"{escape(result.measured())}</summary><ul>{items}</ul></details>")
     return (f'<h2 id="claims">Claims</h2><p class="meta">{escape(INTRO.replace("*", "").replace("`", ""))} Here: '
             f"{escape(_headline(results))}.</p>"

@@ -37,6 +37,7 @@ table.claims td, table.claims th { text-align: left; font-size: 0.88em; white-sp
 tr.claim-holds td:nth-child(4) { color: #070; font-weight: bold; }
 tr.claim-fails td:nth-child(4) { color: #b00; font-weight: bold; }
 tr.claim-inconclusive td:nth-child(4) { color: #a60; font-weight: bold; }
+tr.claim-untested td:nth-child(4) { font-weight: normal; font-style: italic; }
 """
 
 

@@ -18,7 +18,8 @@ import pandas as pd
 from ..planning.trials import Trial, expand
 from ..study import Study, StudyError, load_study
 from ..study.locate import names_a_file, study_file
-from ..tracking.store import STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG, StudyStore
+from ..tracking.store import (ENV_TAG_PREFIX, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG,
+                              StudyStore)
 from ..tracking.params import effective_params
 from ..tracking.uri import choose_store
 from .layout import row_layout
@@ -73,6 +74,7 @@ def _run_row(run) -> dict:
     }
     row.update({f"{CONFIG_PREFIX}{key}": _param_value(value) for key, value in run.data.params.items()})
     row.update({key: _param_value(value) for key, value in tags.items() if key.startswith(SWEPT_TAG_PREFIX)})
+    row.update({key: value for key, value in tags.items() if key.startswith(ENV_TAG_PREFIX)})  # as text
     row.update({key: value for key, value in run.data.metrics.items() if key not in SERIES_METRICS})
     return row
 

@@ -187,6 +187,15 @@ def _compare(study, rows, claim: Compare) -> list[Check]:
     pairs = _pairs(select(study, rows, claim.variant, claim.where), select(study, rows, claim.than, claim.where))
     if not pairs:
         raise ValueError(f"{claim.variant!r} is the same row as {claim.than!r}: nothing to compare")
+    if claim.within is not None:  # a band: on the claimed side of B (or either), and less than `within` from it
+        checks = []
+        if claim.direction != "above":
+            checks += _pair_checks(claim, pairs, ">", 1 - claim.within)
+        if claim.direction != "below":
+            checks += _pair_checks(claim, pairs, "<", 1 + claim.within)
+        if claim.direction is not None:
+            checks += _pair_checks(claim, pairs, "<" if claim.direction == "below" else ">")
+        return checks
     below = claim.direction == "below"
     shift = 0.0 if claim.margin is None else (-claim.margin if below else claim.margin)
     return _pair_checks(claim, pairs, "<" if below else ">", claim.ratio or 1.0, shift)

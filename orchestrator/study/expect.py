@@ -7,7 +7,8 @@ table or figure) and the rows and metric it is about:
 - `compare`: `variant`'s metric `below`/`above` `than`'s (a variant, or `baseline`), optionally by a
   `margin` (A <= B - margin) or a `ratio` (A <= ratio x B; above: A >= ratio x B), at lengths `at`; with
   `over`, each side is its metric at `at` over its metric at `over` (the gap grows with the length:
-  DAPE's ppl(8x)/ppl(1x) below Kerple's);
+  DAPE's ppl(8x)/ppl(1x) below Kerple's); `within` bounds how far: below by less than that fraction
+  ((1 - within) x B < A < B), above likewise, or with no `direction` either way ((1 ± within) x B);
 - `length_ratio`: one variant's metric at length `at` over its metric at length `over`, `at_least` or
   `at_most` a bound (RoPE's ppl at 8x over its ppl at 1x >= 2);
 - `trend`: the metric `increasing`/`decreasing` along `axis` (a dotted config key: a swept axis or a key the
@@ -68,15 +69,21 @@ class Compare(_AtLengths):
     kind: Literal["compare"]
     variant: str = Field(description="The rows the claim is about.")
     than: str = Field("baseline", description="The rows compared with: a variant, or 'baseline'.")
-    direction: Literal["below", "above"]
+    direction: Literal["below", "above"] | None = Field(None, description="Required, unless `within` is given "
+                                                         "alone: then A lies within that fraction of B either way.")
     margin: float | None = Field(None, ge=0, description="below: A <= B - margin; above: A >= B + margin.")
     ratio: float | None = Field(None, gt=0, description="below: A <= ratio x B; above: A >= ratio x B.")
+    within: float | None = Field(None, gt=0, lt=1, description="below: (1 - within) x B < A < B (below, by less "
+                                 "than that fraction); above: B < A < (1 + within) x B; no direction: both bounds.")
     over: Length | None = Field(None, description="Compare metric(at)/metric(over) of each side instead.")
 
     @model_validator(mode="after")
     def _one_bound(self) -> "Compare":
-        if self.margin is not None and self.ratio is not None:
-            raise ValueError("give 'margin' or 'ratio', not both")
+        given = [name for name in ("margin", "ratio", "within") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of 'margin', 'ratio' and 'within', not {' and '.join(given)}")
+        if self.direction is None and self.within is None:
+            raise ValueError("give 'direction' (below or above), or 'within' for a band on both sides")
         return self
 
 

@@ -6,8 +6,11 @@ A trial's run carries: its effective config as params (params.py: settings it do
 the resolved device and precision come with its final result), the values its row sweeps as tags, its
 metrics (`train_loss`, `val_loss` and `lr` by step; the final ones at the last step; the by-length series
 `ppl_by_length`, `delta_p_by_length`, `acc_by_length` whose step is the length), and the files that make its
-page self-explanatory (run_files.py): `trial_config.yaml` (a one-trial study file), `trial.log` and its
-data as dataset inputs.
+page self-explanatory (run_files.py): `trial_config.yaml` (a one-trial study file; rewritten once the trial
+finished with the device and precision it ran on), `trial.log` and its data as dataset inputs. Its provenance
+is in tags: the code (`mlflow.source.*`, `code_version`, `code_diff_sha256`: tracking/source.py, common to the
+study's runs) and the trial process's environment (`env.python`, `env.torch`, ..., `env.device_model`,
+`env.torch_threads`: dape_core/environment.py, reported with the final result).
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ from pathlib import Path
 from dape_core import ExperimentConfig
 from dape_core.applicability import unused_settings
 
-from ..execution.protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, LOG_KEY, PERIODIC_KEYS, SERIES,
+from ..execution.protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, LOG_KEY,
+                                  PERIODIC_KEYS, SERIES,
                                   STRING_RESULT_KEYS, final_metrics)
 from . import run_files
 from .events import (TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried,
                      TrialStarted)
 from .params import resolved_params, start_params
-from .store import INTERRUPTED_TAG, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG, StudyStore
+from .store import (ENV_TAG_PREFIX, INTERRUPTED_TAG, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG,
+                    TRIAL_ID_TAG, StudyStore)
 
 _TAG_LIMIT = 4000  # MLflow's tag values are bounded; reasons are cut to this
 
@@ -60,8 +65,13 @@ class MLflowRecorder(TrialListener):
             tags[TEMPLATE_TAG] = trial.template_id
         run_id = self.store.create_trial_run(trial.run_name, tags, start_params(trial.config))
         self.run_ids[event.key] = run_id
+        self._log_trial_config(run_id, trial)
+
+    def _log_trial_config(self, run_id: str, trial, ran: dict[str, str] | None = None) -> None:
+        """`trial_config.yaml`: written when the trial starts, and again with the device and precision it ran
+        on once it has finished (run_files.ran_config)."""
         unused = sorted(unused_settings(ExperimentConfig(**trial.config)))
-        text = run_files.trial_study_yaml(trial, self.store.study_name, self.resources, unused)
+        text = run_files.trial_study_yaml(trial, self.store.study_name, self.resources, unused, ran)
         self._log_text(run_id, run_files.CONFIG_FILE, text)
 
     def _log_text(self, run_id: str, name: str, text: str) -> None:
@@ -96,7 +106,12 @@ class MLflowRecorder(TrialListener):
             if points:
                 self.store.log_series(run_id, name, points, timestamp_ms=now)
         self.store.log_params(run_id, resolved_params(result))
+        if result.get("device") and result.get("precision"):
+            self._log_trial_config(run_id, event.trial, {"device": result["device"], "precision": result["precision"]})
         self.store.set_tags(run_id, {k: result[k] for k in STRING_RESULT_KEYS if result.get(k)})
+        if result.get(ENVIRONMENT_KEY):  # the trial process's versions, device model, threads: env.<key>
+            environment = json.loads(result[ENVIRONMENT_KEY])
+            self.store.set_tags(run_id, {f"{ENV_TAG_PREFIX}{k}": str(v)[:_TAG_LIMIT] for k, v in environment.items()})
         if result.get(DATA_RECORD_KEY):
             eval_split = None if event.trial.config.get("che") else event.trial.config["eval"]["split"]
             self.store.log_inputs(run_id, run_files.dataset_inputs(json.loads(result[DATA_RECORD_KEY]), eval_split))

@@ -17,15 +17,34 @@ CONFIG_FILE = "trial_config.yaml"
 LOG_FILE = "trial.log"
 
 
-def trial_study(trial: Trial, study_name: str, resources: dict[str, Any] | None = None) -> dict:
+def ran_config(config: dict, ran: dict[str, str] | None) -> dict:
+    """The trial config with `train.device` and `train.precision` as the trial ran (`ran`: its final result's
+    device and precision), where it asked for "auto": a rerun on another machine then asks for the same ones
+    rather than resolving "auto" again. A GPU is named without its index (the process's own, `cuda`): under
+    Ray each trial sees its GPU as cuda:0, and each rank of a multi-worker trial its own."""
+    if not ran:
+        return config
+    train = dict(config.get("train") or {})
+    if ran.get("device") and train.get("device") == "auto":
+        train["device"] = "cuda" if str(ran["device"]).startswith("cuda") else str(ran["device"])
+    if ran.get("precision") and train.get("precision") == "auto":
+        train["precision"] = str(ran["precision"])
+    return {**config, "train": train}
+
+
+def trial_study(trial: Trial, study_name: str, resources: dict[str, Any] | None = None,
+                ran: dict[str, str] | None = None) -> dict:
     """A study file with this one trial: its effective config as `base`, its label and seed. Expanding it
-    gives the same config, hence the same trial identity. The seed is `seeds:`, the only place a study file
-    may set train.seed (study validation), so `base` leaves it out."""
-    base = dict(trial.config)
+    gives the same config, hence the same trial identity; with `ran` (the device and precision the trial ran
+    on, known once it finished: `ran_config`) the config as run, whose identity differs where the study
+    asked for "auto". The seed is `seeds:`, the only place a study file may set train.seed (study
+    validation), so `base` leaves it out."""
+    base = ran_config(dict(trial.config), ran)
     if "train" in base:
         base["train"] = {key: value for key, value in base["train"].items() if key != "seed"}
+    how = f" (device {base['train']['device']}, precision {base['train']['precision']})" if ran else ""
     document = {"name": f"{study_name}-trial-{trial.trial_id}",
-                "description": f'Trial "{trial.run_name}" of study {study_name}, as it ran.',
+                "description": f'Trial "{trial.run_name}" of study {study_name}, as it ran{how}.',
                 "base": base, "variants": [{"label": trial.label}], "seeds": [trial.seed]}
     if resources:
         document["resources"] = resources
@@ -33,10 +52,21 @@ def trial_study(trial: Trial, study_name: str, resources: dict[str, Any] | None 
 
 
 def trial_study_yaml(trial: Trial, study_name: str, resources: dict[str, Any] | None = None,
-                     unused: list[str] | None = None) -> str:
+                     unused: list[str] | None = None, ran: dict[str, str] | None = None) -> str:
+    """`ran`: the device and precision the trial ran on (its final result); None before it has run, when
+    train.device and train.precision are still what the study asked for."""
+    if ran:
+        resolved = ["# config, every field resolved (train.device and train.precision as the trial ran; the study",
+                    f"# asked for {trial.config['train']['device']} / {trial.config['train']['precision']}), "
+                    "as a one-trial study file.",
+                    f"# Rerun it:     orchestrator run {CONFIG_FILE}   (the same config; on the same CPU machine, the",
+                    "#               same numbers bit for bit)"]
+    else:
+        resolved = ["# config as the study asked for it (the trial has not finished: train.device and",
+                    "# train.precision are resolved when it has), as a one-trial study file.",
+                    f"# Rerun it:     orchestrator run {CONFIG_FILE}   (same config, same trial id)"]
     header = [f'# Trial "{trial.run_name}" of study {study_name} (trial id {trial.trial_id}): its effective',
-              "# config, every field resolved, as a one-trial study file.",
-              f"# Rerun it:     orchestrator run {CONFIG_FILE}   (same config, same trial id)",
+              *resolved,
               "# From Python:  from dape_core import ExperimentConfig, run_experiment",
               f"#               study = yaml.safe_load(open('{CONFIG_FILE}'))",
               "#               study['base']['train']['seed'] = study['seeds'][0]",
@@ -44,7 +74,7 @@ def trial_study_yaml(trial: Trial, study_name: str, resources: dict[str, Any] | 
     if unused:
         header += textwrap.wrap(f"Not read by this trial (its params say n/a): {', '.join(sorted(unused))}", 108,
                                 initial_indent="# ", subsequent_indent="#   ")
-    body = yaml.safe_dump(trial_study(trial, study_name, resources), sort_keys=False, allow_unicode=True)
+    body = yaml.safe_dump(trial_study(trial, study_name, resources, ran), sort_keys=False, allow_unicode=True)
     return "\n".join(header) + "\n" + body
 
 

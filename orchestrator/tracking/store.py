@@ -39,6 +39,7 @@ STOPPED_EARLY_TAG = "stopped_early"  # a scheduler (ASHA) ended the trial before
 INTERRUPTED_TAG = "interrupted"  # Ctrl-C stopped the trial; its run is KILLED and the next run resumes it
 STALE_TAG = "orchestrator.stale"  # a run left RUNNING by an orchestrator that died, closed as KILLED
 SWEPT_TAG_PREFIX = "swept."  # swept.<dotted key> = the value a trial's row sets (variant override or axis point)
+ENV_TAG_PREFIX = "env."  # env.<key> = what the trial's process ran with (dape_core/environment.py): env.torch, ...
 
 
 class StudyStore:
@@ -159,6 +160,16 @@ class StudyStore:
     def log_artifacts(self, folder: Path) -> None:
         if self.parent_run_id:
             self.client.log_artifacts(self.parent_run_id, str(folder))
+
+    def log_parent_text(self, text: str, name: str) -> None:
+        """`text` as the parent run's artifact `name` (the uncommitted diff of the code that ran)."""
+        import tempfile
+
+        if self.parent_run_id:
+            with tempfile.TemporaryDirectory(prefix="orchestrator_parent_file_") as folder:
+                path = Path(folder) / name
+                path.write_text(text, encoding="utf-8")
+                self.client.log_artifact(self.parent_run_id, str(path))
 
     # --- reading the trials' runs ---------------------------------------------------------------------------
     def trial_runs(self) -> list:
