@@ -256,7 +256,7 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     finished = store.finished_trial_ids() if store else set()
     rows = plan_rows(study, _measured_steps(tracking_uri, study_path), finished)
     table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}")
-    for column in ("#", "trial", "id", "params", "GFLOP/step", "workers", "mem/worker", "fits", "est. time",
+    for column in ("#", "trial", "id", "params", "GFLOP/step", "workers", "mem/worker", "fits", "weights", "est. time",
                    "basis", "status"):
         table.add_column(column)
     gpu_memory = study.resources.gpu_memory_gb
@@ -267,7 +267,7 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
         time_text = _duration(row.seconds) + (f"–{_duration(row.seconds_high)}" if row.seconds_high else "")
         table.add_row(str(number), escape(row.name), row.trial_id, f"{cost.parameters / 1e6:.2f}M",
                       f"{cost.flops_per_step / 1e9:.1f}", workers, f"{cost.peak_memory_bytes / 2**30:.2f} GiB", fits,
-                      time_text, row.basis, row.status)
+                      _weights_size(study, cost.parameters), time_text, row.basis, row.status)
     console.print(table)
     device = f"{study.resources.gpus:g} GPU" if study.resources.gpus else f"{study.resources.cpus:g} CPU"
     total = sum(row.seconds for row in rows)
@@ -279,6 +279,17 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     _too_big_line(rows, gpu_memory)
     for line in legend(study):
         console.print(line)
+    console.print("weights: the size of the model each finished trial keeps in its run's artifacts (keep_weights: "
+                  "final; float32, 4 bytes per parameter); none with keep_weights: none.")
+
+
+def _weights_size(study, parameters: int) -> str:
+    from dape_core.stored import weights_bytes
+
+    if study.keep_weights == "none":
+        return "none"
+    size = weights_bytes(parameters)
+    return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
 
 
 def _too_big_line(rows: list, gpu_memory: float | None) -> None:

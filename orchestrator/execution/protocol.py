@@ -11,6 +11,9 @@ from __future__ import annotations
 FINAL_FLAG = "final"
 LOG_KEY = "trial_log"  # the trial's log (text), with the final result or a last progress result before an error
 DATA_RECORD_KEY = "data_record"  # JSON: source, path, split sizes, content hash (MLflow dataset inputs)
+# The files of the trial's kept model (dape_core.stored), logged by the driver as the run's artifacts WEIGHTS_FOLDER/.
+WEIGHTS_KEY = "weights"
+WEIGHTS_FOLDER = "model"
 # Logged step by step as they arrive (and so not again with the final result).
 PERIODIC_KEYS = ("train_loss", "lr", "val_loss")
 # A progress result's text, sent once when the trial found its checkpoint unreadable and started over: a tag.

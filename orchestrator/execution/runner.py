@@ -19,6 +19,7 @@ from ..tracking.console import ConsoleProgress
 from ..tracking.events import Tally, TrialEvents
 from ..tracking.leases import LeaseBook
 from ..tracking.recorder import MLflowRecorder
+from ..tracking.sharing import DeviceSharing
 from ..tracking.store import StudyStore
 from . import interrupt
 from .cluster import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RESOURCE_WAIT_S
@@ -96,7 +97,9 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
     # The recorder first: a listener that fails (the tracking server went away) stops the study before the
     # console says a trial finished that the store does not know about.
     resources = {"cpus": study.resources.cpus, "gpus": study.resources.gpus}
-    events = TrialEvents([MLflowRecorder(store, {"code_version": version, "study": study.name}, resources), progress])
+    sharing = DeviceSharing()  # first: the recorder logs its count with each final result
+    events = TrialEvents([sharing, MLflowRecorder(store, {"code_version": version, "study": study.name}, resources,
+                                                  sharing), progress])
     interrupt.reset()
     with LeaseBook(store) as leases:
         store.start_parent({"description": study.description[:4000], "code_version": version,
