@@ -12,6 +12,7 @@ import json
 import math
 import tempfile
 import time
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -309,17 +310,24 @@ def protocol_windows(cfg: ExperimentConfig, corpus) -> dict:
     return evaluation_windows(corpus.split(cfg.eval.split), lengths, cfg.eval.windows_per_length, cfg.eval.seed)
 
 
-def evaluate_stored(model, cfg: ExperimentConfig, artifacts_dir=None, corpus=None, precision: str | None = None) -> dict:
+def evaluate_stored(model, cfg: ExperimentConfig, artifacts_dir=None, corpus=None, precision: str | None = None,
+                    lengths: list[int] | None = None) -> dict:
     """The evaluation protocol of `cfg.eval` on an already trained model (`dape_core.stored.load_model`),
     without training: the ExperimentResult fields perplexity, delta_p, eval_seconds, ms_forward and
-    artifacts, computed as `run_experiment` computes them (bit-identical on CPU at the same thread count)."""
+    artifacts, computed as `run_experiment` computes them (bit-identical on CPU at the same thread count).
+    lengths: score only these (and the training length, for ΔP) of `cfg.eval.lengths`, on the windows drawn
+    for all of them: the same values, without the cost of the others."""
     from .data import load_corpus
     from .train import resolve_precision
 
     corpus = corpus or load_corpus(cfg.data)
     device = next(model.parameters()).device
-    precision = resolve_precision(precision or cfg.train.precision, device)
-    return _evaluate(model, protocol_windows(cfg, corpus), cfg, precision, artifacts_dir)
+    windows = protocol_windows(cfg, corpus)
+    if lengths is not None:
+        keep = set(lengths) | {cfg.train.seq_len}
+        windows = {length: rows for length, rows in windows.items() if length in keep}
+        cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, lengths=sorted(set(lengths))))
+    return _evaluate(model, windows, cfg, resolve_precision(precision or cfg.train.precision, device), artifacts_dir)
 
 
 def _validation(model, corpus, cfg: ExperimentConfig, precision):

@@ -78,6 +78,7 @@ class TrialTask:
     time: bool = False
     warmup: int = 5
     repeats: int = 20
+    timed_lengths: list[int] = field(default_factory=list)  # --time: the forward at every length it has ppl for
     notes: list[str] = field(default_factory=list)
 
     def payload(self) -> dict:

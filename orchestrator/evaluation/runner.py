@@ -97,7 +97,8 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
                          artifact_uri=run.info.artifact_uri or "", config=config, lengths=lengths, suffix=suffix,
                          eval_section=request.eval_section(own), threads=max(1, int(study.resources.cpus)),
                          precision=tags.get("precision"), device=tags.get("device"), visualise=request.visualise,
-                         time=time_it, warmup=request.time_warmup, repeats=request.time_repeats)
+                         time=time_it, warmup=request.time_warmup, repeats=request.time_repeats,
+                         timed_lengths=sorted(set(own["lengths"]) | set(lengths) | set(series(metrics, "ppl_"))))
         if shorter:
             task.notes.append(f"lengths {shorter} are below its training length {seq_len}: not evaluated")
         tasks.append(task)
@@ -181,8 +182,9 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
             "code_version": version, "when": stamp, "device": result.get("device"),
             "precision": result.get("precision"), "threads": result.get("threads"),
             "seconds": round(result.get("seconds", 0.0), 3)}
-    if task.time:
-        what["timing"] = {"warmup": task.warmup, "repeats": task.repeats, "alone": True}
+    if task.time:  # when it ran (epoch seconds): the timings of one study never overlap
+        what["timing"] = {"warmup": task.warmup, "repeats": task.repeats, "alone": True,
+                          "began": round(result.get("began", 0.0), 3), "ended": round(result.get("ended", 0.0), 3)}
     store.set_tags(task.run_id, {f"{EVALUATION_TAG_PREFIX}{stamp}": json.dumps(what)[:4000]})
 
 

@@ -6,6 +6,7 @@ the tracking server) downloads them into a temporary folder removed afterwards."
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -49,7 +50,7 @@ def evaluate_task(task: dict) -> dict:
     from dape_core.stored import load_model, read_config
     from dape_core.train import resolve_device, resolve_precision
 
-    started = time.perf_counter()
+    started, began = time.perf_counter(), time.time()
     torch.set_num_threads(task["threads"])
     folder, temporary = weights_folder(task["artifact_uri"], task.get("tracking_uri"))
     try:
@@ -69,7 +70,9 @@ def evaluate_task(task: dict) -> dict:
         metrics, artifacts = {}, []
         if task["lengths"] or task.get("visualise"):
             artifacts_dir = Path(tempfile.mkdtemp(prefix="orchestrator_attention_")) if task.get("visualise") else None
-            scored = evaluate_stored(stored.model, cfg, artifacts_dir, corpus, precision)
+            scored = evaluate_stored(stored.model,
+                                     dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, timing=False)),
+                                     artifacts_dir, corpus, precision, lengths=task["lengths"] or None)
             metrics.update(_named(scored, task["lengths"], task["suffix"]))
             artifacts = scored["artifacts"]
         if task.get("time"):
@@ -77,7 +80,8 @@ def evaluate_task(task: dict) -> dict:
                                                                                   device), task))
         return {"metrics": metrics, "artifacts": artifacts, "device": str(device),
                 "precision": resolve_precision(precision or cfg.train.precision, device).name,
-                "seconds": time.perf_counter() - started, "threads": torch.get_num_threads()}
+                "seconds": time.perf_counter() - started, "threads": torch.get_num_threads(),
+                "began": began, "ended": time.time(), "pid": os.getpid()}
     finally:
         if temporary:
             shutil.rmtree(temporary, ignore_errors=True)
@@ -89,17 +93,19 @@ def _eval_changes(section: dict) -> dict:
 
 
 def _named(scored: dict, lengths: list[int], suffix: str) -> dict[str, float]:
+    """ppl_<L> and delta_p_<L> of the lengths asked for. The evaluation's batch times are not logged: they were
+    not taken alone (use --time), and would sit beside in-training `ms_forward_<L>` as if alike."""
     out = {}
     for length in lengths:
         out[f"ppl_{length}{suffix}"] = scored["perplexity"][length]
         if length in scored["delta_p"]:
             out[f"delta_p_{length}{suffix}"] = scored["delta_p"][length]
-        if length in scored["ms_forward"]:
-            out[f"ms_forward_{length}{suffix}"] = scored["ms_forward"][length]
     return out
 
 
 def _isolated(model, cfg, corpus, precision, task: dict) -> dict[str, float]:
+    import dataclasses
+
     from dape_core.evaluate.isolated import time_forward, time_training_step
     from dape_core.experiment import protocol_windows
 
@@ -109,8 +115,10 @@ def _isolated(model, cfg, corpus, precision, task: dict) -> dict[str, float]:
     out = {}
     step = time_training_step(model, cfg, corpus, precision, warmup, repeats)
     out.update({f"{ISOLATED_PREFIX}ms_per_step{_part(key)}": step[key] for key in ("median", "q1", "q3")})
-    windows = protocol_windows(cfg, corpus)
-    own = {length: windows[length] for length in task.get("timed_lengths") or cfg.eval.lengths}
+    lengths = task.get("timed_lengths") or cfg.eval.lengths
+    timed_cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, lengths=sorted(lengths)))
+    windows = protocol_windows(timed_cfg, corpus)  # what is timed is the batch's shape, not which text it holds
+    own = {length: windows[length] for length in lengths}
     for length, figures in time_forward(model.eval(), own, cfg, precision, max(1, warmup // 2), repeats).items():
         out.update({f"{ISOLATED_PREFIX}ms_forward_{length}{_part(key)}": figures[key] for key in ("median", "q1", "q3")})
     out[f"{ISOLATED_PREFIX}repeats"] = repeats
