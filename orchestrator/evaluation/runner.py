@@ -76,7 +76,7 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
         if not weights_path(tags):
             outcome.without_weights.append(
                 f"{name} (run {run.info.run_id}) has no kept model: it was trained with keep_weights: none or before "
-                "trials kept their weights. To get them, delete that run (mlflow runs delete --run-id "
+                "trials kept their weights (CHE trials keep none yet). To get them, delete that run (mlflow runs delete --run-id "
                 f"{run.info.run_id}) and run the study again with keep_weights: final: only that trial is retrained")
             continue
         try:
