@@ -457,6 +457,8 @@ def evaluate(
     time_it: Annotated[bool, typer.Option("--time", help="Time every stored model alone, one at a time "
                                           "(training step and forward, median and quartiles).")] = False,
     repeats: Annotated[int, typer.Option("--repeats", min=2, help="Timed repeats with --time.")] = 20,
+    again: Annotated[bool, typer.Option("--again", help="Redo what the runs already have (e.g. time again on a "
+                                        "quieter machine); the new values are logged as new points.")] = False,
     profile: ProfileOpt = None,
     tracking_uri: TrackingOpt = None,
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address; default: RAY_ADDRESS, else a local Ray.")] = None,
@@ -478,7 +480,7 @@ def evaluate(
     reports_dir = _writable_or_exit(_project_path(study_path, reports_dir, "reports"), "--reports-dir")
     chosen = choose_store(tracking_uri, study_path)
     request = EvalRequest(lengths=tuple(chosen_lengths), tail_tokens=tail_tokens, n_windows=windows,
-                          visualise=visualise, time=time_it, time_repeats=repeats)
+                          visualise=visualise, time=time_it, time_repeats=repeats, again=again)
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}; tracking at {chosen.uri}")
     try:
         outcome = evaluate_study(study, chosen.uri, request, local=local, address=address, reports_dir=reports_dir,

@@ -85,6 +85,11 @@ def test_a_length_evaluated_later_is_exactly_what_the_trial_would_have_logged(tm
     assert "2 trial(s) already evaluated with this protocol: skipped" in again.output
     run_id = after["DAPE"].info.run_id
     assert len(client.get_metric_history(run_id, "ppl_128")) == 1
+    # --again redoes it: in this process, the same value as on the Ray worker, as a second point.
+    again = _evaluate(short, uri, "--lengths", "128", "--local", "--again")
+    assert again.exit_code == 0, again.output
+    values = [m.value for m in client.get_metric_history(run_id, "ppl_128")]
+    assert len(values) == 2 and values[0] == values[1]
 
 
 def test_evaluate_trains_nothing(tmp_path, monkeypatch):

@@ -31,6 +31,7 @@ class EvalRequest:
     time: bool = False  # isolated timing instead of (or besides) perplexity
     time_warmup: int = 5
     time_repeats: int = 20
+    again: bool = False  # redo what is already in the runs (new points of the same metrics)
 
     def eval_section(self, own: dict) -> dict:
         """The `eval:` section the trial is evaluated with: its own, with the requested lengths added and the

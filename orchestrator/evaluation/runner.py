@@ -88,8 +88,9 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
         suffix = request.suffix(own, seq_len)
         wanted = sorted(set(request.lengths) or set(own["lengths"]))
         shorter = [length for length in wanted if length < seq_len]
-        lengths = missing_lengths([length for length in wanted if length >= seq_len], metrics, suffix)
-        time_it = request.time and not timed(metrics)
+        lengths = missing_lengths([length for length in wanted if length >= seq_len], {} if request.again and
+                                  request.lengths else metrics, suffix)
+        time_it = request.time and (request.again or not timed(metrics))
         if not lengths and not request.visualise and not time_it:
             outcome.skipped.append(name)
             continue

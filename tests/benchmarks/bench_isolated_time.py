@@ -42,9 +42,16 @@ def main() -> None:
               f"{row['ms_per_step']:.1f} ({row['ms_per_step'] / base['ms_per_step']:.2f}x) | "
               f"{row['isolated_ms_per_step']:.1f} [{row['isolated_ms_per_step_q1']:.1f}, "
               f"{row['isolated_ms_per_step_q3']:.1f}] ({row['isolated_ms_per_step'] / base['isolated_ms_per_step']:.2f}x) | "
-              f"{row[fwd]:.1f} ({row[fwd] / base[fwd]:.2f}x) | "
+              f"{_cell(row, base, fwd)} | "
               f"{row[alone_fwd]:.1f} [{row[alone_fwd + '_q1']:.1f}, {row[alone_fwd + '_q3']:.1f}] "
               f"({row[alone_fwd] / base[alone_fwd]:.2f}x) |")
+
+
+def _cell(row, base, column: str) -> str:
+    """The in-training value with its ratio, or – where the trial did not time that length while training."""
+    if column not in row or row[column] != row[column]:
+        return "–"
+    return f"{row[column]:.1f} ({row[column] / base[column]:.2f}x)"
 
 
 if __name__ == "__main__":
