@@ -110,6 +110,9 @@ def test_evaluate_trains_nothing(tmp_path, monkeypatch):
         assert "ppl_64.k8.n4" in run.data.metrics and "ppl_64" not in run.data.metrics
         artifacts = [item.path for item in MlflowClient(uri).list_artifacts(run.info.run_id, "attention")]
         assert artifacts, "the heat maps of --visualise are logged"
+    report = (tmp_path / "reports" / "frozen" / "report.md").read_text()
+    assert report.count("Learned position pattern:") == 2  # the report shows each trial's last layer
+    assert len(list((tmp_path / "reports" / "frozen" / "plots").glob("attention_*.png"))) == 2
 
 
 def test_bad_inputs_are_named_and_the_other_trials_go_on(tmp_path, monkeypatch):

@@ -19,6 +19,7 @@ from ..tracking.store import StudyStore
 from . import plots, render_html, render_latex, render_md
 from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .document import ReportDocument
+from .heat_maps import stored_heat_maps
 from .results import ValueChoice, metric_history, study_results
 from .search import is_search, search_section
 from .tables import build_tables
@@ -77,6 +78,7 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
         if table.family.key == "time":
             table.tail_text += timing_note(tabled)
     figures += _figures(tables, tabled, store, plot_dir)
+    figures += stored_heat_maps(store, tabled, plot_dir)  # where eval.visualise / evaluate --visualise drew them
     document = ReportDocument(study_name=study.name, description=study.description,
                               tracking_uri=store.tracking_uri, experiment_id=store.experiment_id,
                               value_text=value_text, trials=trials, outside=outside, tables=tables, plots=figures,
