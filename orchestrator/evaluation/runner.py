@@ -66,8 +66,7 @@ def stored_trials(study: Study, store: StudyStore) -> tuple[list, int]:
     return runs, len(set(ids)) - len(runs)
 
 
-def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: EvaluationOutcome,
-               launch_dir: Path) -> list[TrialTask]:
+def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: EvaluationOutcome) -> list[TrialTask]:
     """What each finished trial still needs; notes trials without weights and those already done."""
     runs, outcome.not_finished = stored_trials(study, store)
     tasks = []
@@ -76,7 +75,8 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
         if not weights_path(tags):
             outcome.without_weights.append(
                 f"{name} (run {run.info.run_id}) has no kept model: it was trained with keep_weights: none or before "
-                "trials kept their weights (CHE trials keep none yet). To get them, delete that run (mlflow runs delete --run-id "
+                "trials kept their weights (CHE trials keep none yet). To get them, delete that run "
+                "(mlflow runs delete --run-id "
                 f"{run.info.run_id}) and run the study again with keep_weights: final: only that trial is retrained")
             continue
         try:
@@ -122,8 +122,8 @@ def stored_config(artifact_uri: str, tracking_uri: str) -> dict:
     import mlflow.artifacts
 
     with tempfile.TemporaryDirectory(prefix="orchestrator_config_") as temporary:
-        path = mlflow.artifacts.download_artifacts(artifact_uri=f"{artifact_uri.rstrip('/')}/{WEIGHTS_FOLDER}/{CONFIG_FILE}",
-                                                   dst_path=temporary, tracking_uri=tracking_uri)
+        uri = f"{artifact_uri.rstrip('/')}/{WEIGHTS_FOLDER}/{CONFIG_FILE}"
+        path = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=temporary, tracking_uri=tracking_uri)
         return read_config(Path(path).parent).to_dict()
 
 
@@ -198,7 +198,7 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
     started = time.monotonic()
     store = StudyStore.open(tracking_uri, study.name)
     outcome = EvaluationOutcome()
-    tasks = plan_tasks(study, store, request, outcome, Path.cwd())
+    tasks = plan_tasks(study, store, request, outcome)
     for note in outcome.without_weights:
         say(f"note: {note}")
     check_memory(study, tasks)

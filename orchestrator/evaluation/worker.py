@@ -46,7 +46,7 @@ def evaluate_task(task: dict) -> dict:
     import torch
 
     from dape_core.data import anchored, load_corpus
-    from dape_core.experiment import evaluate_stored, protocol_windows
+    from dape_core.experiment import evaluate_stored
     from dape_core.stored import load_model, read_config
     from dape_core.train import resolve_device, resolve_precision
 
@@ -120,7 +120,8 @@ def _isolated(model, cfg, corpus, precision, task: dict) -> dict[str, float]:
     windows = protocol_windows(timed_cfg, corpus)  # what is timed is the batch's shape, not which text it holds
     own = {length: windows[length] for length in lengths}
     for length, figures in time_forward(model.eval(), own, cfg, precision, max(1, warmup // 2), repeats).items():
-        out.update({f"{ISOLATED_PREFIX}ms_forward_{length}{_part(key)}": figures[key] for key in ("median", "q1", "q3")})
+        out.update({f"{ISOLATED_PREFIX}ms_forward_{length}{_part(key)}": figures[key]
+                    for key in ("median", "q1", "q3")})
     out[f"{ISOLATED_PREFIX}repeats"] = repeats
     return out
 
