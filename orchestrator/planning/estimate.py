@@ -99,7 +99,7 @@ def evaluation_memory_bytes(model: ModelConfig, batch: int, length: int) -> floa
     tensors at a time): the float32 weights, the hidden states of the batch (about 16 x width per token) and the
     T x T maps of one layer (attention, and the processor's channels), over the rows of one block where the
     block path runs beyond `eval_block_size` (dape_core.attention: at most 2**22 score entries per block)."""
-    from dape_core.attention import EVAL_BLOCK_ELEMENTS, MIN_BLOCK_ROWS
+    from dape_core.config import EVAL_BLOCK_ELEMENTS, MIN_BLOCK_ROWS
 
     rows = length
     if model.eval_block_size is not None and length > model.eval_block_size:
