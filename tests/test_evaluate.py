@@ -57,6 +57,7 @@ def _weights_file(run) -> Path:
     return Path(run.info.artifact_uri.removeprefix("file://")) / "model" / "model.safetensors"
 
 
+@pytest.mark.slow
 def test_a_length_evaluated_later_is_exactly_what_the_trial_would_have_logged(tmp_path, monkeypatch, local_ray):
     monkeypatch.chdir(tmp_path)
     short, uri = _train(tmp_path, "short", [32, 64])

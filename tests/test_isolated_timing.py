@@ -41,6 +41,7 @@ def test_frame_takes_isolated_timings_where_they_exist_and_says_so():
     assert "ms cells of B were timed during training, with up to 2 trials at once on the device" in note
 
 
+@pytest.mark.slow
 def test_every_stored_model_is_timed_alone_and_the_report_uses_it(tmp_path, monkeypatch, local_ray):
     from orchestrator.execution.runner import run_study
 
