@@ -21,6 +21,7 @@ _PUBLIC = {
     "perplexity_by_length": "evaluate", "TrainConfig": "train.config", "NonFiniteLossError": "train",
     "ExperimentConfig": "experiment", "ExperimentResult": "experiment", "run_experiment": "experiment",
     "CheConfig": "che.config", "CheResult": "che.experiment", "run_che": "che.experiment",
+    "load_model": "stored", "save_model": "stored", "WeightsUnreadable": "stored",
 }
 __all__ = list(_PUBLIC)
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from .evaluate.config import EvalConfig
     from .experiment import ExperimentConfig, ExperimentResult, run_experiment
     from .model import CausalLM, build_model
+    from .stored import WeightsUnreadable, load_model, save_model
     from .train import NonFiniteLossError
     from .train.config import TrainConfig
 

@@ -49,13 +49,10 @@ from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
 from . import fused
-from .config import ModelConfig
+from .config import EVAL_BLOCK_ELEMENTS, MIN_BLOCK_ROWS, ModelConfig
 from .position import PositionEncoding
 from .processors import ScoreProcessor, build_processor
 
-# Evaluation blocks hold at most this many score entries per batch (times ~100 floats of maps per entry).
-EVAL_BLOCK_ELEMENTS = 2**22
-MIN_BLOCK_ROWS = 16
 # Training blocks on CUDA: one block's maps (forward, and backward's recomputation) stay under this many bytes.
 CUDA_BLOCK_BYTES = 2**31
 FUSED_ENV = "DAPE_FUSED_ATTENTION"  # "1": the fused processor path wherever supported, "0": never; unset: on CUDA

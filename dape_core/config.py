@@ -54,6 +54,10 @@ KernelSize = Annotated[
 # docs/method.md §2 constants that are not study parameters.
 FIRE_DEFAULT_WIDTH = 32
 T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
+# The block path's sizes (attention.py), here so that memory estimates read them without loading torch:
+# evaluation blocks hold at most this many score entries per batch (times ~100 floats of maps per entry).
+EVAL_BLOCK_ELEMENTS = 2**22
+MIN_BLOCK_ROWS = 16
 DEFAULT_TRAIN_LENGTH = 512  # the paper's main training length: a model built on its own
 
 

@@ -12,6 +12,7 @@ import json
 import math
 import tempfile
 import time
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -167,6 +168,8 @@ class ExperimentResult:
     # The fused attention kernels (dape_core.fused), per configuration: the tiles they ran with, or why they did
     # not launch on this GPU and the layers ran on their other paths; "" where they were not tried (CPU).
     attention_kernels: str = ""
+    weights: list[str] = field(default_factory=list)  # the stored model's files (dape_core.stored), if kept
+    weights_seconds: float = 0.0  # the time writing them took
 
     def metrics(self) -> dict[str, float]:
         """Flat numeric metrics, named as the orchestrator logs them."""
@@ -176,6 +179,8 @@ class ExperimentResult:
                "peak_memory_mb": self.peak_memory_bytes / 2**20}
         if self.ms_per_step is not None:
             out["ms_per_step"] = self.ms_per_step
+        if self.weights:
+            out["weights_seconds"] = self.weights_seconds
         out.update({f"ppl_{length}": value for length, value in self.perplexity.items()})
         out.update({f"delta_p_{length}": value for length, value in self.delta_p.items()})
         out.update({f"ms_forward_{length}": value for length, value in self.ms_forward.items()})
@@ -197,13 +202,16 @@ def check_vocabulary(cfg: ExperimentConfig, corpus_vocab: int, tokenizer: str) -
 
 def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = None, *,
                    checkpoint_dir: str | Path | None = None, checkpoint_every: int | None = None,
-                   resume: bool = True, artifacts_dir: str | Path | None = None) -> ExperimentResult | None:
+                   resume: bool = True, artifacts_dir: str | Path | None = None,
+                   weights_dir: str | Path | None = None) -> ExperimentResult | None:
     """Train and evaluate one config. Every data problem (missing files, held-out text too short for the
     longest evaluation length, ids beyond the vocabulary) is raised before training starts.
 
     checkpoint_dir: save there every `checkpoint_every` steps and at the end (`trainer.pt` on one worker,
     sharded checkpoints on several); with `resume`, continue from the one already there. artifacts_dir:
-    where `eval.visualise` writes its heat maps.
+    where `eval.visualise` writes its heat maps. weights_dir: where the trained model is kept (its weights,
+    config and data record: `dape_core.stored.save_model`; a sharded model gathered first), before it is
+    evaluated; not for CHE experiments.
 
     With `cfg.distributed.workers` > 1, call it on every rank of a torch.distributed process group of that
     size (initialized by the caller). Every rank trains; rank 0 alone evaluates and returns the result,
@@ -224,17 +232,19 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     if cfg.che is not None:
         result = _run_che_experiment(cfg, callback, checkpoints, checkpoint_every, resume)
     else:
-        result = _run_lm_experiment(cfg, callback, checkpoints, checkpoint_every, resume, artifacts_dir, world)
+        result = _run_lm_experiment(cfg, callback, checkpoints, checkpoint_every, resume, artifacts_dir, world,
+                                    weights_dir)
     if result is not None:
         result.attention_kernels = fused.recorded()
     return result
 
 
 def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointStore | None,
-                       checkpoint_every: int | None, resume: bool, artifacts_dir, world: World) -> ExperimentResult | None:
+                       checkpoint_every: int | None, resume: bool, artifacts_dir, world: World,
+                       weights_dir=None) -> ExperimentResult | None:
     import torch
 
-    from .data import TrainStream, evaluation_windows, load_corpus
+    from .data import TrainStream, load_corpus
     from .evaluate import forward_flops_per_token, peak_memory_bytes, reset_peak_memory
     from .model import build_model
     from .train import resolve_device, resolve_precision, train
@@ -247,8 +257,7 @@ def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointS
     check_vocabulary(cfg, corpus.vocab_size, corpus.record["tokenizer"])
     # Evaluation windows before training: held-out text too short for the protocol fails now, on every rank.
     seq_len = cfg.train.seq_len
-    lengths = sorted(set(cfg.eval.lengths) | {seq_len})  # ΔP needs the training length
-    windows = evaluation_windows(corpus.split(cfg.eval.split), lengths, cfg.eval.windows_per_length, cfg.eval.seed)
+    windows = protocol_windows(cfg, corpus)
     stream = TrainStream(corpus.stream_regions(), seq_len, seed=cfg.train.seed, rank=world.rank,
                          world_size=world.size)
     build = functools.partial(build_model, cfg.model)
@@ -262,6 +271,13 @@ def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointS
     if evaluated is None:  # a rank other than 0: rank 0 evaluates and reports
         world.barrier()
         return None
+    weights, weights_seconds = [], 0.0
+    if weights_dir is not None:
+        from .stored import save_model
+
+        started = time.perf_counter()
+        weights = [str(path) for path in save_model(evaluated, cfg, corpus.content_hash, corpus.record, weights_dir)]
+        weights_seconds = time.perf_counter() - started
     result = ExperimentResult(
         **_evaluate(evaluated, windows, cfg, precision, artifacts_dir),
         final_train_loss=trained.final_loss,
@@ -277,9 +293,41 @@ def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointS
         val_history=trained.val_history,
         data_record=corpus.record,
         resumed_from=trained.resumed_from,
+        weights=weights,
+        weights_seconds=weights_seconds,
     )
     world.barrier()
     return result
+
+
+def protocol_windows(cfg: ExperimentConfig, corpus) -> dict:
+    """The evaluation windows of every length of `cfg.eval` and of the training length (ΔP needs it): they
+    depend on the longest length (windows end at the same positions at every length), so a stored model
+    evaluated later at `cfg.eval.lengths` scores exactly what a trial with those lengths scored."""
+    from .data import evaluation_windows
+
+    lengths = sorted(set(cfg.eval.lengths) | {cfg.train.seq_len})
+    return evaluation_windows(corpus.split(cfg.eval.split), lengths, cfg.eval.windows_per_length, cfg.eval.seed)
+
+
+def evaluate_stored(model, cfg: ExperimentConfig, artifacts_dir=None, corpus=None, precision: str | None = None,
+                    lengths: list[int] | None = None) -> dict:
+    """The evaluation protocol of `cfg.eval` on an already trained model (`dape_core.stored.load_model`),
+    without training: the ExperimentResult fields perplexity, delta_p, eval_seconds, ms_forward and
+    artifacts, computed as `run_experiment` computes them (bit-identical on CPU at the same thread count).
+    lengths: score only these (and the training length, for ΔP) of `cfg.eval.lengths`, on the windows drawn
+    for all of them: the same values, without the cost of the others."""
+    from .data import load_corpus
+    from .train import resolve_precision
+
+    corpus = corpus or load_corpus(cfg.data)
+    device = next(model.parameters()).device
+    windows = protocol_windows(cfg, corpus)
+    if lengths is not None:
+        keep = set(lengths) | {cfg.train.seq_len}
+        windows = {length: rows for length, rows in windows.items() if length in keep}
+        cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, lengths=sorted(set(lengths))))
+    return _evaluate(model, windows, cfg, resolve_precision(precision or cfg.train.precision, device), artifacts_dir)
 
 
 def _validation(model, corpus, cfg: ExperimentConfig, precision):

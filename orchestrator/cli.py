@@ -1,4 +1,4 @@
-"""`orchestrator` command line: validate, plan, run, status, report, ui and schema of study files; doctor.
+"""`orchestrator` command line: validate, plan, run, evaluate, status, report, ui and schema of study files; doctor.
 
 Exit codes: 0 every trial succeeded; 1 some trials failed (the rest completed; `doctor`: a check failed); 2 invalid
 study or argument; 3 interrupted and resumable (re-run the same command); 4 a claim of the study's `expect:`
@@ -255,7 +255,7 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     finished = store.finished_trial_ids() if store else set()
     rows = plan_rows(study, _measured_steps(tracking_uri, study_path), finished)
     table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}")
-    for column in ("#", "trial", "id", "params", "GFLOP/step", "workers", "mem/worker", "fits", "est. time",
+    for column in ("#", "trial", "id", "params", "GFLOP/step", "workers", "mem/worker", "fits", "weights", "est. time",
                    "basis", "status"):
         table.add_column(column)
     gpu_memory = study.resources.gpu_memory_gb
@@ -266,7 +266,7 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
         time_text = _duration(row.seconds) + (f"–{_duration(row.seconds_high)}" if row.seconds_high else "")
         table.add_row(str(number), escape(row.name), row.trial_id, f"{cost.parameters / 1e6:.2f}M",
                       f"{cost.flops_per_step / 1e9:.1f}", workers, f"{cost.peak_memory_bytes / 2**30:.2f} GiB", fits,
-                      time_text, row.basis, row.status)
+                      _weights_size(study, cost.parameters), time_text, row.basis, row.status)
     console.print(table)
     device = f"{study.resources.gpus:g} GPU" if study.resources.gpus else f"{study.resources.cpus:g} CPU"
     total = sum(row.seconds for row in rows)
@@ -278,6 +278,17 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     _too_big_line(rows, gpu_memory)
     for line in legend(study):
         console.print(line)
+    console.print("weights: the size of the model each finished trial keeps in its run's artifacts (keep_weights: "
+                  "final; float32, 4 bytes per parameter); none with keep_weights: none.")
+
+
+def _weights_size(study, parameters: int) -> str:
+    from dape_core.stored import weights_bytes
+
+    if study.keep_weights == "none":
+        return "none"
+    size = weights_bytes(parameters)
+    return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
 
 
 def _too_big_line(rows: list, gpu_memory: float | None) -> None:
@@ -429,6 +440,97 @@ def ui(
         raise typer.Exit(code if code > 0 else 1)
 
 
+# --- evaluate: stored trials scored again or timed alone (orchestrator/evaluation/) ---------------------------
+@app.command()
+def evaluate(
+    study_path: StudyArg,
+    overrides: OverridesArg = None,
+    lengths: Annotated[Optional[str], typer.Option("--lengths", help="New evaluation lengths: --lengths 16384 32768 "
+                                                   "(or 16384,32768); default: each trial's own.")] = None,
+    tail_tokens: Annotated[Optional[int], typer.Option("--tail-tokens", min=1, help="K, the scored last tokens of "
+                                                       "each window (another protocol: its metrics are named "
+                                                       "ppl_<L>.k<K>.n<N>).")] = None,
+    windows: Annotated[Optional[int], typer.Option("--windows", min=1, help="Held-out windows per length.")] = None,
+    visualise: Annotated[bool, typer.Option("--visualise", help="Draw the learned position patterns (heat maps) "
+                                            "at the longest length.")] = False,
+    time_it: Annotated[bool, typer.Option("--time", help="Time every stored model alone, one at a time "
+                                          "(training step and forward, median and quartiles).")] = False,
+    repeats: Annotated[int, typer.Option("--repeats", min=2, help="Timed repeats with --time.")] = 20,
+    again: Annotated[bool, typer.Option("--again", help="Redo what the runs already have (e.g. time again on a "
+                                        "quieter machine); the new values are logged as new points.")] = False,
+    profile: ProfileOpt = None,
+    tracking_uri: TrackingOpt = None,
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster address; default: RAY_ADDRESS, else a local Ray.")] = None,
+    reports_dir: ReportsDirOpt = None,
+    local: Annotated[bool, typer.Option("--local", help="Evaluate in this process one trial at a time, without Ray.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
+    """Score the study's finished trials again from their kept models (no training): new lengths, another tail
+    or window count, heat maps; or time each model alone (--time). Metrics go to the same runs; the report
+    is rebuilt."""
+    study_path = _locate_or_exit(study_path)
+    chosen_lengths, overrides = _evaluation_lengths(lengths, overrides or [])
+    study = _load_or_exit(study_path, profile, overrides, check_data=True)
+    from .evaluation.request import EvalRequest
+    from .evaluation.runner import evaluate_study
+    from .tracking.store import StudyNotFound
+    from .tracking.uri import choose_store
+
+    reports_dir = _writable_or_exit(_project_path(study_path, reports_dir, "reports"), "--reports-dir")
+    chosen = choose_store(tracking_uri, study_path)
+    request = EvalRequest(lengths=tuple(chosen_lengths), tail_tokens=tail_tokens, n_windows=windows,
+                          visualise=visualise, time=time_it, time_repeats=repeats, again=again)
+    console.print(f"Study [bold]{study.name}[/bold] from {study_path}; tracking at {chosen.uri}")
+    try:
+        outcome = evaluate_study(study, chosen.uri, request, local=local, address=address, reports_dir=reports_dir,
+                                 study_path=study_path, say=lambda line: console.print(line, markup=False))
+    except StudyNotFound as error:
+        err.print(f"[red]Nothing to evaluate[/red]: {escape(error.describe(TRACKING_FLAG))}")
+        raise typer.Exit(EXIT_INVALID)
+    except OrchestratorError as error:  # refused lengths (2), Ctrl-C (130), an unreachable service (3)
+        err.print(f"[red]{error.title}[/red] {escape(str(error))}")
+        raise typer.Exit(error.exit_code)
+    except KeyboardInterrupt:
+        err.print("Interrupted. Evaluated trials are in the tracking store; run the same command for the rest.")
+        raise typer.Exit(EXIT_CTRL_C)
+    except Exception as error:
+        if debug:
+            raise
+        err.print(f"[red]The evaluation stopped[/red]: {type(error).__name__}: {_first_line(error)}. "
+                  "Run the same command to evaluate what is missing. Add --debug for the traceback.")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if outcome.report_summary:
+        console.print()
+        console.print(outcome.report_summary, markup=False)
+        console.print(f"Report: {outcome.report_dir / 'report.html'}")
+    console.print(f"Wall time {outcome.wall_seconds:.1f}s; {len(outcome.evaluated)} trial(s) evaluated "
+                  f"({outcome.task_seconds:.1f}s of evaluation), {len(outcome.skipped)} already done, "
+                  f"{len(outcome.without_weights)} without weights, {outcome.not_finished} not finished, "
+                  f"{len(outcome.failed)} failed")
+    for name, reason in outcome.failed.items():
+        err.print(f"[red]{escape(name)}[/red]: {escape(reason)}")
+    if outcome.failed:
+        raise typer.Exit(EXIT_TRIALS_FAILED)
+
+
+def _evaluation_lengths(given: str | None, rest: list[str]) -> tuple[list[int], list[str]]:
+    """`--lengths 16384 32768`: the option takes the first, the numbers after it arrive as positional arguments."""
+    if given is None:
+        return [], rest
+    words = given.replace(",", " ").split() + [word for word in rest if word.isdigit()]
+    overrides = [word for word in rest if not word.isdigit()]
+    try:
+        values = [int(word) for word in words]
+    except ValueError:
+        values = []
+    if not values or any(value <= 0 for value in values):
+        err.print(f"[red]Invalid option[/red] --lengths {escape(given)}: give positive token counts, e.g. "
+                  "--lengths 1024 2048. Nothing was evaluated.")
+        raise typer.Exit(EXIT_INVALID)
+    return sorted(set(values)), overrides
+
+
+# --- doctor: is this machine fit for a study (orchestrator/doctor/) ----------------------------------------------
 @app.command()
 def doctor(
     address: Annotated[Optional[str], typer.Option(help="A Ray cluster to reach (default: RAY_ADDRESS; none: skipped).")] = None,

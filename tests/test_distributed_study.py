@@ -124,3 +124,10 @@ def test_a_study_mixes_one_and_two_worker_trials(tmp_path, local_ray, monkeypatc
     # Finished: the sharded checkpoints of the trial are gone, like a one-worker trial's trainer.pt.
     folder = tmp_path / "state" / "checkpoints" / wide.data.tags["orchestrator.trial_id"]
     assert not (folder / "sharded").exists() and not (folder / "trainer.pt").exists()
+    # Its kept model was gathered from the shards: it loads on one device and scores what the trial logged.
+    from dape_core.experiment import evaluate_stored
+    from orchestrator.evaluation.stored import load_run
+
+    stored = load_run(wide.info.run_id, uri)
+    scored = evaluate_stored(stored.model, stored.config)
+    assert scored["perplexity"][64] == pytest.approx(wide.data.metrics["ppl_64"], rel=1e-6)

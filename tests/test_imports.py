@@ -59,3 +59,11 @@ def test_building_and_running_a_model_does_not_load_dynamo():
             "model = build_model(ModelConfig(preset='tiny', processor='dapev2', kernel_size=3))\n"
             "model(torch.zeros(1, 8, dtype=torch.long))")
     assert _loaded(code, ("torch", "torch._dynamo")) == "['torch']"
+
+
+def test_the_driver_of_an_evaluation_loads_no_torch():
+    # `orchestrator evaluate` on Ray: the driver plans, checks memory and logs; only the Ray tasks load the models.
+    code = ("import orchestrator.evaluation.runner\nfrom dape_core import ModelConfig\n"
+            "from orchestrator.planning.estimate import evaluation_memory_bytes\n"
+            "evaluation_memory_bytes(ModelConfig(preset='tiny', processor='dapev2'), 8, 4096)")
+    assert "torch" not in _loaded(code)

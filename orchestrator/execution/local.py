@@ -29,7 +29,7 @@ def run_local(trials: list[Trial], events: TrialEvents, study: Study, storage_di
         events.started(trial)
         try:
             tune_config = {"trial": trial.payload(), "checkpoint_root": str(storage_dir.resolve() / "checkpoints"),
-                           "launch_dir": str(Path.cwd())}
+                           "launch_dir": str(Path.cwd()), "keep_weights": study.keep_weights}
             execute(tune_config, lambda result, t=trial: events.result(t, result), threads)
         except Exception as error:  # a failing trial is recorded; the study goes on
             events.errored(trial, f"{type(error).__name__}: {error}")

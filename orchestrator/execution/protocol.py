@@ -13,6 +13,9 @@ LOG_KEY = "trial_log"  # the trial's log (text), with the final result or a last
 DATA_RECORD_KEY = "data_record"  # JSON: source, path, split sizes, content hash (MLflow dataset inputs)
 # JSON: the trial process's software and hardware (dape_core.environment.describe_environment): tags env.<key>
 ENVIRONMENT_KEY = "environment"
+# The files of the trial's kept model (dape_core.stored), logged by the driver as the run's artifacts WEIGHTS_FOLDER/.
+WEIGHTS_KEY = "weights"
+WEIGHTS_FOLDER = "model"
 # Logged step by step as they arrive (and so not again with the final result).
 PERIODIC_KEYS = ("train_loss", "lr", "val_loss")
 # A progress result's text, sent once when the trial found its checkpoint unreadable and started over: a tag.

@@ -117,6 +117,7 @@ def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storag
     param_space: dict = {"trial": tune.grid_search(payloads) if len(payloads) > 1 or not sampling else payloads[0]}
     param_space["checkpoint_root"] = str(storage_dir.resolve() / "checkpoints")
     param_space["launch_dir"] = str(Path.cwd())  # relative data paths are relative to it, not to a trial's folder
+    param_space["keep_weights"] = study.keep_weights
     # Multi-worker trials: what Ray Train reserves per worker, and where it keeps its runs' state.
     param_space["worker_resources"] = {"CPU": study.resources.cpus, "GPU": study.resources.gpus}
     param_space["train_storage"] = str(storage_dir.resolve() / "ray_train")

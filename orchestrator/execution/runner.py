@@ -19,6 +19,7 @@ from ..tracking.events import Tally, TrialEvents
 from ..tracking.leases import LeaseBook
 from ..tracking.recorder import MLflowRecorder
 from ..tracking.source import DIFF_FILE, code_source
+from ..tracking.sharing import DeviceSharing
 from ..tracking.store import StudyStore
 from . import interrupt
 from .cluster import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RESOURCE_WAIT_S
@@ -89,7 +90,9 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
     # The recorder first: a listener that fails (the tracking server went away) stops the study before the
     # console says a trial finished that the store does not know about.
     resources = {"cpus": study.resources.cpus, "gpus": study.resources.gpus}
-    events = TrialEvents([MLflowRecorder(store, {**source_tags, "study": study.name}, resources), progress])
+    sharing = DeviceSharing()  # first: the recorder logs its count with each final result
+    events = TrialEvents([sharing, MLflowRecorder(store, {**source_tags, "study": study.name}, resources, sharing),
+                          progress])
     interrupt.reset()
     with LeaseBook(store) as leases:
         store.start_parent({"description": study.description[:4000], **source_tags,

@@ -16,7 +16,8 @@ from dape_core.data import anchored
 from dape_core.train.callbacks import TrainerCallback
 
 from ..planning.trials import materialize
-from .protocol import CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, FINAL_FLAG, LOG_KEY
+from .protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, FINAL_FLAG, LOG_KEY, WEIGHTS_FOLDER,
+                       WEIGHTS_KEY)
 from .trial_log import TrialLog
 
 Report = Callable[[dict], None]
@@ -85,11 +86,14 @@ def execute(tune_config: dict, report: Report, threads: int, all_ranks: bool = F
     log = TrialLog()
     sink = ReportingSink(report, steps, log, all_ranks)
     log.write(f'trial "{trial.run_name}" (id {trial.trial_id}): {_summary(experiment)}; {threads} thread(s)')
+    # The final model, kept as an artifact of the trial's run (the driver logs the folder): CHE models are not kept.
+    keep = tune_config.get("keep_weights", "final") == "final" and folder is not None and experiment.che is None
     with log.capturing():
         try:
             result = run_experiment(experiment, sink, threads=threads, checkpoint_dir=folder,
                                     checkpoint_every=checkpoint_every(steps) if folder else None,
-                                    artifacts_dir=folder / "artifacts" if folder else None)
+                                    artifacts_dir=folder / "artifacts" if folder else None,
+                                    weights_dir=folder / WEIGHTS_FOLDER if keep else None)
         except NonFiniteLossError as error:
             # Deterministic: retrying would diverge again. End the trial with its reason instead.
             log.write(f"FAILED: NonFiniteLossError: {error}")
@@ -104,8 +108,10 @@ def execute(tune_config: dict, report: Report, threads: int, all_ranks: bool = F
     if result is None:  # a rank other than 0 of a multi-worker trial: rank 0 reports the result
         report({})
         return
-    if folder is not None:  # finished: the identity now skips this trial, its weights need not stay on disk
+    if folder is not None:  # finished: the identity now skips this trial, its checkpoints need not stay on disk
         CheckpointStore(folder, experiment.fingerprint()).remove()
+        log.write(f"finished: the resume checkpoints in {folder} were removed"
+                  + ("; the final model is kept (below)" if result.weights else ""))
     report(_final_result(result, sink, steps, log))
 
 
@@ -131,6 +137,10 @@ def _final_result(result, sink: ReportingSink, steps: int, log: TrialLog) -> dic
              DATA_RECORD_KEY: json.dumps({**result.data_record, "content_hash": result.data_hash}, default=str),
              ENVIRONMENT_KEY: json.dumps(environment)}
     log.write("environment: " + ", ".join(f"{key} {value}" for key, value in environment.items()))
+    if result.weights:
+        final[WEIGHTS_KEY] = result.weights
+        log.write(f"model kept: {', '.join(Path(path).name for path in result.weights)} "
+                  f"({result.weights_seconds:.2f}s), logged to the run's artifacts {WEIGHTS_FOLDER}/")
     if result.attention_kernels:
         final["attention_kernels"] = result.attention_kernels
         log.write(f"fused attention kernels: {result.attention_kernels}")

@@ -92,3 +92,19 @@ def estimate(cfg: ExperimentConfig, gpus: float, cpus: float) -> TrialEstimate:
     throughput = workers * (GPU_FLOPS * gpus if gpus else CPU_FLOPS_PER_CORE * cpus)
     return TrialEstimate(parameters, flops, memory_per_worker(model, cfg, parameters),
                          flops * train.steps / throughput, workers, cfg.distributed.parallelism)
+
+
+def evaluation_memory_bytes(model: ModelConfig, batch: int, length: int) -> float:
+    """Peak memory of evaluating one batch of `batch` windows of `length` tokens (no gradients, so one layer's
+    tensors at a time): the float32 weights, the hidden states of the batch (about 16 x width per token) and the
+    T x T maps of one layer (attention, and the processor's channels), over the rows of one block where the
+    block path runs beyond `eval_block_size` (dape_core.attention: at most 2**22 score entries per block)."""
+    from dape_core.config import EVAL_BLOCK_ELEMENTS, MIN_BLOCK_ROWS
+
+    rows = length
+    if model.eval_block_size is not None and length > model.eval_block_size:
+        rows = max(MIN_BLOCK_ROWS, min(model.eval_block_size, EVAL_BLOCK_ELEMENTS // (batch * length)))
+    processor_maps = processor_in_channels(model) + 2 * model.d_dape + model.n_head
+    maps = model.n_head * 3 + (processor_maps if model.processor != "none" else 0)
+    hidden = batch * length * model.d_model * 16 * 4
+    return 4 * count_parameters(model) + hidden + batch * maps * rows * length * 4

@@ -19,9 +19,11 @@ from ..tracking.store import StudyStore
 from . import plots, render_html, render_latex, render_md
 from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .document import ReportDocument
+from .heat_maps import stored_heat_maps
 from .results import ValueChoice, metric_history, study_results
 from .search import is_search, search_section
 from .tables import build_tables
+from .timing_source import prefer_isolated, timing_note
 
 
 @dataclass
@@ -59,6 +61,7 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
            attach: bool) -> Report:
     frame = study_results(store, study, value)
     trials, outside = frame[frame["in_study"]], frame[~frame["in_study"]]
+    trials = prefer_isolated(trials)  # timings taken alone (evaluate --time) where they exist: timing_source.py
     plot_dir = folder / "plots"
     if plot_dir.is_dir():
         shutil.rmtree(plot_dir)  # figures of a previous report may no longer apply
@@ -71,7 +74,11 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
     tail_text = (f" Here K = {_distinct(trials, 'config.eval.tail_tokens')} and the training length is "
                  f"{_distinct(trials, 'config.train.seq_len')}.")
     tables = build_tables(tabled, value_text, tail_text, headline=study.report.metric)
+    for table in tables:
+        if table.family.key == "time":
+            table.tail_text += timing_note(tabled)
     figures += _figures(tables, tabled, store, plot_dir)
+    figures += stored_heat_maps(store, tabled, plot_dir)  # where eval.visualise / evaluate --visualise drew them
     document = ReportDocument(study_name=study.name, description=study.description,
                               tracking_uri=store.tracking_uri, experiment_id=store.experiment_id,
                               value_text=value_text, trials=trials, outside=outside, tables=tables, plots=figures,

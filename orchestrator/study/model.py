@@ -36,6 +36,7 @@ from .rows import Cell, comparisons, study_cells
 SECTIONS = ("model", "data", "train", "eval", "che", "distributed")  # dape_core.ExperimentConfig's sections
 # The report's metric families (orchestrator.reporting.metrics.FAMILIES), by the prefix of their columns.
 ReportMetric = Literal["ppl", "delta_p", "accuracy", "time"]
+KeepWeights = Literal["final", "none"]  # what a finished trial keeps of its model (README "Weights kept")
 
 # MLflow's limits (3.17): an experiment name may have 500 characters (mlflow/utils/validation.py,
 # MAX_EXPERIMENT_NAME_LENGTH) but its database column has 256, and a run name's column 250
@@ -180,6 +181,10 @@ class Study(_Strict):
     resources: Resources = Field(default_factory=Resources)
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Named dotted overrides of the study.")
     report: ReportSpec = Field(default_factory=ReportSpec)
+    keep_weights: KeepWeights = Field("final", description="What a finished trial keeps as an artifact of its "
+                                      "MLflow run: final (its trained model: safetensors weights, effective config "
+                                      "and data hash, for `orchestrator evaluate`) or none. Not part of a trial's "
+                                      "identity.")
     expect: list[Claim] = Field(default_factory=list, description="Claims about the results (the paper's), "
                                 "each with its source; the report gives each a verdict.")
 

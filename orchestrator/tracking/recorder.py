@@ -23,15 +23,15 @@ from pathlib import Path
 from dape_core import ExperimentConfig
 from dape_core.applicability import unused_settings
 
-from ..execution.protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, LOG_KEY,
-                                  PERIODIC_KEYS, SERIES,
-                                  STRING_RESULT_KEYS, final_metrics)
+from ..execution.protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, LOG_KEY, PERIODIC_KEYS,
+                                  SERIES, STRING_RESULT_KEYS, WEIGHTS_FOLDER, WEIGHTS_KEY, final_metrics)
 from . import run_files
 from .events import (TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried,
                      TrialStarted)
 from .params import resolved_params, start_params
-from .store import (ENV_TAG_PREFIX, INTERRUPTED_TAG, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG,
-                    TRIAL_ID_TAG, StudyStore)
+from .sharing import DeviceSharing
+from .store import (ENV_TAG_PREFIX, INTERRUPTED_TAG, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG,
+                    WEIGHTS_TAG, StudyStore)
 
 _TAG_LIMIT = 4000  # MLflow's tag values are bounded; reasons are cut to this
 
@@ -43,9 +43,12 @@ def series(metrics: dict[str, float], prefix: str) -> dict[int, float]:
 
 
 class MLflowRecorder(TrialListener):
-    def __init__(self, store: StudyStore, tags: dict[str, str], resources: dict | None = None):
-        """`resources`: the study's cpus/gpus per trial, written into each trial's one-trial study file."""
+    def __init__(self, store: StudyStore, tags: dict[str, str], resources: dict | None = None,
+                 sharing: DeviceSharing | None = None):
+        """`resources`: the study's cpus/gpus per trial, written into each trial's one-trial study file.
+        `sharing`: how many trials ran at once (sharing.py), logged with each trial's final metrics."""
         self.store = store
+        self.sharing = sharing
         self.common_tags = tags
         self.resources = resources
         self.run_ids: dict[str, str] = {}  # event key -> MLflow run id
@@ -100,6 +103,8 @@ class MLflowRecorder(TrialListener):
     def _final(self, run_id: str, event: TrialResult, now: int) -> None:
         result = event.result
         metrics = final_metrics(result)  # the periodic ones were logged step by step already
+        if self.sharing is not None:
+            metrics.update(self.sharing.metrics(event.key))
         self.store.log_metrics(run_id, metrics, step=event.step, timestamp_ms=now)
         for name, prefix in SERIES.items():
             points = series(metrics, prefix)
@@ -118,6 +123,25 @@ class MLflowRecorder(TrialListener):
         for path in result.get("artifacts") or []:  # attention heat maps (on a cluster: if this disk sees them)
             if Path(path).is_file():
                 self.store.log_artifact(run_id, Path(path), "attention")
+        self._log_weights(run_id, [Path(path) for path in result.get(WEIGHTS_KEY) or []])
+
+    def _log_weights(self, run_id: str, files: list[Path]) -> None:
+        """The trial's kept model (dape_core.stored) as the run's artifacts model/, its size as `weights_mb` and
+        where it is as the tag WEIGHTS_TAG; the worker's copy is removed once the store has it."""
+        files = [path for path in files if path.is_file()]
+        if not files:
+            return
+        for path in files:
+            self.store.log_artifact(run_id, path, WEIGHTS_FOLDER)
+        weights = next((path for path in files if path.suffix == ".safetensors"), files[0])
+        self.store.log_metrics(run_id, {"weights_mb": weights.stat().st_size / 2**20}, 0, int(time.time() * 1000))
+        self.store.set_tags(run_id, {WEIGHTS_TAG: f"{WEIGHTS_FOLDER}/{weights.name}"})
+        for path in files:
+            path.unlink(missing_ok=True)
+        try:
+            files[0].parent.rmdir()
+        except OSError:  # not empty (another file beside them): left as it is
+            pass
 
     def trial_finished(self, event: TrialFinished) -> None:
         run_id = self.run_ids[event.key]

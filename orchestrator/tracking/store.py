@@ -38,6 +38,7 @@ PARENT_TAG = "mlflow.parentRunId"
 STOPPED_EARLY_TAG = "stopped_early"  # a scheduler (ASHA) ended the trial before its last step
 INTERRUPTED_TAG = "interrupted"  # Ctrl-C stopped the trial; its run is KILLED and the next run resumes it
 STALE_TAG = "orchestrator.stale"  # a run left RUNNING by an orchestrator that died, closed as KILLED
+WEIGHTS_TAG = "orchestrator.weights"  # the kept model's weights file among the run's artifacts (model/...)
 SWEPT_TAG_PREFIX = "swept."  # swept.<dotted key> = the value a trial's row sets (variant override or axis point)
 ENV_TAG_PREFIX = "env."  # env.<key> = what the trial's process ran with (dape_core/environment.py): env.torch, ...
 

@@ -1,0 +1,119 @@
+"""A trained model kept on disk: its weights (safetensors, never pickle), its effective config and what its data
+was, in one folder, so that it can be evaluated again, timed or inspected without retraining.
+
+Folder layout (`save_model`):
+- `model.safetensors`: the full state dict in float32 or the dtype it trained in (a sharded FSDP model is
+  gathered into one plain model before it is saved, so it loads on one device);
+- `config.json`: `ExperimentConfig.to_dict()`, the effective config (what the model and trainer used);
+- `data.json`: the data record (source, split sizes, tokenizer) and its content hash.
+
+`load_model(folder)` is the notebook's door: `model, cfg = load_model("path/to/model")`. A stored run of the
+orchestrator is found by its MLflow run id with `orchestrator.evaluation.weights.load_run(run_id)`, which
+resolves the run's artifact folder and calls this.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from .experiment import ExperimentConfig
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+DATA_FILE = "data.json"
+FORMAT = "1"
+
+
+class WeightsUnreadable(RuntimeError):
+    """A stored model's folder is incomplete, truncated or not a model of its config: the message names the file."""
+
+
+@dataclass
+class StoredModel:
+    model: "torch.nn.Module"
+    config: "ExperimentConfig"
+    data_hash: str
+    folder: Path
+
+
+def weights_bytes(num_parameters: int, bytes_per_parameter: int = 4) -> int:
+    """The size of a stored model's weights file: its parameters in float32 (the header is a few KB)."""
+    return num_parameters * bytes_per_parameter
+
+
+def save_model(model: "torch.nn.Module", cfg: "ExperimentConfig", data_hash: str, data_record: dict,
+               folder: str | Path) -> list[Path]:
+    """Write the model's weights, config and data record into `folder`; returns the files written. Each file is
+    written to a temporary name and renamed, so a crash never leaves a truncated file under its final name."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {name: tensor.detach().to("cpu").contiguous() for name, tensor in model.state_dict().items()}
+    metadata = {"format": FORMAT, "fingerprint": cfg.fingerprint(), "data_hash": data_hash}
+    weights = folder / WEIGHTS_FILE
+    _atomic(weights, lambda path: save_file(state, str(path), metadata=metadata))
+    config = folder / CONFIG_FILE
+    _atomic(config, lambda path: path.write_text(json.dumps(cfg.to_dict(), indent=1, default=str), encoding="utf-8"))
+    data = folder / DATA_FILE
+    record = {**data_record, "content_hash": data_hash}
+    _atomic(data, lambda path: path.write_text(json.dumps(record, indent=1, default=str), encoding="utf-8"))
+    return [weights, config, data]
+
+
+def _atomic(path: Path, write) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    write(temporary)
+    temporary.replace(path)
+
+
+def read_config(folder: str | Path) -> "ExperimentConfig":
+    """The stored model's effective config. Raises WeightsUnreadable naming the file."""
+    from .experiment import ExperimentConfig
+
+    path = Path(folder) / CONFIG_FILE
+    try:
+        return ExperimentConfig(**json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise WeightsUnreadable(f"{path} is missing: the stored model's folder is incomplete") from None
+    except Exception as error:
+        raise WeightsUnreadable(f"{path} is not a readable experiment config ({type(error).__name__}: "
+                                f"{str(error)[:300]})") from None
+
+
+def load_model(folder: str | Path, device: "str | torch.device" = "cpu") -> StoredModel:
+    """The model of a stored folder, built from its config with its weights loaded (strictly: every tensor,
+    of its shape), in evaluation mode on `device`. Raises WeightsUnreadable naming the file when the weights
+    are missing, truncated, corrupted or belong to another config."""
+    from safetensors import safe_open
+
+    from .model import build_model
+
+    folder = Path(folder)
+    cfg = read_config(folder)
+    path = folder / WEIGHTS_FILE
+    if not path.is_file():
+        raise WeightsUnreadable(f"{path} is missing: the stored model's folder has no weights")
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            metadata = handle.metadata() or {}
+            state = {name: handle.get_tensor(name) for name in handle.keys()}
+    except Exception as error:
+        raise WeightsUnreadable(f"{path} cannot be read: it is truncated or not a safetensors file "
+                                f"({type(error).__name__}: {str(error)[:200]})") from None
+    if metadata.get("fingerprint") not in (None, cfg.fingerprint()):
+        raise WeightsUnreadable(f"{path} was written by another config (fingerprint {metadata.get('fingerprint')}, "
+                                f"{folder / CONFIG_FILE} gives {cfg.fingerprint()})")
+    model = build_model(cfg.model)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as error:
+        raise WeightsUnreadable(f"{path} does not match the model of its config: {str(error)[:300]}") from None
+    model = model.to(device).eval()
+    return StoredModel(model, cfg, metadata.get("data_hash", ""), folder)

@@ -1,0 +1,1 @@
+"""`orchestrator evaluate`: a study's finished trials scored again from their kept models, or timed alone."""

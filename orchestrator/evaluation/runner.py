@@ -1,0 +1,288 @@
+"""`orchestrator evaluate`: score a study's finished trials again from their kept models, without training, and
+write the new metrics to the same runs; or (`--time`) time every stored model alone.
+
+The driver (this module) is the only MLflow writer, as in `orchestrator run`: the evaluations run on Ray tasks
+(one per trial, each reserving the study's `resources.cpus`/`gpus`, so several at once where they fit) or in
+this process with `local`; each result is logged as soon as it arrives, so Ctrl-C loses only the trials
+being evaluated, and the same command resumes with what is missing. `--time` runs one trial at a time, in
+this process (`local`) or as one Ray task reserving a whole node's CPUs (and the GPU a trial uses), so that
+nothing else runs on the device while it is timed.
+
+Only FINISHED runs are evaluated: a trial another orchestrator is running (it holds its lease until its run
+is FINISHED) is left alone, and so is a run stopped early by a scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import StudyInterrupted, UserInputError
+from ..execution.protocol import SERIES
+from ..planning.trials import expand
+from ..study import Study
+from ..tracking.recorder import series
+from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
+from .request import EVALUATION_TAG_PREFIX, EvalRequest, TrialTask, missing_lengths, timed, weights_path
+
+
+class EvaluationRefused(UserInputError):
+    title = "Cannot evaluate:"
+
+
+@dataclass
+class EvaluationOutcome:
+    evaluated: list[str] = field(default_factory=list)  # run names
+    skipped: list[str] = field(default_factory=list)  # already evaluated with this protocol
+    without_weights: list[str] = field(default_factory=list)  # notes naming them and how to get weights
+    failed: dict[str, str] = field(default_factory=dict)  # run name -> reason
+    not_finished: int = 0
+    wall_seconds: float = 0.0
+    task_seconds: float = 0.0
+    report_dir: Path | None = None
+    report_summary: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def stored_trials(study: Study, store: StudyStore) -> tuple[list, int]:
+    """(the latest FINISHED, not stopped-early run of each of the study's trials, how many trials are not
+    finished). A sampling search: every finished sample of the study."""
+    finished = [run for run in store.trial_runs()
+                if run.info.status == "FINISHED" and run.data.tags.get(STOPPED_EARLY_TAG) != "true"]
+    if study.search.algorithm != "grid":
+        return sorted(finished, key=lambda run: run.info.start_time or 0), 0
+    ids = [trial.trial_id for trial in expand(study)]
+    latest: dict = {}
+    for run in sorted(finished, key=lambda run: run.info.start_time or 0):
+        latest[run.data.tags.get(TRIAL_ID_TAG)] = run
+    runs = [latest[trial_id] for trial_id in dict.fromkeys(ids) if trial_id in latest]
+    return runs, len(set(ids)) - len(runs)
+
+
+def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: EvaluationOutcome) -> list[TrialTask]:
+    """What each finished trial still needs; notes trials without weights and those already done."""
+    runs, outcome.not_finished = stored_trials(study, store)
+    tasks = []
+    for run in runs:
+        tags, metrics, name = run.data.tags, run.data.metrics, run.info.run_name
+        if not weights_path(tags):
+            outcome.without_weights.append(
+                f"{name} (run {run.info.run_id}) has no kept model: it was trained with keep_weights: none or before "
+                "trials kept their weights (CHE trials keep none yet). To get them, delete that run "
+                "(mlflow runs delete --run-id "
+                f"{run.info.run_id}) and run the study again with keep_weights: final: only that trial is retrained")
+            continue
+        try:
+            config = stored_config(run.info.artifact_uri or "", store.tracking_uri)
+        except Exception as error:  # damaged or missing config.json: this trial cannot be evaluated
+            outcome.failed[name] = f"run {run.info.run_id}: {error}"
+            continue
+        own, seq_len = config["eval"], config["train"]["seq_len"]
+        suffix = request.suffix(own, seq_len)
+        wanted = sorted(set(request.lengths) or set(own["lengths"]))
+        shorter = [length for length in wanted if length < seq_len]
+        lengths = missing_lengths([length for length in wanted if length >= seq_len], {} if request.again and
+                                  request.lengths else metrics, suffix)
+        time_it = request.time and (request.again or not timed(metrics))
+        if not lengths and not request.visualise and not time_it:
+            outcome.skipped.append(name)
+            continue
+        task = TrialTask(run_id=run.info.run_id, run_name=name, trial_id=tags.get(TRIAL_ID_TAG, ""),
+                         artifact_uri=run.info.artifact_uri or "", config=config, lengths=lengths, suffix=suffix,
+                         eval_section=request.eval_section(own), threads=max(1, int(study.resources.cpus)),
+                         precision=tags.get("precision"), device=tags.get("device"), visualise=request.visualise,
+                         time=time_it, warmup=request.time_warmup, repeats=request.time_repeats,
+                         timed_lengths=sorted(set(own["lengths"]) | set(lengths) | set(series(metrics, "ppl_"))))
+        if shorter:
+            task.notes.append(f"lengths {shorter} are below its training length {seq_len}: not evaluated")
+        tasks.append(task)
+    return tasks
+
+
+def stored_config(artifact_uri: str, tracking_uri: str) -> dict:
+    """The effective config a run's kept model was trained with (its `model/config.json`). Raises an error
+    naming the file where it is missing or damaged."""
+    from dape_core.stored import CONFIG_FILE, read_config
+
+    from ..execution.protocol import WEIGHTS_FOLDER
+    from .worker import weights_folder
+
+    if artifact_uri.startswith(("file:", "/")) or "://" not in artifact_uri:
+        folder, _ = weights_folder(artifact_uri)
+        return read_config(folder).to_dict()
+    import tempfile
+
+    import mlflow.artifacts
+
+    with tempfile.TemporaryDirectory(prefix="orchestrator_config_") as temporary:
+        uri = f"{artifact_uri.rstrip('/')}/{WEIGHTS_FOLDER}/{CONFIG_FILE}"
+        path = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=temporary, tracking_uri=tracking_uri)
+        return read_config(Path(path).parent).to_dict()
+
+
+def check_memory(study: Study, tasks: list[TrialTask]) -> None:
+    """Refuse, before anything runs, lengths whose evaluation would not fit the device's memory (the plan's
+    memory model: planning/estimate.py `evaluation_memory_bytes`)."""
+    from dape_core import ModelConfig
+
+    from ..planning.estimate import evaluation_memory_bytes
+
+    budget, where = _memory_budget(study)
+    too_big = []
+    for task in tasks:
+        model = ModelConfig(**task.config["model"])
+        for length in task.lengths:
+            need = evaluation_memory_bytes(model, task.eval_section.get("batch_size", 8), length)
+            if need > budget:
+                too_big.append(f"{task.run_name} at L={length}: about {need / 2**30:.1f} GiB")
+    if too_big:
+        raise EvaluationRefused(
+            f"evaluating {'; '.join(too_big[:6])}{' ...' if len(too_big) > 6 else ''} would not fit {where} "
+            f"({budget / 2**30:.1f} GiB; estimate: the model's float32 weights, one layer's activations and its "
+            "score maps of one evaluation batch, with the block path's rows beyond eval_block_size). Give shorter "
+            "--lengths, or a smaller eval batch in the study (eval.batch_size). Nothing was evaluated.")
+
+
+def _memory_budget(study: Study) -> tuple[float, str]:
+    if study.resources.gpus:
+        if study.resources.gpu_memory_gb:
+            return study.resources.gpu_memory_gb * 2**30 * min(1.0, study.resources.gpus), "resources.gpu_memory_gb"
+        return float("inf"), "the GPU"
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return float(total), "this machine's memory"
+
+
+def record(store: StudyStore, task: TrialTask, result: dict, request: EvalRequest, version: str) -> None:
+    """Log one evaluation to the trial's run: its metrics (at the trial's last step, where its own final
+    metrics are), the by-length series points of its own protocol, heat maps, and a tag saying what was
+    evaluated, how and when."""
+    metrics = result["metrics"]
+    now = int(time.time() * 1000)
+    step = int(task.config.get("train", {}).get("steps", 0))
+    store.log_metrics(task.run_id, metrics, step=step, timestamp_ms=now)
+    if not task.suffix:
+        for name, prefix in SERIES.items():
+            points = series(metrics, prefix)
+            if points:
+                store.log_series(task.run_id, name, points, timestamp_ms=now)
+    for path in result.get("artifacts") or []:
+        if Path(path).is_file():
+            store.log_artifact(task.run_id, Path(path), "attention")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    what = {"lengths": task.lengths, "protocol": {key: task.eval_section.get(key) for key in
+                                                  ("tail_tokens", "n_windows", "tokens_per_length", "batch_size",
+                                                   "split", "seed")},
+            "metric_suffix": task.suffix, "visualise": task.visualise, "time": task.time,
+            "code_version": version, "when": stamp, "device": result.get("device"),
+            "precision": result.get("precision"), "threads": result.get("threads"),
+            "seconds": round(result.get("seconds", 0.0), 3)}
+    if task.time:  # when it ran (epoch seconds): the timings of one study never overlap
+        what["timing"] = {"warmup": task.warmup, "repeats": task.repeats, "alone": True,
+                          "began": round(result.get("began", 0.0), 3), "ended": round(result.get("ended", 0.0), 3)}
+    store.set_tags(task.run_id, {f"{EVALUATION_TAG_PREFIX}{stamp}": json.dumps(what)[:4000]})
+
+
+def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, local: bool = False,
+                   address: str | None = None, reports_dir: Path = Path("reports"), study_path: Path | None = None,
+                   say: Callable[[str], None] = print) -> EvaluationOutcome:
+    from ..tracking.source import code_source
+    from ..reporting import build_report, render_md
+
+    started = time.monotonic()
+    store = StudyStore.open(tracking_uri, study.name)
+    outcome = EvaluationOutcome()
+    tasks = plan_tasks(study, store, request, outcome)
+    for note in outcome.without_weights:
+        say(f"note: {note}")
+    check_memory(study, tasks)
+    version = code_source().version  # the code that evaluates, which may be newer than the one that trained
+    for task in tasks:
+        task_notes = "; ".join(task.notes)
+        if task_notes:
+            say(f"note: {task.run_name}: {task_notes}")
+    if outcome.skipped:
+        say(f"{len(outcome.skipped)} trial(s) already evaluated with this protocol: skipped")
+    say(f"Evaluating {len(tasks)} stored trial(s){' one at a time (timing)' if request.time else ''}"
+        f"{' in this process' if local else ' on Ray'}")
+    payloads = [{**task.payload(), "tracking_uri": tracking_uri, "launch_dir": str(Path.cwd())} for task in tasks]
+
+    def done(task: TrialTask, result: dict | None, error: str | None) -> None:
+        if error is not None:
+            outcome.failed[task.run_name] = error
+            say(f"  {task.run_name}: FAILED: {error}")
+            return
+        record(store, task, result, request, version)
+        outcome.evaluated.append(task.run_name)
+        outcome.task_seconds += result.get("seconds", 0.0)
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(result["metrics"].items())
+                          if not k.endswith(("_q1", "_q3")))
+        say(f"  {task.run_name}: {shown or 'heat maps'} ({result.get('seconds', 0):.1f}s on {result.get('device')})")
+
+    try:
+        if local or not tasks:
+            _run_here(tasks, payloads, done)
+        else:
+            _run_on_ray(study, tasks, payloads, done, address, one_at_a_time=request.time)
+    except KeyboardInterrupt:
+        raise StudyInterrupted(
+            f"by Ctrl-C. {len(outcome.evaluated)} trial(s) were evaluated and their metrics are in {tracking_uri}; "
+            "run the same command to evaluate what is missing.") from None
+    if outcome.evaluated:
+        report = build_report(study, store, reports_dir, study_path=study_path)
+        outcome.report_dir, outcome.report_summary = report.folder, render_md.summary(report.document)
+    outcome.wall_seconds = time.monotonic() - started
+    return outcome
+
+
+def _run_here(tasks: list[TrialTask], payloads: list[dict], done) -> None:
+    from .worker import evaluate_task
+
+    for task, payload in zip(tasks, payloads):
+        try:
+            result = evaluate_task(payload)
+        except Exception as error:  # this trial's problem (damaged weights, changed data): the others go on
+            done(task, None, f"{type(error).__name__}: {error}")
+            continue
+        done(task, result, None)
+
+
+def _run_on_ray(study: Study, tasks: list[TrialTask], payloads: list[dict], done, address: str | None,
+                one_at_a_time: bool) -> None:
+    import ray
+
+    from ..errors import last_error_line
+    from ..execution.ray_tune import start_ray
+    from .worker import evaluate_task
+
+    start_ray(address)
+    cpus, gpus = study.resources.cpus, study.resources.gpus
+    if one_at_a_time:  # nothing else on the device: a whole node's CPUs, and a whole GPU where trials use one
+        cpus = max(cpus, max(node["Resources"].get("CPU", 1) for node in ray.nodes() if node["Alive"]))
+        gpus = 1 if gpus else 0
+    remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(evaluate_task)
+    pending: dict = {}
+    queue = list(zip(tasks, payloads))
+    try:
+        while queue or pending:
+            while queue and (not one_at_a_time or not pending):
+                task, payload = queue.pop(0)
+                pending[remote.remote(payload)] = task
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            task = pending.pop(ready[0])
+            try:
+                result = ray.get(ready[0])
+            except Exception as error:  # the task's own error, as one line
+                done(task, None, last_error_line(str(error)) or type(error).__name__)
+                continue
+            done(task, result, None)
+    except KeyboardInterrupt:
+        for reference in pending:
+            ray.cancel(reference, force=True)
+        raise

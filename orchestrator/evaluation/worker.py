@@ -1,0 +1,130 @@
+"""What runs where a stored trial is evaluated (a Ray task, or this process with `--local`): fetch its kept model,
+evaluate it with the requested protocol (`dape_core.experiment.evaluate_stored`) or time it alone
+(`dape_core.evaluate.isolated`), and return the metrics. It trains nothing and writes nothing to MLflow: the
+driver, the single writer, logs what it returns. Reading the artifacts of a run on a remote store (S3 through
+the tracking server) downloads them into a temporary folder removed afterwards."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from ..execution.protocol import WEIGHTS_FOLDER
+
+
+class StoredDataChanged(RuntimeError):
+    """The data the trial was trained and evaluated on is not the data found now."""
+
+
+def weights_folder(artifact_uri: str, tracking_uri: str | None = None) -> tuple[Path, str | None]:
+    """(the folder of a run's kept model, a temporary folder to remove afterwards or None). Local artifact
+    stores are read in place; others are downloaded through MLflow."""
+    uri = f"{artifact_uri.rstrip('/')}/{WEIGHTS_FOLDER}"
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return Path(unquote(parsed.path)), None
+    import mlflow.artifacts
+
+    temporary = tempfile.mkdtemp(prefix="orchestrator_weights_")
+    try:
+        local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=temporary, tracking_uri=tracking_uri)
+    except Exception:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    return Path(local), temporary
+
+
+def evaluate_task(task: dict) -> dict:
+    """Evaluate (or time) one stored trial; returns {"metrics", "artifacts", "device", "precision", "seconds",
+    "threads"}. Raises dape_core.stored.WeightsUnreadable (naming the file) for damaged weights."""
+    import dataclasses
+
+    import torch
+
+    from dape_core.data import anchored, load_corpus
+    from dape_core.experiment import evaluate_stored
+    from dape_core.stored import load_model, read_config
+    from dape_core.train import resolve_device, resolve_precision
+
+    started, began = time.perf_counter(), time.time()
+    torch.set_num_threads(task["threads"])
+    folder, temporary = weights_folder(task["artifact_uri"], task.get("tracking_uri"))
+    try:
+        device = resolve_device(read_config(folder).train.device)
+        stored = load_model(folder, device)
+        cfg = stored.config
+        cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, **_eval_changes(task["eval_section"])))
+        if task.get("launch_dir"):
+            cfg = dataclasses.replace(cfg, data=anchored(cfg.data, task["launch_dir"]))
+        corpus = load_corpus(cfg.data)
+        if stored.data_hash and corpus.content_hash != stored.data_hash:
+            raise StoredDataChanged(f"the data of run {task['run_id']} had content hash {stored.data_hash}; the data "
+                                    f"found now ({cfg.data.source} {cfg.data.path or ''}) has {corpus.content_hash}: "
+                                    "it changed since the trial ran, so its scores would not compare")
+        same_kind = task.get("device") and task["device"].split(":")[0] == device.type
+        precision = task.get("precision") if same_kind else None
+        metrics, artifacts = {}, []
+        if task["lengths"] or task.get("visualise"):
+            artifacts_dir = Path(tempfile.mkdtemp(prefix="orchestrator_attention_")) if task.get("visualise") else None
+            scored = evaluate_stored(stored.model,
+                                     dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, timing=False)),
+                                     artifacts_dir, corpus, precision, lengths=task["lengths"] or None)
+            metrics.update(_named(scored, task["lengths"], task["suffix"]))
+            artifacts = scored["artifacts"]
+        if task.get("time"):
+            metrics.update(_isolated(stored.model, cfg, corpus, resolve_precision(precision or cfg.train.precision,
+                                                                                  device), task))
+        return {"metrics": metrics, "artifacts": artifacts, "device": str(device),
+                "precision": resolve_precision(precision or cfg.train.precision, device).name,
+                "seconds": time.perf_counter() - started, "threads": torch.get_num_threads(),
+                "began": began, "ended": time.time(), "pid": os.getpid()}
+    finally:
+        if temporary:
+            shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _eval_changes(section: dict) -> dict:
+    keys = ("lengths", "tail_tokens", "n_windows", "tokens_per_length", "visualise")
+    return {key: section[key] for key in keys if key in section}
+
+
+def _named(scored: dict, lengths: list[int], suffix: str) -> dict[str, float]:
+    """ppl_<L> and delta_p_<L> of the lengths asked for. The evaluation's batch times are not logged: they were
+    not taken alone (use --time), and would sit beside in-training `ms_forward_<L>` as if alike."""
+    out = {}
+    for length in lengths:
+        out[f"ppl_{length}{suffix}"] = scored["perplexity"][length]
+        if length in scored["delta_p"]:
+            out[f"delta_p_{length}{suffix}"] = scored["delta_p"][length]
+    return out
+
+
+def _isolated(model, cfg, corpus, precision, task: dict) -> dict[str, float]:
+    import dataclasses
+
+    from dape_core.evaluate.isolated import time_forward, time_training_step
+    from dape_core.experiment import protocol_windows
+
+    from .request import ISOLATED_PREFIX
+
+    warmup, repeats = task.get("warmup", 5), task.get("repeats", 20)
+    out = {}
+    step = time_training_step(model, cfg, corpus, precision, warmup, repeats)
+    out.update({f"{ISOLATED_PREFIX}ms_per_step{_part(key)}": step[key] for key in ("median", "q1", "q3")})
+    lengths = task.get("timed_lengths") or cfg.eval.lengths
+    timed_cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, lengths=sorted(lengths)))
+    windows = protocol_windows(timed_cfg, corpus)  # what is timed is the batch's shape, not which text it holds
+    own = {length: windows[length] for length in lengths}
+    for length, figures in time_forward(model.eval(), own, cfg, precision, max(1, warmup // 2), repeats).items():
+        out.update({f"{ISOLATED_PREFIX}ms_forward_{length}{_part(key)}": figures[key]
+                    for key in ("median", "q1", "q3")})
+    out[f"{ISOLATED_PREFIX}repeats"] = repeats
+    return out
+
+
+def _part(key: str) -> str:
+    return "" if key == "median" else f"_{key}"
