@@ -494,9 +494,13 @@ def slurm(
                            (target.reports_dir, "--reports-dir"), (target.storage_dir, "--storage-dir")):
         _writable_or_exit(folder, option)
     if submit:
-        from .slurm.submit import submit as sbatch_submit
+        from .slurm.submit import SubmitRefused, submit as sbatch_submit
 
-        job_id = sbatch_submit(text)  # SubmitRefused: SLURM's message, exit 2, nothing written
+        try:
+            job_id = sbatch_submit(text)
+        except SubmitRefused as error:  # SLURM's own message; the script is not written
+            err.print(f"[red]{error.title}[/red] {escape(str(error))}")
+            raise typer.Exit(EXIT_INVALID)
         script.write_text(text)
         console.print(f"Submitted job {job_id} for study {study.name}; log: {target.logs_dir}/{escape('%x-%j')}.out "
                       f"({target.logs_dir / f'orchestrator-{study.name}-{job_id}.out'}); script: {script}")

@@ -146,11 +146,83 @@ def test_a_study_runs_as_a_slurm_job_on_two_nodes_and_a_resubmission_resumes_it(
     runs = trial_runs(f"sqlite:///{database}", name)
     finished = {run.data.tags["orchestrator.trial_id"]: run for run in runs if run.info.status == "FINISHED"}
     assert len(finished) == 4 == len([run for run in runs if run.info.status == "FINISHED"])
+    # The runs the cancel cut short were closed by the next job as stale, and their trials done again.
+    stale = [run for run in runs if run.info.status != "FINISHED"]
+    assert stale and all(run.info.status == "KILLED" and run.data.tags["orchestrator.stale"] == "true" for run in stale)
     for trial_id, run in before.items():  # not retrained: the same runs, the same metrics
         assert finished[trial_id].info.run_id == run.info.run_id
         assert finished[trial_id].data.metrics == run.data.metrics
     report = (tmp_path / "reports" / name / "report.md").read_text()
-    assert re.search(r"^\| Kerple +\| \**[\d.]+ ± [\d.]+\** +\| \**[\d.]+ ± [\d.]+\** +\| 2/2 ", report, re.M), report
+    assert re.search(r"^\| Kerple +\| +\**[\d.]+ ± [\d.]+\** +\| +\**[\d.]+ ± [\d.]+\** +\| 2/2 ", report, re.M), report
     assert ray_processes(slurm.namespace) == []
     print(f"\nSLURM timings: first trial finished {first_trial:.0f}s after submission; resubmitted job "
           f"completed {resumed:.0f}s after the cancel")
+
+
+def test_the_time_limit_stops_the_study_cleanly_and_the_job_requeues_itself(slurm, tmp_path):
+    name = "slurm_time_limit"
+    spec = {"name": name, "base": {**BASE, "train": {**BASE["train"], "steps": 600, "log_every": 100}},
+            "variants": [{"label": "Kerple", "set": {}}], "seeds": [0, 1, 2], "resources": {"cpus": 1, "max_retries": 0}}
+    study = write_study(tmp_path, spec)
+    job = submitted_job(orchestrator_slurm(slurm, study, "--submit", "--requeue", "--nodes", "1"))
+    deadline = time.monotonic() + 300
+    while "Running 3 trial(s) on Ray" not in job_log(tmp_path, name, job):
+        assert slurm.job_state(job) in ("PENDING", "RUNNING"), job_log(tmp_path, name, job)
+        assert time.monotonic() < deadline, job_log(tmp_path, name, job)
+        time.sleep(0.5)
+    time.sleep(5)  # trials training
+    # What SLURM does --signal-grace seconds before the time limit: USR1 to the batch shell alone.
+    assert slurm.run("scancel", "--batch", "--signal=USR1", job).returncode == 0
+    # The job requeues itself: SLURM holds a requeued job back for about two minutes before it runs again (and
+    # resumes, as a resubmission does in the test above), so the test stops at the requeue.
+    deadline = time.monotonic() + 120
+    while "Restarts=1" not in (shown := slurm.scontrol("show", "job", job).stdout):
+        assert slurm.job_state(job) in ("RUNNING", "COMPLETING", "REQUEUED"), job_log(tmp_path, name, job)
+        assert time.monotonic() < deadline, job_log(tmp_path, name, job)
+        time.sleep(0.5)
+    assert "JobState=PENDING" in shown, shown
+    assert slurm.run("scancel", job).returncode == 0
+    log = " ".join(job_log(tmp_path, name, job).split())
+    assert "Stop requested (timeout): stopping the study cleanly." in log, log
+    # The study itself stopped cleanly: its running trial's run closed as KILLED, not left to a later job.
+    assert "running trial(s) were stopped and their runs closed as KILLED" in log, log
+    assert f"Requeueing job {job}: it resumes the study. Job {job} ends with exit code 130." in log, log
+    runs = trial_runs(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}", name)
+    killed = [run for run in runs if run.info.status == "KILLED"]
+    assert killed and not any(run.data.tags.get("orchestrator.stale") for run in killed)
+    assert not [run for run in runs if run.info.status == "RUNNING"]
+    assert ray_processes(slurm.namespace) == []
+
+
+def test_a_node_that_never_joins_stops_the_job_after_the_bound_leaving_nothing(slurm, tmp_path):
+    name = "slurm_lost_node"
+    spec = {"name": name, "base": BASE, "variants": [{"label": "Kerple", "set": {}}], "seeds": [0]}
+    study = write_study(tmp_path, spec)
+    # The fault: the second node's Ray worker never starts (its srun hangs, as on a node that lost its network).
+    lost = 'srun() { echo "srun: (injected fault) the other node does not answer"; sleep 600; }'
+    started = time.monotonic()
+    job = submitted_job(orchestrator_slurm(slurm, study, "--submit", "--join-timeout", "15",
+                                           "--setup", f". {BIN / 'activate'}", "--setup", lost))
+    assert slurm.wait_job(job, {"CANCELLED", "COMPLETED", "FAILED"}, 120) == "FAILED"
+    took = time.monotonic() - started
+    log = job_log(tmp_path, name, job)
+    assert "Only 1 of 2 node(s) joined Ray within 15s (--join-timeout): 127.0.0.11. The job stops without running " \
+           "the study" in log, log
+    assert "Job " + job + " ends with exit code 1." in log, log
+    assert not (tmp_path / "mlruns").exists()  # no server was started, no store created
+    assert ray_processes(slurm.namespace) == []
+    assert not [pid for pid in processes_in_namespace(slurm.namespace)
+                if b"sleep\x00600" in Path(f"/proc/{pid}/cmdline").read_bytes()]  # the hung srun was stopped too
+    print(f"\nSLURM lost node: the job failed {took:.0f}s after submission (join timeout 15s)")
+
+
+def test_a_partition_slurm_rejects_is_refused_with_slurms_message(slurm, tmp_path):
+    study = write_study(tmp_path, {"name": "slurm_bad_partition", "base": BASE,
+                                   "variants": [{"label": "Kerple", "set": {}}], "seeds": [0]})
+    result = orchestrator_slurm(slurm, study, "--submit", "--partition", "nosuch")
+    assert result.returncode == 2, result.stdout + result.stderr
+    text = " ".join(result.stderr.split())
+    assert "SLURM refused the job: sbatch: error: invalid partition specified: nosuch" in text, text
+    assert "Nothing was submitted" in text and "Traceback" not in text
+    assert not (tmp_path / "slurm" / "slurm_bad_partition.sbatch").exists()
+    assert "orchestrator-slurm_bad_partition" not in slurm.run("squeue", "--noheader", "--format=%j").stdout

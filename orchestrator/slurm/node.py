@@ -86,9 +86,9 @@ def ray_start_argv(role: str, target: str, temp_dir: str, address: str, environ:
 
 
 def run_ray_node(role: str, target: str, temp_root: str, grace: float = _STOP_GRACE_S) -> int:
-    """Run this node's `ray start --block` until it ends; on TERM or INT stop it, and whatever it started,
+    """Run this node's `ray start --block` until it ends; on TERM or INT stop it, and every process it started,
     within `grace` seconds (well inside SLURM's KillWait, after which SLURM kills what it still tracks: with
-    proctrack/linuxproc, not the Ray daemons a dying `ray start` leaves behind). Then remove the node-local
+    proctrack/linuxproc, not the Ray processes a dying `ray start` leaves behind). Then remove the node-local
     folder (`temp_root`-NODE: two nodes may share a machine's /tmp)."""
     name = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     temp_dir = f"{temp_root}-{name}"
@@ -96,39 +96,56 @@ def run_ray_node(role: str, target: str, temp_root: str, grace: float = _STOP_GR
     print(f"{name}: {' '.join(argv)}", flush=True)
     # No draining on TERM (Ray Serve's grace period, 30 s by default): nothing here serves traffic.
     env = {**os.environ, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
-    process = subprocess.Popen(argv, env=env, start_new_session=True)  # its own group: Ray's daemons with it
-    stopping: list[int] = []
+    # Its own session: Ray's daemons and workers stay in it (workers make process groups of their own).
+    process = subprocess.Popen(argv, env=env, start_new_session=True)
+    deadline: list[float] = []
 
     def stop(signum, frame) -> None:
-        stopping.append(signum)
-        _signal_group(process.pid, signal.SIGTERM)
+        if not deadline:
+            deadline.append(time.monotonic() + grace)
+            _signal_session(process.pid, signal.SIGTERM)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stop)
     try:
-        while True:
-            try:
-                code = process.wait(timeout=grace if stopping else None)
-                break
-            except subprocess.TimeoutExpired:
-                _signal_group(process.pid, signal.SIGKILL)
-                stopping.clear()
-        return code
+        while process.poll() is None and not (deadline and time.monotonic() > deadline[0]):
+            time.sleep(0.2)
+        return process.returncode if process.returncode is not None else 128 + signal.SIGTERM
     finally:
-        _signal_group(process.pid, signal.SIGKILL)  # whatever of its group outlived it
+        _signal_session(process.pid, signal.SIGKILL)  # whatever of it is left
+        process.poll()
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _signal_group(leader: int, signum: int) -> None:
-    try:
-        os.killpg(leader, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
+def session_members(session: int) -> list[int]:
+    """The processes of a session (field 6 of /proc/PID/stat)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session and fields[0] != "Z":  # after "pid (comm)": state, ppid, pgrp, session
+            members.append(int(entry))
+    return members
+
+
+def _signal_session(session: int, signum: int) -> None:
+    for pid in session_members(session):
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def wait_for(alive_nodes: Callable[[], list[str]], expected: int, timeout: float, poll: float = _POLL_S,
-             say: Callable[[str], None] = print) -> bool:
-    """Poll `alive_nodes` (the addresses of the nodes alive now) until `expected` are there or `timeout` passes."""
+             say: Callable[[str], None] = print, bound: float | None = None) -> bool:
+    """Poll `alive_nodes` (the addresses of the nodes alive now) until `expected` are there or `timeout` passes.
+    `bound`: the whole wait the message names (--join-timeout), where part of it was spent before."""
+    bound = timeout if bound is None else bound
     deadline = time.monotonic() + timeout
     while True:
         alive = alive_nodes()
@@ -136,7 +153,7 @@ def wait_for(alive_nodes: Callable[[], list[str]], expected: int, timeout: float
             say(f"All {expected} node(s) joined Ray: {', '.join(sorted(alive))}")
             return True
         if time.monotonic() >= deadline:
-            say(f"Only {len(alive)} of {expected} node(s) joined Ray within {timeout:g}s (--join-timeout): "
+            say(f"Only {len(alive)} of {expected} node(s) joined Ray within {bound:g}s (--join-timeout): "
                 f"{', '.join(sorted(alive)) or 'none'}. The job stops without running the study: nothing was "
                 "written to the tracking store. The nodes' `ray start` output is in this log.")
             return False
@@ -180,7 +197,8 @@ def wait_nodes(address: str, expected: int, timeout: float) -> int:
     ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     try:
         alive = lambda: [node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")]  # noqa: E731
-        return 0 if wait_for(alive, expected, max(0.0, timeout - (time.monotonic() - started))) else 1
+        left = max(0.0, timeout - (time.monotonic() - started))
+        return 0 if wait_for(alive, expected, left, bound=timeout) else 1
     finally:
         ray.shutdown()
 

@@ -91,7 +91,8 @@ def render(request: JobRequest, target: JobTarget) -> str:
               "",
               _FUNCTIONS,
               "echo \"Job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES node(s) ($SLURM_JOB_NODELIST); Ray head at $RAY_ADDRESS_\"",
-              "node ray-start head \"$RAY_PORT\" \"$RAY_TMP\" &",
+              "python -m orchestrator.slurm.node ray-start head \"$RAY_PORT\" \"$RAY_TMP\" &  # not through node():"
+              " its pid, not a subshell's",
               "HEAD_PID=$!",
               "if [ \"$SLURM_JOB_NUM_NODES\" -gt 1 ]; then",
               "  srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 \\",
