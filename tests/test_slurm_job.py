@@ -83,8 +83,8 @@ def test_two_gpu_nodes_with_every_option(tmp_path, monkeypatch):
     # The other node's Ray worker starts through srun, on every node but the first; the wait is bounded.
     srun = " ".join(script[script.index("  srun "):script.index("WORKERS_PID=$!")].split())
     assert srun == ("srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) "
-                    "--ntasks-per-node=1 \\ --relative=1 --kill-on-bad-exit=0 python -m orchestrator.slurm.node "
-                    'ray-start worker "$RAY_ADDRESS_" "$RAY_TMP" &'), srun
+                    "--ntasks-per-node=1 \\ --cpus-per-task=17 --gpus-per-node=8 --relative=1 --kill-on-bad-exit=0 "
+                    '\\ python -m orchestrator.slurm.node ray-start worker "$RAY_ADDRESS_" "$RAY_TMP" &'), srun
     assert 'node wait-nodes "$RAY_ADDRESS_" "$SLURM_JOB_NUM_NODES" 90 || finish 1' in script
     # A tracking server is used as given: no server of the job's own.
     assert "mlflow server" not in script and "TRACKING_URI=http://mlflow.internal:5000" in script
@@ -173,3 +173,11 @@ def test_stopping_a_ray_node_reaches_processes_in_groups_of_their_own():
         assert node.session_members(leader.pid) == []
     finally:
         node._signal_session(leader.pid, signal.SIGKILL)
+
+
+def test_writing_a_job_and_the_nodes_helpers_load_neither_torch_ray_nor_mlflow():
+    # The helpers run on every node at the job's start, and `orchestrator slurm` on a login node.
+    probe = ("import sys\nimport orchestrator.slurm.node, orchestrator.slurm.script, orchestrator.slurm.job, "
+             "orchestrator.slurm.submit\nprint(sorted(m for m in ('torch', 'ray', 'mlflow') if m in sys.modules))")
+    result = subprocess.run([os.sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -76,6 +76,7 @@ def render(request: JobRequest, target: JobTarget) -> str:
     if request.requeue:
         lines.append("#SBATCH --requeue")
     lines += [f"#SBATCH {line.strip()}" for line in request.sbatch_lines]
+    gpus = f" --gpus-per-node={request.gpus_per_node}" if request.gpus_per_node else ""
     lines += ["", "set -u -m  # -m: each background process in its own process group, SIGINT not ignored", ""]
     lines += request.setup or []
     lines += [f"cd {q(str(target.workdir))} || exit 1",
@@ -94,9 +95,11 @@ def render(request: JobRequest, target: JobTarget) -> str:
               "python -m orchestrator.slurm.node ray-start head \"$RAY_PORT\" \"$RAY_TMP\" &  # not through node():"
               " its pid, not a subshell's",
               "HEAD_PID=$!",
-              "if [ \"$SLURM_JOB_NUM_NODES\" -gt 1 ]; then",
+              "if [ \"$SLURM_JOB_NUM_NODES\" -gt 1 ]; then  # the step's CPUs and GPUs are given: srun does not "
+              "inherit --cpus-per-task",
               "  srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 \\",
-              "    --relative=1 --kill-on-bad-exit=0 python -m orchestrator.slurm.node ray-start worker \"$RAY_ADDRESS_\" \"$RAY_TMP\" &",
+              f"    --cpus-per-task={request.cpus_per_node}{gpus} --relative=1 --kill-on-bad-exit=0 \\",
+              "    python -m orchestrator.slurm.node ray-start worker \"$RAY_ADDRESS_\" \"$RAY_TMP\" &",
               "  WORKERS_PID=$!",
               "fi",
               f"node wait-nodes \"$RAY_ADDRESS_\" \"$SLURM_JOB_NUM_NODES\" {request.join_timeout:g} || finish 1",
