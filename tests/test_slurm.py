@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 BASE = {
     "model": {"preset": "tiny", "pos_encoding": "kerple", "d_dape": 8},
     "data": {"max_files": 100},
-    "train": {"steps": 300, "batch_size": 4, "seq_len": 32, "log_every": 50},
+    "train": {"steps": 600, "batch_size": 4, "seq_len": 32, "log_every": 40},
     "eval": {"lengths": [32, 64], "tail_tokens": 8, "n_windows": 4},
 }
 RAY_DAEMONS = ("raylet", "gcs_server")
@@ -89,6 +89,13 @@ def trial_runs(tracking_uri: str, study: str) -> list:
     return client.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'trial'")
 
 
+def trained_steps(tracking_uri: str, run) -> int:
+    from mlflow.tracking import MlflowClient
+
+    history = MlflowClient(tracking_uri).get_metric_history(run.info.run_id, "train_loss")
+    return max((metric.step for metric in history), default=0)
+
+
 def job_log(folder: Path, study: str, job_id: str) -> str:
     path = folder / "slurm" / f"orchestrator-{study}-{job_id}.out"
     return path.read_text(errors="replace") if path.exists() else f"(no log at {path})"
@@ -113,10 +120,12 @@ def test_a_study_runs_as_a_slurm_job_on_two_nodes_and_a_resubmission_resumes_it(
         assert slurm.job_state(job) in ("PENDING", "RUNNING"), job_log(tmp_path, name, job)
         assert time.monotonic() < deadline, f"no MLflow server in time\n{job_log(tmp_path, name, job)}"
         time.sleep(0.5)
-    # Cancel the job once a trial has finished and another is still training.
+    # Cancel the job once a trial has finished and another is still training, past its first checkpoint.
     while True:
-        states = [run.info.status for run in trial_runs(server.group(1), name)]
-        if "FINISHED" in states and "RUNNING" in states:
+        runs = trial_runs(server.group(1), name)
+        checkpointed = {run.data.tags["orchestrator.trial_id"] for run in runs
+                        if run.info.status == "RUNNING" and trained_steps(server.group(1), run) >= 120}
+        if checkpointed and any(run.info.status == "FINISHED" for run in runs):
             break
         assert slurm.job_state(job) in ("PENDING", "RUNNING"), job_log(tmp_path, name, job)
         assert time.monotonic() < deadline, f"no trial finished in time\n{job_log(tmp_path, name, job)}"
@@ -146,9 +155,12 @@ def test_a_study_runs_as_a_slurm_job_on_two_nodes_and_a_resubmission_resumes_it(
     runs = trial_runs(f"sqlite:///{database}", name)
     finished = {run.data.tags["orchestrator.trial_id"]: run for run in runs if run.info.status == "FINISHED"}
     assert len(finished) == 4 == len([run for run in runs if run.info.status == "FINISHED"])
-    # The runs the cancel cut short were closed by the next job as stale, and their trials done again.
+    # The runs the cancel cut short were closed by the next job as stale, and their trials continued from the
+    # checkpoints the first job left in the shared storage folder (one every 60 of the 600 steps).
     stale = [run for run in runs if run.info.status != "FINISHED"]
     assert stale and all(run.info.status == "KILLED" and run.data.tags["orchestrator.stale"] == "true" for run in stale)
+    for trial_id in checkpointed - set(before):  # training past its first checkpoint at the cancel
+        assert 0 < finished[trial_id].data.metrics.get("resumed_from_step", 0) < 600, finished[trial_id].data.metrics
     for trial_id, run in before.items():  # not retrained: the same runs, the same metrics
         assert finished[trial_id].info.run_id == run.info.run_id
         assert finished[trial_id].data.metrics == run.data.metrics
@@ -161,7 +173,7 @@ def test_a_study_runs_as_a_slurm_job_on_two_nodes_and_a_resubmission_resumes_it(
 
 def test_the_time_limit_stops_the_study_cleanly_and_the_job_requeues_itself(slurm, tmp_path):
     name = "slurm_time_limit"
-    spec = {"name": name, "base": {**BASE, "train": {**BASE["train"], "steps": 600, "log_every": 100}},
+    spec = {"name": name, "base": BASE,
             "variants": [{"label": "Kerple", "set": {}}], "seeds": [0, 1, 2], "resources": {"cpus": 1, "max_retries": 0}}
     study = write_study(tmp_path, spec)
     job = submitted_job(orchestrator_slurm(slurm, study, "--submit", "--requeue", "--nodes", "1"))
