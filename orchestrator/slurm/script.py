@@ -146,7 +146,8 @@ _FUNCTIONS = r"""wait_for() {  # the exit status of background process $1, waiti
   return "$code"
 }
 alive() {  # whether process $1 still runs (a child that exited is a zombie until waited for)
-  local state; state=$(ps -o stat= -p "$1" 2> /dev/null) && [ "${state#Z}" = "$state" ]
+  local stat; { read -r stat < "/proc/$1/stat"; } 2> /dev/null || return 1
+  stat=${stat##*) }; [ "${stat%% *}" != Z ]
 }
 alive_any() {
   local pid; for pid in "$@"; do alive "$pid" && return 0; done; return 1
