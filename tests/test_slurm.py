@@ -167,6 +167,7 @@ def test_a_study_runs_as_a_slurm_job_on_two_nodes_and_a_resubmission_resumes_it(
     report = (tmp_path / "reports" / name / "report.md").read_text()
     assert re.search(r"^\| Kerple +\| +\**[\d.]+ ± [\d.]+\** +\| +\**[\d.]+ ± [\d.]+\** +\| 2/2 ", report, re.M), report
     assert ray_processes(slurm.namespace) == []
+    assert not list(Path("/tmp").glob(f"orchestrator-ray-{job2}-*"))  # both nodes' Ray folders removed
     print(f"\nSLURM timings: first trial finished {first_trial:.0f}s after submission; resubmitted job "
           f"completed {resumed:.0f}s after the cancel")
 

@@ -84,6 +84,7 @@ def test_two_gpu_nodes_with_every_option(tmp_path, monkeypatch):
     srun = " ".join(script[script.index("  srun "):script.index("WORKERS_PID=$!")].split())
     assert srun == ("srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) "
                     "--ntasks-per-node=1 \\ --cpus-per-task=17 --gpus-per-node=8 --relative=1 --kill-on-bad-exit=0 "
+                    "--job-name=ray-workers "
                     '\\ python -m orchestrator.slurm.node ray-start worker "$RAY_ADDRESS_" "$RAY_TMP" &'), srun
     assert 'node wait-nodes "$RAY_ADDRESS_" "$SLURM_JOB_NUM_NODES" 90 || finish 1' in script
     # A tracking server is used as given: no server of the job's own.

@@ -98,7 +98,7 @@ def render(request: JobRequest, target: JobTarget) -> str:
               "if [ \"$SLURM_JOB_NUM_NODES\" -gt 1 ]; then  # the step's CPUs and GPUs are given: srun does not "
               "inherit --cpus-per-task",
               "  srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 \\",
-              f"    --cpus-per-task={request.cpus_per_node}{gpus} --relative=1 --kill-on-bad-exit=0 \\",
+              f"    --cpus-per-task={request.cpus_per_node}{gpus} --relative=1 --kill-on-bad-exit=0 --job-name=ray-workers \\",
               "    python -m orchestrator.slurm.node ray-start worker \"$RAY_ADDRESS_\" \"$RAY_TMP\" &",
               "  WORKERS_PID=$!",
               "fi",
@@ -155,10 +155,16 @@ alive_any() {
 stop_group() {  # $1: signal, $2: leader pid of a background process group
   [ -n "$2" ] && kill "-$1" -- "-$2" 2> /dev/null
 }
+stop_workers() {  # TERM to the workers' tasks (srun itself, given TERM, would kill them at once), by step id
+  [ -n "$WORKERS_PID" ] || return 0
+  local step; step=$(squeue --steps --jobs "$SLURM_JOB_ID" --noheader --format="%i %j" 2> /dev/null |
+    while read -r id name; do [ "$name" = ray-workers ] && echo "$id"; done)
+  if [ -n "$step" ]; then scancel --signal=TERM "$step" 2> /dev/null; else stop_group TERM "$WORKERS_PID"; fi
+}
 finish() {  # stop the workers, the head and the MLflow server, by process id; exit with $1
   trap '' TERM INT USR1
   echo "Stopping Ray and the job's services."
-  stop_group TERM "$WORKERS_PID"  # srun passes TERM on to every worker's `ray start --block`
+  stop_workers
   stop_group TERM "$HEAD_PID"
   stop_group TERM "$MLFLOW_PID"
   for _ in $(seq 15); do  # 15 s to stop (inside SLURM's KillWait, 30 s by default), then killed
