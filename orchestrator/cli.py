@@ -1,4 +1,4 @@
-"""`orchestrator` command line: validate, plan, run, evaluate, status, report, ui and schema of study files; doctor.
+"""`orchestrator` command line: validate, plan, run, evaluate, status, report, ui and schema of study files; doctor; slurm.
 
 Exit codes: 0 every trial succeeded; 1 some trials failed (the rest completed; `doctor`: a check failed); 2 invalid
 study or argument; 3 interrupted and resumable (re-run the same command); 4 a claim of the study's `expect:`
@@ -546,6 +546,86 @@ def doctor(
                         progress=lambda line: err.print(line, markup=False))
     if report.failed:
         raise typer.Exit(EXIT_TRIALS_FAILED)
+# --- slurm: a study as a SLURM batch job (orchestrator/slurm/) ---------------------------------------------------
+@app.command()
+def slurm(
+    study_path: StudyArg,
+    overrides: OverridesArg = None,
+    profile: ProfileOpt = None,
+    tracking_uri: TrackingOpt = None,
+    reports_dir: ReportsDirOpt = None,
+    storage_dir: Annotated[Optional[Path], typer.Option(help="Ray Tune state and trial checkpoints, on a file system "
+                                                        "every node sees; default: .orchestrator/ in the study's "
+                                                        "project folder.")] = None,
+    nodes: Annotated[int, typer.Option(min=1, help="Nodes of the job: a Ray head on the first, workers on the rest.")] = 1,
+    gpus_per_node: Annotated[Optional[int], typer.Option(min=0, help="GPUs per node; default: enough for the "
+                                                         "study's largest trial.")] = None,
+    cpus_per_node: Annotated[Optional[int], typer.Option(min=1, help="CPUs per node; default: the largest trial's "
+                                                         "workers on a node, plus one for the driver.")] = None,
+    partition: Annotated[Optional[str], typer.Option(help="SLURM partition (sbatch --partition).")] = None,
+    account: Annotated[Optional[str], typer.Option(help="SLURM account (sbatch --account).")] = None,
+    time_limit: Annotated[Optional[str], typer.Option("--time", help="Time limit, e.g. 1-00:00:00 (sbatch --time); "
+                                                      "default: the partition's.")] = None,
+    sbatch: Annotated[Optional[list[str]], typer.Option(help="An extra #SBATCH option, e.g. --sbatch=--qos=high "
+                                                        "(repeatable).")] = None,
+    setup: Annotated[Optional[list[str]], typer.Option(help="A shell line the job runs first to get this project's "
+                                                       "Python, e.g. 'module load cuda' (repeatable); default: "
+                                                       "activate this Python's venv.")] = None,
+    join_timeout: Annotated[float, typer.Option(min=1, help="Seconds every node gets to join Ray before the job "
+                                                "stops.")] = 300.0,
+    signal_grace: Annotated[int, typer.Option(min=10, help="Seconds before the time limit when the study is asked "
+                                              "to stop cleanly.")] = 120,
+    requeue: Annotated[bool, typer.Option("--requeue", help="Requeue the job when preempted or stopped by its time "
+                                          "limit (it resumes the study).")] = False,
+    script: Annotated[Optional[Path], typer.Option("--script", help="Where the job script is written; default: "
+                                                   "slurm/STUDY.sbatch in the study's project folder.")] = None,
+    submit: Annotated[bool, typer.Option("--submit", help="Submit the job with sbatch (the script is written once "
+                                         "SLURM accepted it).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the job script; write and submit nothing.")] = False,
+) -> None:
+    """Write (and with --submit, submit) a SLURM batch job that runs the study on Ray across its nodes."""
+    study_path = _locate_or_exit(study_path)
+    study = _load_or_exit(study_path, profile, overrides, check_data=True)
+    from .slurm.job import JobRequest, largest_trial, problems
+    from .slurm.script import JobTarget, render
+    from .tracking.uri import resolve_tracking_uri
+
+    largest = largest_trial(study)
+    request = JobRequest(nodes, gpus_per_node, cpus_per_node, partition, account, time_limit, list(sbatch or []),
+                         list(setup) if setup else None, join_timeout, signal_grace, requeue).complete(largest)
+    found = problems(request, largest)
+    if found:
+        err.print("[red]Invalid option[/red]: " + escape("; ".join(found)) + ". Nothing was submitted.")
+        raise typer.Exit(EXIT_INVALID)
+    slurm_dir = _project_path(study_path, None, "slurm").resolve()
+    target = JobTarget(study.name, study_path.resolve(), Path.cwd().resolve(), resolve_tracking_uri(tracking_uri, study_path),
+                       _project_path(study_path, reports_dir, "reports").resolve(),
+                       _project_path(study_path, storage_dir, ".orchestrator").resolve(), slurm_dir, profile,
+                       tuple(overrides or ()))
+    text = render(request, target)
+    if dry_run:
+        sys.stdout.write(text)
+        return
+    script = (script or slurm_dir / f"{study.name}.sbatch").resolve()
+    for folder, option in ((script.parent, "--script"), (target.logs_dir, "the job's log folder"),
+                           (target.reports_dir, "--reports-dir"), (target.storage_dir, "--storage-dir")):
+        _writable_or_exit(folder, option)
+    if submit:
+        from .slurm.submit import SubmitRefused, submit as sbatch_submit
+
+        try:
+            job_id = sbatch_submit(text)
+        except SubmitRefused as error:  # SLURM's own message; the script is not written
+            err.print(f"[red]{error.title}[/red] {escape(str(error))}")
+            raise typer.Exit(EXIT_INVALID)
+        script.write_text(text)
+        console.print(f"Submitted job {job_id} for study {study.name}; log: {target.logs_dir}/{escape('%x-%j')}.out "
+                      f"({target.logs_dir / f'orchestrator-{study.name}-{job_id}.out'}); script: {script}")
+        console.print(f"Resume after a stop or the time limit: sbatch {script}  (follow it: squeue -j {job_id})")
+        return
+    script.write_text(text)
+    console.print(f"Wrote {script} ({request.nodes} node(s) x {request.gpus_per_node} GPU, {request.cpus_per_node} "
+                  f"CPUs). Submit it with: sbatch {script}")
 
 
 from .data_cli import data_app  # noqa: E402  (the `data` sub-commands: prepare, verify)

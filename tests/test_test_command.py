@@ -20,6 +20,7 @@ def test_readme_test_command_is_ci_run():
 def test_ci_run_installs_what_the_suite_needs_then_runs_the_whole_suite():
     script = ROOT.joinpath(".ci", "run").read_text()
     assert "postgresql" in script and "chromium" in script
+    assert "missing+=(slurm-wlm)" in script and "missing+=(munge)" in script  # tests/test_slurm.py
     last = [line for line in script.splitlines() if line.strip()][-1]
     assert last.endswith("python -m pytest"), last
     assert "pip install torch==2.13.0 -e '.[test]'" in last
