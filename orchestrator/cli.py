@@ -546,6 +546,8 @@ def doctor(
                         progress=lambda line: err.print(line, markup=False))
     if report.failed:
         raise typer.Exit(EXIT_TRIALS_FAILED)
+
+
 # --- slurm: a study as a SLURM batch job (orchestrator/slurm/) ---------------------------------------------------
 @app.command()
 def slurm(
