@@ -86,7 +86,8 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
             continue
         own, seq_len = config["eval"], config["train"]["seq_len"]
         suffix = request.suffix(own, seq_len)
-        wanted = sorted(set(request.lengths) or set(own["lengths"]))
+        later = study.report.later_lengths(seq_len, own["lengths"])  # report.lengths: evaluated after training
+        wanted = sorted(set(request.lengths) or set(own["lengths"]) | set(later))
         shorter = [length for length in wanted if length < seq_len]
         lengths = missing_lengths([length for length in wanted if length >= seq_len], {} if request.again and
                                   request.lengths else metrics, suffix)
@@ -96,7 +97,7 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
             continue
         task = TrialTask(run_id=run.info.run_id, run_name=name, trial_id=tags.get(TRIAL_ID_TAG, ""),
                          artifact_uri=run.info.artifact_uri or "", config=config, lengths=lengths, suffix=suffix,
-                         eval_section=request.eval_section(own), threads=max(1, int(study.resources.cpus)),
+                         eval_section=request.eval_section(own, later), threads=max(1, int(study.resources.cpus)),
                          precision=tags.get("precision"), device=tags.get("device"), visualise=request.visualise,
                          time=time_it, warmup=request.time_warmup, repeats=request.time_repeats,
                          timed_lengths=sorted(set(own["lengths"]) | set(lengths) | set(series(metrics, "ppl_"))))
