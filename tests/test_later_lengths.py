@@ -112,3 +112,69 @@ def test_a_claim_at_a_later_length_waits_for_evaluate_then_is_judged(tmp_path, m
     # Evaluated: a second evaluate with no --lengths has nothing to do.
     again = _evaluate(path, uri, "--local")
     assert again.exit_code == 0 and "already evaluated" in again.output, again.output
+
+
+CHE_BASE = {"model": {"preset": "tiny", "n_layer": 1, "d_model": 32, "n_head": 2, "pos_encoding": "kerple",
+                      "d_dape": 8, "processor": "dapev2", "kernel_size": 3},
+            "train": {"log_every": 5},
+            "che": {"task": "reverse_string", "train_max_length": 8, "steps": 10, "batch_size": 16,
+                    "eval_batches": 2, "eval_batch_size": 16}}
+
+
+def _che_spec(name: str, test_lengths: list[int], later: list | None = None, claims: list | None = None) -> dict:
+    base = copy.deepcopy(CHE_BASE)
+    base["che"]["test_lengths"] = test_lengths
+    spec = {"name": name, "base": base, "variants": [{"label": "DAPE1x3-Kerple", "baseline": True}],
+            "resources": {"cpus": 1, "max_retries": 0}}
+    if later is not None:
+        spec["report"] = {"lengths": later}
+    if claims:
+        spec["expect"] = claims
+    return spec
+
+
+def test_che_trials_keep_weights_and_are_scored_at_new_test_lengths(tmp_path, monkeypatch):
+    """A CHE trial keeps its model; `orchestrator evaluate` scores a test length it was not trained to report,
+    exactly as a trial with that length in che.test_lengths logs it (and its own lengths again, identically);
+    a claim on it (report.lengths) waits for the evaluation."""
+    import torch
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.execution.runner import run_study
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    claim = {"id": "above_chance_at_3x", "kind": "bound", "source": "DAPE V2 CHE table", "metric": "acc",
+             "at": "3x", "at_least": 0.0}
+    spec = _che_spec("che_later", [9, 16], ["3x"], [claim])  # 3x = 24: evaluated after training
+    path = tmp_path / "che_later.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    kwargs = {"reports_dir": tmp_path / "reports", "storage_dir": tmp_path / "state", "local": True}
+    assert run_study(parse_study(spec), uri, study_path=path, **kwargs).ok
+    run = _runs(uri, "che_later")["DAPE1x3-Kerple"]
+    assert "orchestrator.weights" in run.data.tags, "a CHE trial keeps its model"
+    report = tmp_path / "reports" / "che_later" / "report.md"
+    assert f"not evaluated at 24 yet: orchestrator evaluate {path}" in report.read_text()
+
+    def no_step(*args, **kwargs):
+        raise AssertionError("an optimizer step was taken during evaluate")
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", no_step)
+    result = _evaluate(path, uri, "--local")  # report.lengths: 24
+    assert result.exit_code == 0, result.output
+    again = _evaluate(path, uri, "--local", "--lengths", "12", "16")  # 12 between the own ones; 16 its own
+    assert again.exit_code == 0, again.output
+    monkeypatch.undo()
+    after = _runs(uri, "che_later")["DAPE1x3-Kerple"].data.metrics
+    assert {"acc_24", "acc_12"} <= set(after)
+    assert len(MlflowClient(uri).get_metric_history(run.info.run_id, "acc_16")) == 1  # its own: skipped
+
+    # Exactly what trials with those test lengths log (the strings of every length before it drawn first).
+    for lengths, name in (([9, 16, 24], "with24"), ([9, 12, 16], "with12")):
+        assert run_study(parse_study(_che_spec(name, lengths)), uri, **kwargs).ok
+        trained = _runs(uri, name)["DAPE1x3-Kerple"].data.metrics
+        added = (set(lengths) - {9, 16}).pop()
+        assert after[f"acc_{added}"] == trained[f"acc_{added}"], (name, after, trained)
+        assert trained["acc_9"] == after["acc_9"]  # the same model: the same weights, the same strings
+    text = report.read_text()
+    assert "not evaluated at 24 yet" not in text and "above_chance_at_3x" in text

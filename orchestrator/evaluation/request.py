@@ -80,6 +80,7 @@ class TrialTask:
     warmup: int = 5
     repeats: int = 20
     timed_lengths: list[int] = field(default_factory=list)  # --time: the forward at every length it has ppl for
+    che: bool = False  # a CHE model: `lengths` are test lengths, scored as accuracy (acc_<L>)
     notes: list[str] = field(default_factory=list)
 
     def payload(self) -> dict:

@@ -28,11 +28,16 @@ class Row:
 
 
 LATER_FAMILIES = ("ppl", "delta_p")  # what `orchestrator evaluate` logs at a length evaluated after training
+CHE_LATER_FAMILIES = ("acc",)  # ... for a CHE model: its accuracy at a new test length
+
+
+def later_families(row: Row) -> tuple[str, ...]:
+    return CHE_LATER_FAMILIES if row.config.che is not None else LATER_FAMILIES
 
 
 def later_columns(row: Row) -> set[str]:
     """The results columns of this row that only `orchestrator evaluate` writes (report.lengths)."""
-    return {f"{family}_{length}" for family in LATER_FAMILIES for length in row.later}
+    return {f"{family}_{length}" for family in later_families(row) for length in row.later}
 
 
 def study_rows(study: "Study") -> list[tuple["Cell", Row]]:
@@ -41,8 +46,10 @@ def study_rows(study: "Study") -> list[tuple["Cell", Row]]:
     rows = []
     for cell in study.cells():
         config = ExperimentConfig(**study.trial_config(cell.overrides))
-        later = () if config.che is not None else tuple(study.report.later_lengths(config.train.seq_len,
-                                                                                    list(config.eval.lengths)))
+        if config.che is not None:
+            later = tuple(study.report.later_lengths(config.che.train_max_length, list(config.che.test_lengths)))
+        else:
+            later = tuple(study.report.later_lengths(config.train.seq_len, list(config.eval.lengths)))
         rows.append((cell, Row(cell.label, tuple(sorted((k, repr(v)) for k, v in cell.swept.items())), config,
                                later)))
     return rows
@@ -128,13 +135,14 @@ def metric_column(row: Row, metric: str, length: Length | None) -> str:
         raise ValueError(f"unknown metric {metric!r}; this study logs {sorted(single | set(families))} "
                          f"({', '.join(sorted(families))} per length)")
     tokens = length_of(row, length)
-    if tokens in families[metric] or (metric in LATER_FAMILIES and tokens in row.later):
+    later_family = metric in later_families(row)
+    if tokens in families[metric] or (later_family and tokens in row.later):
         return f"{metric}_{tokens}"
-    later = f", evaluated later (report.lengths): {list(row.later)}" if row.later and metric in LATER_FAMILIES else ""
-    hint = (" or add it to report.lengths and run orchestrator evaluate" if metric in LATER_FAMILIES
-            and row.config.che is None else "")
+    later = f", evaluated later (report.lengths): {list(row.later)}" if row.later and later_family else ""
+    hint = " or add it to report.lengths and run orchestrator evaluate" if later_family else ""
+    section = "che.test_lengths" if row.config.che is not None else "eval.lengths"
     raise ValueError(f"length {length!r} (= {tokens}) is not evaluated for {row.label!r}; "
-                     f"its lengths: {families[metric]}{later}; add it to eval.lengths{hint}")
+                     f"its lengths: {families[metric]}{later}; add it to {section}{hint}")
 
 
 # --- a claim as concrete checks ----------------------------------------------------------------------------
