@@ -211,7 +211,7 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     sharded checkpoints on several); with `resume`, continue from the one already there. artifacts_dir:
     where `eval.visualise` writes its heat maps. weights_dir: where the trained model is kept (its weights,
     config and data record: `dape_core.stored.save_model`; a sharded model gathered first), before it is
-    evaluated; not for CHE experiments.
+    evaluated (a CHE experiment's data record is its task and lengths).
 
     With `cfg.distributed.workers` > 1, call it on every rank of a torch.distributed process group of that
     size (initialized by the caller). Every rank trains; rank 0 alone evaluates and returns the result,
@@ -230,7 +230,7 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     checkpoints = CheckpointStore(checkpoint_dir, cfg.fingerprint()) if checkpoint_dir is not None else None
     fused.start_record()
     if cfg.che is not None:
-        result = _run_che_experiment(cfg, callback, checkpoints, checkpoint_every, resume)
+        result = _run_che_experiment(cfg, callback, checkpoints, checkpoint_every, resume, weights_dir)
     else:
         result = _run_lm_experiment(cfg, callback, checkpoints, checkpoint_every, resume, artifacts_dir, world,
                                     weights_dir)
@@ -374,14 +374,24 @@ def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_
 
 
 def _run_che_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointStore | None,
-                        checkpoint_every: int | None, resume: bool) -> ExperimentResult:
+                        checkpoint_every: int | None, resume: bool, weights_dir=None) -> ExperimentResult:
     """The CHE path: no corpus, no perplexity; accuracies instead. Checkpoints and resume as for the LM."""
     from .che.experiment import run_che
 
+    task_record = che_task_record(cfg)
+    data_hash = hashlib.sha256(json.dumps(task_record, sort_keys=True).encode()).hexdigest()[:16]
+    weights, weights_seconds = [], []
+
+    def keep(model) -> None:
+        from .stored import save_model
+
+        started = time.perf_counter()
+        weights.extend(str(path) for path in save_model(model, cfg, data_hash, task_record, weights_dir))
+        weights_seconds.append(time.perf_counter() - started)
+
     result = run_che(cfg.che, cfg.model, cfg.train, callback, checkpoints=checkpoints,
-                     checkpoint_every=checkpoint_every, resume=resume)
-    task_record = {"source": "che", "task": cfg.che.task, "form": cfg.che.form,
-                   "train_max_length": cfg.che.train_max_length, "test_lengths": cfg.che.test_lengths}
+                     checkpoint_every=checkpoint_every, resume=resume,
+                     on_trained=keep if weights_dir is not None else None)
     return ExperimentResult(
         perplexity={},
         final_train_loss=result.final_train_loss,
@@ -389,7 +399,7 @@ def _run_che_experiment(cfg: ExperimentConfig, callback, checkpoints: Checkpoint
         eval_seconds=result.eval_seconds,
         tokens_seen=result.tokens_seen,
         num_parameters=result.num_parameters,
-        data_hash=hashlib.sha256(json.dumps(task_record, sort_keys=True).encode()).hexdigest()[:16],
+        data_hash=data_hash,
         ms_per_step=result.ms_per_step,
         device=result.device,
         precision=result.precision,
@@ -399,4 +409,25 @@ def _run_che_experiment(cfg: ExperimentConfig, callback, checkpoints: Checkpoint
         che_accuracy=result.accuracy,
         val_history=result.val_history,
         resumed_from=result.resumed_from,
+        weights=weights,
+        weights_seconds=sum(weights_seconds),
     )
+
+
+def che_task_record(cfg: ExperimentConfig) -> dict:
+    """What a CHE trial's data was: the task and its lengths (its hash is the trial's data hash)."""
+    return {"source": "che", "task": cfg.che.task, "form": cfg.che.form,
+            "train_max_length": cfg.che.train_max_length, "test_lengths": cfg.che.test_lengths}
+
+
+def evaluate_stored_che(model, cfg: ExperimentConfig, lengths: list[int], precision: str | None = None) -> dict:
+    """A stored CHE model's accuracy at test `lengths`, without training: exactly (on CPU) what a trial of this
+    config with `lengths` added to its `che.test_lengths` logs for them (the evaluation strings of every length
+    before them are drawn first, as in that trial). Returns {length: accuracy}."""
+    from .che.experiment import accuracies
+    from .train import resolve_precision
+
+    device = next(model.parameters()).device
+    che = dataclasses.replace(cfg.che, test_lengths=sorted(set(cfg.che.test_lengths) | set(lengths)))
+    precision = resolve_precision(precision or cfg.train.precision, device)
+    return accuracies(model, che, cfg.train.seed, device, precision, only=set(lengths))[1]

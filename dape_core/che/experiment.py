@@ -136,18 +136,42 @@ def task_loss(cfg: CheConfig):
 
 
 @torch.no_grad()
-def accuracy_at(model, cfg: CheConfig, length: int, rng: np.random.Generator, device, precision) -> float:
-    """Per-token argmax accuracy over the scored positions of `eval_batches` batches of one length."""
+def accuracy_at(model, cfg: CheConfig, length: int, rng: np.random.Generator, device, precision,
+                score: bool = True) -> float | None:
+    """Per-token argmax accuracy over the scored positions of `eval_batches` batches of one length. With
+    `score` False the batches are drawn (the generator moves on exactly as when scoring) but not scored: None."""
     model.eval()
     correct = total = 0
     for _ in range(cfg.eval_batches):
-        batch = _sample(cfg, rng, length, cfg.eval_batch_size).to(device)
+        batch = _sample(cfg, rng, length, cfg.eval_batch_size)
+        if not score:
+            continue
+        batch = batch.to(device)
         with precision.autocast():
             logits = _scored_logits(model, cfg, batch)
         hits = (logits.argmax(-1) == batch.targets) & batch.mask
         correct += int(hits.sum())
         total += int(batch.mask.sum())
+    if not score:
+        return None
     return correct / total if total else float("nan")
+
+
+EVAL_SEED_OFFSET = 1_000_003  # the evaluation strings' generator: train.seed + this, independent of training
+
+
+def accuracies(model, cfg: CheConfig, seed: int, device, precision,
+               only: set[int] | None = None) -> tuple[dict[int, float], dict[int, float]]:
+    """(accuracy per training length, per test length) as a trial scores them: one generator, the training
+    lengths then `test_lengths` in order. `only`: score just these test lengths (and no training length); the
+    others' strings are still drawn, so a length scores the same strings as in the trial of these test_lengths."""
+    rng = np.random.default_rng(seed + EVAL_SEED_OFFSET)
+    train = {n: accuracy_at(model, cfg, n, rng, device, precision, only is None) for n in cfg.train_lengths}
+    test = {n: accuracy_at(model, cfg, n, rng, device, precision, only is None or n in only)
+            for n in cfg.test_lengths}
+    if only is not None:
+        return {}, {n: value for n, value in test.items() if n in only}
+    return train, test
 
 
 def _validation(model, cfg: CheConfig, seed: int, device, precision):
@@ -168,9 +192,10 @@ def _validation(model, cfg: CheConfig, seed: int, device, precision):
 
 def run_che(cfg: CheConfig, model_cfg: ModelConfig | None = None, train_cfg: TrainConfig | None = None,
             callback=None, *, checkpoints: CheckpointStore | None = None, checkpoint_every: int | None = None,
-            resume: bool = True) -> CheResult:
+            resume: bool = True, on_trained=None) -> CheResult:
     """Train on lengths U{min..train_max_length} with `dape_core.train.train` (checkpoints, resume and
-    validation as for the LM), then score every training length and every test length."""
+    validation as for the LM), then score every training length and every test length. `on_trained(model)`:
+    called with the trained model before it is scored (the caller keeps its weights)."""
     train_cfg = cfg.training_config(train_cfg or TrainConfig())
     device = resolve_device(train_cfg.device)
     precision = resolve_precision(train_cfg.precision, device)
@@ -181,10 +206,10 @@ def run_che(cfg: CheConfig, model_cfg: ModelConfig | None = None, train_cfg: Tra
                     precision=precision, validate=validate, checkpoints=checkpoints,
                     checkpoint_every=checkpoint_every, resume=resume)
 
+    if on_trained is not None:
+        on_trained(model)
     started = time.perf_counter()
-    eval_rng = np.random.default_rng(train_cfg.seed + 1_000_003)  # evaluation strings independent of training
-    train_accuracy = {n: accuracy_at(model, cfg, n, eval_rng, device, precision) for n in cfg.train_lengths}
-    accuracy = {n: accuracy_at(model, cfg, n, eval_rng, device, precision) for n in cfg.test_lengths}
+    train_accuracy, accuracy = accuracies(model, cfg, train_cfg.seed, device, precision)
     return CheResult(
         task=cfg.task, form=cfg.form,
         acc_train=float(np.mean(list(train_accuracy.values()))), acc_test=float(np.mean(list(accuracy.values()))),

@@ -24,7 +24,7 @@ EVALUATION_TAG_PREFIX = "orchestrator.evaluation."  # one tag per evaluation of 
 
 @dataclass(frozen=True)
 class EvalRequest:
-    lengths: tuple[int, ...] = ()  # empty: the trial's own lengths
+    lengths: tuple[int, ...] = ()  # empty: the trial's own lengths and the study's report.lengths
     tail_tokens: int | None = None
     n_windows: int | None = None
     visualise: bool = False
@@ -33,11 +33,11 @@ class EvalRequest:
     time_repeats: int = 20
     again: bool = False  # redo what is already in the runs (new points of the same metrics)
 
-    def eval_section(self, own: dict) -> dict:
-        """The `eval:` section the trial is evaluated with: its own, with the requested lengths added and the
-        requested protocol changes."""
+    def eval_section(self, own: dict, later: list[int] | tuple[int, ...] = ()) -> dict:
+        """The `eval:` section the trial is evaluated with: its own, with the requested lengths (else the study's
+        `later` ones, report.lengths) added and the requested protocol changes."""
         section = dict(own)
-        section["lengths"] = sorted(set(own["lengths"]) | set(self.lengths))
+        section["lengths"] = sorted(set(own["lengths"]) | set(self.lengths or later))
         if self.tail_tokens is not None:
             section["tail_tokens"] = self.tail_tokens
         if self.n_windows is not None:
@@ -80,6 +80,7 @@ class TrialTask:
     warmup: int = 5
     repeats: int = 20
     timed_lengths: list[int] = field(default_factory=list)  # --time: the forward at every length it has ppl for
+    che: bool = False  # a CHE model: `lengths` are test lengths, scored as accuracy (acc_<L>)
     notes: list[str] = field(default_factory=list)
 
     def payload(self) -> dict:

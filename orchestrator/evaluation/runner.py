@@ -75,7 +75,7 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
         if not weights_path(tags):
             outcome.without_weights.append(
                 f"{name} (run {run.info.run_id}) has no kept model: it was trained with keep_weights: none or before "
-                "trials kept their weights (CHE trials keep none yet). To get them, delete that run "
+                "trials kept their weights. To get them, delete that run "
                 "(mlflow runs delete --run-id "
                 f"{run.info.run_id}) and run the study again with keep_weights: final: only that trial is retrained")
             continue
@@ -84,9 +84,15 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
         except Exception as error:  # damaged or missing config.json: this trial cannot be evaluated
             outcome.failed[name] = f"run {run.info.run_id}: {error}"
             continue
+        if config.get("che"):
+            task = che_task(study, run, config, request, outcome)
+            if task is not None:
+                tasks.append(task)
+            continue
         own, seq_len = config["eval"], config["train"]["seq_len"]
         suffix = request.suffix(own, seq_len)
-        wanted = sorted(set(request.lengths) or set(own["lengths"]))
+        later = study.report.later_lengths(seq_len, own["lengths"])  # report.lengths: evaluated after training
+        wanted = sorted(set(request.lengths) or set(own["lengths"]) | set(later))
         shorter = [length for length in wanted if length < seq_len]
         lengths = missing_lengths([length for length in wanted if length >= seq_len], {} if request.again and
                                   request.lengths else metrics, suffix)
@@ -96,7 +102,7 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
             continue
         task = TrialTask(run_id=run.info.run_id, run_name=name, trial_id=tags.get(TRIAL_ID_TAG, ""),
                          artifact_uri=run.info.artifact_uri or "", config=config, lengths=lengths, suffix=suffix,
-                         eval_section=request.eval_section(own), threads=max(1, int(study.resources.cpus)),
+                         eval_section=request.eval_section(own, later), threads=max(1, int(study.resources.cpus)),
                          precision=tags.get("precision"), device=tags.get("device"), visualise=request.visualise,
                          time=time_it, warmup=request.time_warmup, repeats=request.time_repeats,
                          timed_lengths=sorted(set(own["lengths"]) | set(lengths) | set(series(metrics, "ppl_"))))
@@ -104,6 +110,31 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
             task.notes.append(f"lengths {shorter} are below its training length {seq_len}: not evaluated")
         tasks.append(task)
     return tasks
+
+
+def che_task(study: Study, run, config: dict, request: EvalRequest, outcome: EvaluationOutcome) -> TrialTask | None:
+    """A CHE trial's task: its accuracy at the test lengths asked for (`--lengths`, else the study's
+    report.lengths) that its run lacks (`acc_<L>`); the other options do not apply to CHE models."""
+    che, name = config["che"], run.info.run_name
+    own = list(che["test_lengths"])
+    later = study.report.later_lengths(che["train_max_length"], own)
+    wanted = sorted(set(request.lengths) or set(later))
+    lengths = [length for length in wanted if (request.again and request.lengths)
+               or f"acc_{length}" not in run.data.metrics]
+    if not lengths:
+        outcome.skipped.append(name)
+        return None
+    task = TrialTask(run_id=run.info.run_id, run_name=name, trial_id=run.data.tags.get(TRIAL_ID_TAG, ""),
+                     artifact_uri=run.info.artifact_uri or "", config=config, lengths=lengths, suffix="",
+                     eval_section={"batch_size": che["eval_batch_size"], "eval_batches": che["eval_batches"],
+                                   "test_lengths": sorted(set(own) | set(lengths))},
+                     threads=max(1, int(study.resources.cpus)), precision=run.data.tags.get("precision"),
+                     device=run.data.tags.get("device"), che=True)
+    ignored = [flag for flag, given in (("--tail-tokens", request.tail_tokens is not None), ("--windows",
+               request.n_windows is not None), ("--visualise", request.visualise), ("--time", request.time)) if given]
+    if ignored:
+        task.notes.append(f"{', '.join(ignored)} do not apply to a CHE model: only its test lengths are evaluated")
+    return task
 
 
 def stored_config(artifact_uri: str, tracking_uri: str) -> dict:

@@ -57,6 +57,8 @@ def evaluate_task(task: dict) -> dict:
         device = resolve_device(read_config(folder).train.device)
         stored = load_model(folder, device)
         cfg = stored.config
+        if cfg.che is not None:  # a CHE model: its accuracy at new test lengths (the task is generated, no corpus)
+            return _che(stored, task, device, started, began)
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, **_eval_changes(task["eval_section"])))
         if task.get("launch_dir"):
             cfg = dataclasses.replace(cfg, data=anchored(cfg.data, task["launch_dir"]))
@@ -85,6 +87,21 @@ def evaluate_task(task: dict) -> dict:
     finally:
         if temporary:
             shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _che(stored, task: dict, device, started: float, began: float) -> dict:
+    import torch
+
+    from dape_core.experiment import evaluate_stored_che
+    from dape_core.train import resolve_precision
+
+    same_kind = task.get("device") and task["device"].split(":")[0] == device.type
+    precision = resolve_precision((task.get("precision") if same_kind else None) or stored.config.train.precision,
+                                  device)
+    accuracy = evaluate_stored_che(stored.model, stored.config, task["lengths"], precision.name)
+    return {"metrics": {f"acc_{length}": value for length, value in accuracy.items()}, "artifacts": [],
+            "device": str(device), "precision": precision.name, "seconds": time.perf_counter() - started,
+            "threads": torch.get_num_threads(), "began": began, "ended": time.time(), "pid": os.getpid()}
 
 
 def _eval_changes(section: dict) -> dict:

@@ -86,8 +86,8 @@ def execute(tune_config: dict, report: Report, threads: int, all_ranks: bool = F
     log = TrialLog()
     sink = ReportingSink(report, steps, log, all_ranks)
     log.write(f'trial "{trial.run_name}" (id {trial.trial_id}): {_summary(experiment)}; {threads} thread(s)')
-    # The final model, kept as an artifact of the trial's run (the driver logs the folder): CHE models are not kept.
-    keep = tune_config.get("keep_weights", "final") == "final" and folder is not None and experiment.che is None
+    # The final model, kept as an artifact of the trial's run (the driver logs the folder), CHE models too.
+    keep = tune_config.get("keep_weights", "final") == "final" and folder is not None
     with log.capturing():
         try:
             result = run_experiment(experiment, sink, threads=threads, checkpoint_dir=folder,

@@ -82,7 +82,7 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
     document = ReportDocument(study_name=study.name, description=study.description,
                               tracking_uri=store.tracking_uri, experiment_id=store.experiment_id,
                               value_text=value_text, trials=trials, outside=outside, tables=tables, plots=figures,
-                              search=search, claims=evaluate_claims(study, trials))
+                              search=search, claims=evaluate_claims(study, trials, study_path))
     markdown = render_md.render(document)
     files = _write(folder, {"report.md": markdown, "report.html": render_html.render(document),
                             "tables.tex": render_latex.render(document)}, frame, tables)

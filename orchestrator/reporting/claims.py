@@ -1,7 +1,8 @@
 """Verdicts on a study's claims (its `expect:` section) from the trials in the store.
 
 A claim is a set of checks (orchestrator/study/claim_checks.py), each "left < right" (or ">") per seed. Its verdict:
-- inconclusive: a trial it needs did not finish (the reason names it), a metric is missing, fewer seeds
+- inconclusive: a trial it needs did not finish (the reason names it), a length of `report.lengths` is not
+  evaluated yet ("not evaluated at 2048 yet: orchestrator evaluate STUDY"), a metric is missing, fewer seeds
   finished than its `min_seeds`, or every check holds on the means but the paired test disagrees;
 - fails: some check does not hold on the means over the seeds;
 - holds: every check holds on the means and, with 3 or more seeds, the paired test by seed agrees.
@@ -25,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from ..study import Study
-from ..study.claim_checks import Check, Term, claim_checks
+from ..study.claim_checks import Check, Term, claim_checks, later_columns, study_rows
 from .metrics import ISOLATED_PREFIX, is_timing
 from .stats import ALPHA, MIN_SEEDS, compare, format_p, holm
 
@@ -147,7 +148,20 @@ def _one_sided(left: pd.Series, right: pd.Series, relation: str, holds: bool) ->
     return comparison.p / 2 if holds else 1 - comparison.p / 2
 
 
-def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame) -> ClaimResult:
+def _not_evaluated(study: Study, checks: list[Check], trials: pd.DataFrame) -> list[str]:
+    """The columns of `report.lengths` (evaluated after training) that a finished trial of the checks lacks."""
+    later = {row.label: later_columns(row) for _, row in study_rows(study)}
+    missing = []
+    for term in {term for check in checks for term in (check.left, check.right) if term is not None}:
+        rows = _finished(trials, term.label)
+        for column in (term.column, term.over):
+            if column in later.get(term.label, ()) and (column not in rows or rows[column].isna().any()):
+                missing.append(column)
+    return sorted(set(missing), key=lambda column: (int(column.rsplit("_", 1)[1]), column))
+
+
+def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame, study_path: Any = None) -> ClaimResult:
+    """`study_path`: the study file, as the reason of a claim awaiting `orchestrator evaluate` names it."""
     result = ClaimResult(claim)
     try:
         checks = claim_checks(study, claim)
@@ -158,6 +172,12 @@ def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame) -> ClaimResul
     unfinished = _unfinished(trials, labels)
     if unfinished:
         result.reason = "trials not finished: " + "; ".join(unfinished)
+        return result
+    pending = _not_evaluated(study, checks, trials)
+    if pending:  # a length of report.lengths: judged once `orchestrator evaluate` has scored it
+        lengths = sorted({int(column.rsplit("_", 1)[1]) for column in pending})
+        result.reason = (f"not evaluated at {', '.join(map(str, lengths))} yet: orchestrator evaluate "
+                         f"{study_path or 'STUDY'}")
         return result
     prefixes = [_timing_prefix(trials, check) for check in checks]
     sides = [_sides(trials, check, prefix) for check, prefix in zip(checks, prefixes)]
@@ -204,9 +224,9 @@ def _verdict(result: ClaimResult) -> None:
                          f"over {result.seeds} seeds")
 
 
-def evaluate_claims(study: Study, trials: pd.DataFrame) -> list[ClaimResult]:
+def evaluate_claims(study: Study, trials: pd.DataFrame, study_path: Any = None) -> list[ClaimResult]:
     """Every claim of the study, judged on its in-study trials (any status), Holm-corrected together."""
-    results = [evaluate_claim(study, claim, trials) for claim in study.expect]
+    results = [evaluate_claim(study, claim, trials, study_path) for claim in study.expect]
     for result, adjusted in zip(results, holm([result.p for result in results])):
         result.p_holm = adjusted
         _verdict(result)

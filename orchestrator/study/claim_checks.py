@@ -7,18 +7,14 @@ path) and feeds the report's verdicts (orchestrator/reporting/claims.py).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .expect import Best, Bound, Compare, Length, LengthRatio, Order, Trend
+from .expect import Best, Bound, Compare, Length, LengthRatio, Order, Trend, length_tokens
 
 if TYPE_CHECKING:
     from .model import Study
     from .rows import Cell
-
-_MULTIPLE = re.compile(r"^(\d+(?:\.\d+)?)x$")
-
 
 # --- resolving claims against the study's rows -------------------------------------------------------------
 @dataclass(frozen=True)
@@ -28,6 +24,20 @@ class Row:
     label: str
     point: tuple  # the swept values, sorted: rows of one grid point are compared with each other
     config: Any  # dape_core.ExperimentConfig
+    later: tuple[int, ...] = ()  # the study's report.lengths this row's trials are evaluated at after training
+
+
+LATER_FAMILIES = ("ppl", "delta_p")  # what `orchestrator evaluate` logs at a length evaluated after training
+CHE_LATER_FAMILIES = ("acc",)  # ... for a CHE model: its accuracy at a new test length
+
+
+def later_families(row: Row) -> tuple[str, ...]:
+    return CHE_LATER_FAMILIES if row.config.che is not None else LATER_FAMILIES
+
+
+def later_columns(row: Row) -> set[str]:
+    """The results columns of this row that only `orchestrator evaluate` writes (report.lengths)."""
+    return {f"{family}_{length}" for family in later_families(row) for length in row.later}
 
 
 def study_rows(study: "Study") -> list[tuple["Cell", Row]]:
@@ -36,7 +46,12 @@ def study_rows(study: "Study") -> list[tuple["Cell", Row]]:
     rows = []
     for cell in study.cells():
         config = ExperimentConfig(**study.trial_config(cell.overrides))
-        rows.append((cell, Row(cell.label, tuple(sorted((k, repr(v)) for k, v in cell.swept.items())), config)))
+        if config.che is not None:
+            later = tuple(study.report.later_lengths(config.che.train_max_length, list(config.che.test_lengths)))
+        else:
+            later = tuple(study.report.later_lengths(config.train.seq_len, list(config.eval.lengths)))
+        rows.append((cell, Row(cell.label, tuple(sorted((k, repr(v)) for k, v in cell.swept.items())), config,
+                               later)))
     return rows
 
 
@@ -85,13 +100,8 @@ def select(study: "Study", rows: list[tuple["Cell", Row]], name: str, where: dic
 
 
 def length_of(row: Row, length: Length) -> int:
-    if isinstance(length, int):
-        return length
-    match = _MULTIPLE.match(str(length).strip())
-    if not match:
-        raise ValueError(f"length {length!r}: expected a token count or a multiple such as '8x'")
     train = row.config.che.train_max_length if row.config.che is not None else row.config.train.seq_len
-    return int(round(float(match.group(1)) * train))
+    return length_tokens(length, train)
 
 
 def row_metrics(row: Row) -> tuple[set[str], dict[str, list[int]]]:
@@ -125,10 +135,14 @@ def metric_column(row: Row, metric: str, length: Length | None) -> str:
         raise ValueError(f"unknown metric {metric!r}; this study logs {sorted(single | set(families))} "
                          f"({', '.join(sorted(families))} per length)")
     tokens = length_of(row, length)
-    if tokens not in families[metric]:
-        raise ValueError(f"length {length!r} (= {tokens}) is not evaluated for {row.label!r}; "
-                         f"its lengths: {families[metric]}")
-    return f"{metric}_{tokens}"
+    later_family = metric in later_families(row)
+    if tokens in families[metric] or (later_family and tokens in row.later):
+        return f"{metric}_{tokens}"
+    later = f", evaluated later (report.lengths): {list(row.later)}" if row.later and later_family else ""
+    hint = " or add it to report.lengths and run orchestrator evaluate" if later_family else ""
+    section = "che.test_lengths" if row.config.che is not None else "eval.lengths"
+    raise ValueError(f"length {length!r} (= {tokens}) is not evaluated for {row.label!r}; "
+                     f"its lengths: {families[metric]}{later}; add it to {section}{hint}")
 
 
 # --- a claim as concrete checks ----------------------------------------------------------------------------

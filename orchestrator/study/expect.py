@@ -29,12 +29,39 @@ claim_checks.py turns a claim into concrete checks on the study's rows, and repo
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 LENGTH_FAMILIES = ("ppl", "delta_p", "ms_forward", "acc")  # metrics logged per length: <family>_<L>
 Length = Union[int, str]  # tokens, or "<N>x": N times the row's training length
+_MULTIPLE = re.compile(r"^(\d+(?:\.\d+)?)x$")
+
+
+def length_tokens(length: Length, train_length: int) -> int:
+    """A length in tokens: itself, or "<N>x" times `train_length`; ValueError for anything else."""
+    if isinstance(length, int) and not isinstance(length, bool):
+        return length
+    match = _MULTIPLE.match(str(length).strip())
+    if not match:
+        raise ValueError(f"length {length!r}: expected a token count or a multiple such as '8x'")
+    return int(round(float(match.group(1)) * train_length))
+
+
+def later_length(value: Any) -> Any:
+    """A length of `report.lengths`: a positive token count or a positive multiple such as "16x"."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"expected a token count or a multiple such as '16x', got {value!r}")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError(f"a length must be a positive token count, got {value}")
+        return value
+    match = _MULTIPLE.match(value.strip())
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"expected a positive token count or a positive multiple of the training length such "
+                         f"as '16x', got {value!r}")
+    return value.strip()
 
 
 class _Claim(BaseModel):

@@ -23,19 +23,22 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator,
+                      model_validator)
 
 from dape_core.train import Parallelism
 from dape_core.types import (FiniteFloat, NonEmptyStr, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
                              Seed, StrictBool)
 
-from .expect import Claim
+from .expect import Claim, later_length, length_tokens
 from .overrides import resolve
 from .rows import Cell, comparisons, study_cells
 
 SECTIONS = ("model", "data", "train", "eval", "che", "distributed")  # dape_core.ExperimentConfig's sections
 # The report's metric families (orchestrator.reporting.metrics.FAMILIES), by the prefix of their columns.
 ReportMetric = Literal["ppl", "delta_p", "accuracy", "time"]
+LaterLength = Annotated[Any, AfterValidator(later_length), WithJsonSchema(  # report.lengths: 4096 or "16x"
+    {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^\d+(\.\d+)?x$"}]})]
 KeepWeights = Literal["final", "none"]  # what a finished trial keeps of its model (README "Weights kept")
 
 # MLflow's limits (3.17): an experiment name may have 500 characters (mlflow/utils/validation.py,
@@ -161,6 +164,16 @@ class ReportSpec(_Strict):
     baseline: str | None = Field(None, description="The rows' baseline: a variant's label (its row at each grid "
                                  "point is the baseline of that point) or one row's label (the baseline of every "
                                  "row); default: the variant marked baseline: true.")
+    lengths: list[LaterLength] = Field(default_factory=list, description="Lengths evaluated after training by "
+                                       "`orchestrator evaluate STUDY` (token counts, or multiples of each trial's "
+                                       "training length such as '16x'); claims may name them. Not part of any "
+                                       "trial's identity: adding one retrains nothing.")
+
+    def later_lengths(self, train_length: int, own: list[int]) -> list[int]:
+        """The token counts of `lengths` for a trial trained at `train_length` that its own `eval.lengths`
+        (`own`) lack; lengths below the training length are not evaluated (as `orchestrator evaluate`)."""
+        tokens = {length_tokens(length, train_length) for length in self.lengths}
+        return sorted(length for length in tokens if length >= train_length and length not in own)
 
 
 class Study(_Strict):
