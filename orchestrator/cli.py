@@ -101,7 +101,7 @@ def validate(studies: Annotated[list[str], typer.Argument(metavar="STUDY...", he
              profile: ProfileOpt = None) -> None:
     """Check study files without running anything: the chosen profile (default: none) with its data, and
     every other profile of the file (their missing data is a note: it is needed only where they run)."""
-    from .planning import expand
+    from .planning import distinct, expand
     from .study import StudyError, load_study, profile_data_notes, read_study
     from .study.locate import study_file
 
@@ -115,7 +115,10 @@ def validate(studies: Annotated[list[str], typer.Argument(metavar="STUDY...", he
             err.print(f"[red]Invalid study[/red] {escape(str(error))}")
             continue
         profiles = f"; profiles: {', '.join(study.profiles)}" if study.profiles else ""
-        console.print(f"{path}: valid, {len(expand(study))} trial(s){profiles}")
+        expanded = expand(study)
+        rows, trials = len(expanded), len(distinct(expanded))
+        shared = f" ({rows} rows: {rows - trials} share another row's trial)" if rows != trials else ""
+        console.print(f"{path}: valid, {trials} trial(s){shared}{profiles}")
         for note in profile_data_notes(read_study(file)[0], profile):
             console.print(f"  note: {escape(note)}")
     if invalid:
@@ -274,8 +277,9 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     high = sum(row.seconds_high or row.seconds for row in rows)
     spread = f"–{_duration(high)}" if high > total else ""
     measured = sum(row.basis.startswith("measured") for row in rows)
+    estimated = sum(row.basis != "-" for row in rows)  # a row sharing another's trial adds no time
     console.print(f"Estimated training time, one trial at a time on {device} per worker: {_duration(total)}{spread} "
-                  f"({measured} of {len(rows)} estimate(s) measured in the store, the rest analytic).")
+                  f"({measured} of {estimated} estimate(s) measured in the store, the rest analytic).")
     _too_big_line(rows, gpu_memory)
     for line in legend(study):
         console.print(line)
@@ -323,7 +327,7 @@ def status(study_path: StudyArg, overrides: OverridesArg = None, profile: Profil
     Give the profile and overrides the study was run with: they make the trials' identities."""
     study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path, profile, overrides)
-    from .planning import expand
+    from .planning import StoredIdentities, expand
     from .tracking.uri import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri, study_path)
@@ -333,8 +337,10 @@ def status(study_path: StudyArg, overrides: OverridesArg = None, profile: Profil
     for column in ("trial", "id", "state", "detail"):
         table.add_column(column)
     counts: dict[str, int] = {}
-    for trial in expand(study):
-        run = runs.get(trial.trial_id)
+    rows = expand(study)
+    stored = StoredIdentities(rows)
+    for trial in rows:
+        run = stored.lookup(trial, runs)
         state = run.info.status if run else "TO RUN"
         detail = (run.data.tags.get("error", "") if run else "")[:100]
         counts[state] = counts.get(state, 0) + 1

@@ -81,7 +81,7 @@ def execute(tune_config: dict, report: Report, threads: int, all_ranks: bool = F
         experiment = dataclasses.replace(experiment, data=anchored(experiment.data, tune_config["launch_dir"]))
     steps = experiment.train.steps
     root = tune_config.get("checkpoint_root")
-    folder = Path(root) / trial.trial_id if root else None
+    folder = _checkpoint_folder(Path(root), trial) if root else None
     log = TrialLog()
     sink = ReportingSink(report, steps, log, all_ranks)
     log.write(f'trial "{trial.run_name}" (id {trial.trial_id}): {_summary(experiment)}; {threads} thread(s)')
@@ -107,6 +107,13 @@ def execute(tune_config: dict, report: Report, threads: int, all_ranks: bool = F
     if folder is not None:  # finished: the identity now skips this trial, its weights need not stay on disk
         CheckpointStore(folder, experiment.fingerprint()).remove()
     report(_final_result(result, sink, steps, log))
+
+
+def _checkpoint_folder(root: Path, trial) -> Path:
+    """The trial's checkpoint folder: named by its identity, or by its legacy identity where a trial
+    interrupted before the identity left the unused settings out has its checkpoints there."""
+    legacy = root / trial.legacy_id
+    return legacy if legacy.is_dir() and not (root / trial.trial_id).is_dir() else root / trial.trial_id
 
 
 def _summary(cfg: ExperimentConfig) -> str:

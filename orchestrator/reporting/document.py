@@ -83,4 +83,7 @@ class ReportDocument:
         listing = self.trials[present].rename(columns=columns).copy()
         if "train s" in listing:
             listing["train s"] = listing["train s"].map(lambda v: "–" if pd.isna(v) else f"{v:.1f}")
+        if "shared_with" in self.trials and self.trials["shared_with"].notna().any():
+            # Rows that differ only in settings their trial does not read read one run (planning/trials.py).
+            listing["run of"] = self.trials["shared_with"].map(lambda v: f"shared with {v}" if isinstance(v, str) else "–")
         return listing.fillna("–").astype(str)
