@@ -40,6 +40,8 @@ class Table:
     rows: list[Row]
     value_text: str  # which value of each run's metric the cells show
     tail_text: str = ""
+    _by_label: dict = field(default_factory=dict, repr=False, compare=False)
+    _best: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def reference(self) -> str:
@@ -49,7 +51,11 @@ class Table:
         return self.family.header(column)
 
     def row(self, label: str | None) -> Row | None:
-        return next((row for row in self.rows if row.label == label), None)
+        if len(self._by_label) != len(self.rows):  # rows are set once; indexed at the first look-up
+            self._by_label = {}
+            for row in self.rows:
+                self._by_label.setdefault(row.label, row)
+        return self._by_label.get(label)
 
     @property
     def has_baseline(self) -> bool:
@@ -67,11 +73,20 @@ class Table:
 
     def best(self, column: str) -> set[str]:
         """The best rows of a column, within each block: none where fewer than two rows have a value or
-        all of them tie (ΔP at the training length is 0 by definition in every row)."""
+        all of them tie (ΔP at the training length is 0 by definition in every row). Computed once per column
+        (every renderer asks for every cell)."""
+        if column not in self._best:
+            self._best[column] = self._find_best(column)
+        return self._best[column]
+
+    def _find_best(self, column: str) -> set[str]:
+        by_block: dict[str, dict[str, float]] = {}
+        for row in self.rows:
+            if row.cells[column].n:
+                by_block.setdefault(row.block if self.blocks else "", {})[row.label] = round(
+                    row.cells[column].mean, self.family.decimals)
         best: set[str] = set()
-        for block in self.blocks or [""]:
-            means = {row.label: round(row.cells[column].mean, self.family.decimals) for row in self.rows
-                     if row.block == block and row.cells[column].n}
+        for means in by_block.values():
             if len(means) < 2 or len(set(means.values())) == 1:
                 continue
             target = min(means.values()) if self.family.lower_is_better else max(means.values())
@@ -158,20 +173,24 @@ def _compared_with(order: pd.DataFrame) -> dict[str, str | None]:
 
 
 def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text: str = "") -> Table | None:
-    """`frame`: every in-study trial (any status); only FINISHED ones enter the numbers."""
+    """`frame`: every in-study trial (any status); only FINISHED ones enter the numbers. The trials are
+    grouped by row once (not selected row by row: a study has hundreds of rows)."""
     finished = frame[frame["status"] == "FINISHED"]
     columns = family.columns(finished)
     if not columns:
         return None
     order = frame.sort_values("row_index").drop_duplicates("label")
     compare_with = _compared_with(order)
+    expected = frame["label"].value_counts()
+    empty = finished.iloc[0:0].set_index("seed")[columns]
+    runs = {label: group.set_index("seed")[columns] for label, group in finished.groupby("label", sort=False)}
     rows = []
-    for _, info in order.iterrows():
+    for info in order[["label", "baseline"] + [c for c in ("block", "variant") if c in order]].to_dict("records"):
         label = info["label"]
-        mine = finished[finished["label"] == label].set_index("seed")
+        mine = runs.get(label, empty)
         block = info.get("block") if isinstance(info.get("block"), str) else ""
         rows.append(Row(label=label, is_baseline=bool(info["baseline"]), baseline_label=compare_with[label],
-                        seeds_done=len(mine), seeds_expected=int((frame["label"] == label).sum()),
+                        seeds_done=len(mine), seeds_expected=int(expected[label]),
                         cells={column: summarise(mine[column]) for column in columns}, block=block,
                         variant=str(info.get("variant") or label)))
     table = Table(family, columns, rows, value_text, tail_text)
@@ -180,8 +199,7 @@ def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text:
             base = table.row(row.baseline_label)
             if base is None:
                 continue
-            theirs = finished[finished["label"] == base.label].set_index("seed")
-            mine = finished[finished["label"] == row.label].set_index("seed")
+            mine, theirs = runs.get(row.label, empty), runs.get(base.label, empty)
             row.comparisons = {column: compare(mine[column], theirs[column]) for column in columns}
         apply_holm(table.comparisons())
     return table
