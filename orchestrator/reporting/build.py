@@ -16,7 +16,7 @@ import pandas as pd
 from ..folders import folder_lock
 from ..study import Study
 from ..tracking.store import StudyStore
-from . import plots, render_html, render_latex, render_md
+from . import plots, render_html, render_latex, render_md, sweeps
 from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .document import ReportDocument
 from .results import ValueChoice, metric_history, study_results
@@ -71,15 +71,16 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
     tail_text = (f" Here K = {_distinct(trials, 'config.eval.tail_tokens')} and the training length is "
                  f"{_distinct(trials, 'config.train.seq_len')}.")
     tables = build_tables(tabled, value_text, tail_text, headline=study.report.metric)
-    figures += _figures(tables, tabled, store, plot_dir)
+    figures += _figures(study, tables, tabled, store, plot_dir)
     document = ReportDocument(study_name=study.name, description=study.description,
                               tracking_uri=store.tracking_uri, experiment_id=store.experiment_id,
                               value_text=value_text, trials=trials, outside=outside, tables=tables, plots=figures,
-                              search=search, claims=evaluate_claims(study, trials))
+                              search=search, claims=evaluate_claims(study, trials),
+                              best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None)
     markdown = render_md.render(document)
     files = _write(folder, {"report.md": markdown, "report.html": render_html.render(document),
                             "tables.tex": render_latex.render(document)}, frame, tables)
-    files += [figure.path for figure in figures]
+    files += [path for figure in figures for path in figure.files]
     if attach:
         store.log_artifacts(folder)
         store.refresh_dashboard()  # the saved view `orchestrator ui` opens, with the charts of these metrics
@@ -87,18 +88,23 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
     return Report(folder, markdown, document, files, document.claims)
 
 
-def _figures(tables: list, trials: pd.DataFrame, store: StudyStore, plot_dir: Path) -> list:
-    """Metric vs length per by-length table, perplexity vs each swept value, training curves."""
+def _figures(study: Study, tables: list, trials: pd.DataFrame, store: StudyStore, plot_dir: Path) -> list:
+    """Heat maps of a grid over 2+ axes (sweeps.py), metric vs length per by-length table, perplexity vs each
+    swept value (while its lines stay readable), training curves."""
     finished = trials[trials["status"] == "FINISHED"]
     figures = []
+    if tables and sweeps.sweep_axes(study):
+        heatmaps = sweeps.heatmaps(study, tables[0], finished, plot_dir)
+        figures += [heatmaps] if heatmaps else []
     for table in tables:
         if table.family.by_length:
             figures.append(plots.by_length(table, finished, plot_dir))
         if table.family.key == "perplexity":
-            figures += [plots.versus_swept(key, table, finished, plot_dir) for key in plots.swept_keys(finished)]
+            drawn = [plots.versus_swept(key, table, finished, plot_dir) for key in plots.swept_keys(finished)]
+            figures += [plot for plot in drawn if plot is not None]
     order = trials.sort_values("row_index").drop_duplicates("label")
     rows = [(row["label"], bool(row["baseline"]), row.get("block") or "", row.get("variant") or row["label"])
-            for _, row in order.iterrows()]
+            for row in order.to_dict("records")]
     curves = plots.training_curves(metric_history(store, finished, "train_loss"), rows, plot_dir)
     return figures + ([curves] if curves else [])
 

@@ -13,6 +13,7 @@ from .tables import Table
 
 if TYPE_CHECKING:
     from .search import SearchSection
+    from .sweeps import BestPoints
 
 _REASONS = {
     MISSING: "no run in the tracking store",
@@ -36,6 +37,7 @@ class ReportDocument:
     plots: list[Plot] = field(default_factory=list)
     search: "SearchSection | None" = None  # a sampling search's own section (search.py)
     claims: list[Any] = field(default_factory=list)  # claims.ClaimResult: the study's expect: section, judged
+    best_points: "BestPoints | None" = None  # a grid over 2+ axes: each variant's best grid point (sweeps.py)
 
     def unfinished(self) -> list[str]:
         """"Label · sN: STATUS: reason" for every trial that has no finished run."""

@@ -90,7 +90,12 @@ def _significance_table(table: Table) -> str:
 def _figure(plot) -> str:
     data = base64.b64encode(plot.path.read_bytes()).decode("ascii")
     return (f'<figure id="plot-{escape(plot.name)}"><img alt="{escape(plot.title)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{escape(plot.caption)}</figcaption></figure>")
+            f"<figcaption>{escape(plot.caption)}{_vector_link(plot)}</figcaption></figure>")
+
+
+def _vector_link(plot) -> str:
+    """The SVG beside the PNG (plots/ next to report.html), for papers."""
+    return f' <a href="plots/{escape(plot.vector.name)}">SVG</a>' if plot.vector else ""
 
 
 def render(document: ReportDocument) -> str:

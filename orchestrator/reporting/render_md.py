@@ -91,7 +91,8 @@ def render(document: ReportDocument) -> str:
     if document.plots:
         out += ["## Plots", ""]
         for plot in document.plots:
-            out += [f"![{plot.title}](plots/{plot.path.name})", "", f"*{_escape(plot.caption)}*", ""]
+            vector = f" ([SVG](plots/{plot.vector.name}))" if plot.vector else ""
+            out += [f"![{plot.title}](plots/{plot.path.name})", "", f"*{_escape(plot.caption)}*{vector}", ""]
     unfinished = document.unfinished()
     if unfinished:
         out += ["## Trials not finished", ""] + [f"- {_escape(line)}" for line in unfinished] + [""]

@@ -42,6 +42,7 @@ class Table:
     tail_text: str = ""
     _by_label: dict = field(default_factory=dict, repr=False, compare=False)
     _best: dict = field(default_factory=dict, repr=False, compare=False)
+    _blocks: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def reference(self) -> str:
@@ -68,8 +69,10 @@ class Table:
     @property
     def blocks(self) -> list[str]:
         """The grid points the rows are grouped by (one block each), or [] for a study read row by row."""
-        names = list(dict.fromkeys(row.block for row in self.rows))
-        return names if len(names) > 1 or (names and names[0]) else []
+        if self._blocks is None or self._blocks[0] != len(self.rows):
+            names = list(dict.fromkeys(row.block for row in self.rows))
+            self._blocks = (len(self.rows), names if len(names) > 1 or (names and names[0]) else [])
+        return self._blocks[1]
 
     def best(self, column: str) -> set[str]:
         """The best rows of a column, within each block: none where fewer than two rows have a value or
@@ -172,6 +175,24 @@ def _compared_with(order: pd.DataFrame) -> dict[str, str | None]:
     return {label: None if label == only else only for label in order["label"]}
 
 
+class _RunsByRow:
+    """The finished trials' values of some columns, found by row label without selecting the frame again:
+    one grouping, then each row's seeds and values by position."""
+
+    def __init__(self, finished: pd.DataFrame, columns: list[str]):
+        self.positions = finished.groupby("label", sort=False).indices
+        self.seeds = finished["seed"].to_numpy()
+        self.columns = {column: finished[column].to_numpy() for column in columns}
+
+    def count(self, label: str) -> int:
+        return len(self.positions.get(label, ()))
+
+    def values(self, label: str, column: str) -> pd.Series:
+        """One metric's values of a row, indexed by seed (as `stats` expects)."""
+        where = self.positions.get(label, [])
+        return pd.Series(self.columns[column][where], index=pd.Index(self.seeds[where], name="seed"), dtype=float)
+
+
 def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text: str = "") -> Table | None:
     """`frame`: every in-study trial (any status); only FINISHED ones enter the numbers. The trials are
     grouped by row once (not selected row by row: a study has hundreds of rows)."""
@@ -182,16 +203,14 @@ def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text:
     order = frame.sort_values("row_index").drop_duplicates("label")
     compare_with = _compared_with(order)
     expected = frame["label"].value_counts()
-    empty = finished.iloc[0:0].set_index("seed")[columns]
-    runs = {label: group.set_index("seed")[columns] for label, group in finished.groupby("label", sort=False)}
+    runs = _RunsByRow(finished, columns)
     rows = []
     for info in order[["label", "baseline"] + [c for c in ("block", "variant") if c in order]].to_dict("records"):
         label = info["label"]
-        mine = runs.get(label, empty)
         block = info.get("block") if isinstance(info.get("block"), str) else ""
         rows.append(Row(label=label, is_baseline=bool(info["baseline"]), baseline_label=compare_with[label],
-                        seeds_done=len(mine), seeds_expected=int(expected[label]),
-                        cells={column: summarise(mine[column]) for column in columns}, block=block,
+                        seeds_done=runs.count(label), seeds_expected=int(expected[label]),
+                        cells={column: summarise(runs.values(label, column)) for column in columns}, block=block,
                         variant=str(info.get("variant") or label)))
     table = Table(family, columns, rows, value_text, tail_text)
     if family.significance:
@@ -199,8 +218,8 @@ def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text:
             base = table.row(row.baseline_label)
             if base is None:
                 continue
-            mine, theirs = runs.get(row.label, empty), runs.get(base.label, empty)
-            row.comparisons = {column: compare(mine[column], theirs[column]) for column in columns}
+            row.comparisons = {column: compare(runs.values(row.label, column), runs.values(base.label, column))
+                               for column in columns}
         apply_holm(table.comparisons())
     return table
 
