@@ -16,7 +16,7 @@ import pandas as pd
 from ..folders import folder_lock
 from ..study import Study
 from ..tracking.store import StudyStore
-from . import plots, render_html, render_latex, render_md, sweeps
+from . import fingerprint, plots, render_html, render_latex, render_md, sweeps
 from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .document import ReportDocument
 from .results import ValueChoice, metric_history, study_results
@@ -59,33 +59,62 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
            attach: bool) -> Report:
     frame = study_results(store, study, value)
     trials, outside = frame[frame["in_study"]], frame[~frame["in_study"]]
+    inputs = fingerprint.of_inputs(study, frame, value)
+    kept = None if is_search(study) else fingerprint.unchanged(folder, inputs)
+    if kept is not None:  # the same inputs, the same code: the report on disk is this report
+        return _kept(study, store, folder, value, trials, outside, kept, attach)
     plot_dir = folder / "plots"
     if plot_dir.is_dir():
         shutil.rmtree(plot_dir)  # figures of a previous report may no longer apply
+    fingerprint.forget(folder)  # until this report is whole
     search, figures, tabled = None, [], trials
     if is_search(study):
         history = metric_history(store, trials, study.search.metric)
         search, figures = search_section(study, study_path, store, trials, history, plot_dir)
         tabled = trials[~trials["stopped_early"].astype(bool)]  # samples ASHA stopped never reached evaluation
+    document = _document(study, store, value, trials, outside, tabled)
+    document.search = search
+    document.plots = figures + _figures(study, document.tables, tabled, store, plot_dir)
+    markdown = render_md.render(document)
+    files = _write(folder, {"report.md": markdown, "report.html": render_html.render(document),
+                            "tables.tex": render_latex.render(document)}, frame, document.tables)
+    files += [path for figure in document.plots for path in figure.files]
+    if attach:
+        _attach(store, folder, document.claims)
+    if search is None:
+        fingerprint.write(folder, inputs, document.plots, files, attached=attach)
+    return Report(folder, markdown, document, files, document.claims)
+
+
+def _attach(store: StudyStore, folder: Path, claims: list[ClaimResult]) -> None:
+    store.log_artifacts(folder)
+    store.refresh_dashboard()  # the saved view `orchestrator ui` opens, with the charts of these metrics
+    _record_claims(store, claims)
+
+
+def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.DataFrame, outside: pd.DataFrame,
+              tabled: pd.DataFrame, figures: list | None = None) -> ReportDocument:
+    """The report's content but a search's section; `tabled`: the trials its tables are made of."""
     value_text = value.describe(_distinct(trials, "config.train.steps"))
     tail_text = (f" Here K = {_distinct(trials, 'config.eval.tail_tokens')} and the training length is "
                  f"{_distinct(trials, 'config.train.seq_len')}.")
     tables = build_tables(tabled, value_text, tail_text, headline=study.report.metric)
-    figures += _figures(study, tables, tabled, store, plot_dir)
-    document = ReportDocument(study_name=study.name, description=study.description,
-                              tracking_uri=store.tracking_uri, experiment_id=store.experiment_id,
-                              value_text=value_text, trials=trials, outside=outside, tables=tables, plots=figures,
-                              search=search, claims=evaluate_claims(study, trials),
-                              best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None)
-    markdown = render_md.render(document)
-    files = _write(folder, {"report.md": markdown, "report.html": render_html.render(document),
-                            "tables.tex": render_latex.render(document)}, frame, tables)
-    files += [path for figure in figures for path in figure.files]
-    if attach:
-        store.log_artifacts(folder)
-        store.refresh_dashboard()  # the saved view `orchestrator ui` opens, with the charts of these metrics
-        _record_claims(store, document.claims)
-    return Report(folder, markdown, document, files, document.claims)
+    return ReportDocument(study_name=study.name, description=study.description, tracking_uri=store.tracking_uri,
+                          experiment_id=store.experiment_id, value_text=value_text, trials=trials, outside=outside,
+                          tables=tables, plots=figures or [], claims=evaluate_claims(study, trials),
+                          best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None)
+
+
+def _kept(study: Study, store: StudyStore, folder: Path, value: ValueChoice, trials: pd.DataFrame,
+          outside: pd.DataFrame, kept: fingerprint.Kept, attach: bool) -> Report:
+    """The report of unchanged inputs: its files stay as they are (nothing is drawn or written); its content
+    is computed again for the caller (the tables are quick, the figures are what takes the time). Attached
+    once: again only when it was not yet."""
+    document = _document(study, store, value, trials, outside, trials, kept.plots)
+    if attach and not kept.attached:
+        _attach(store, folder, document.claims)
+        fingerprint.mark_attached(folder)
+    return Report(folder, (folder / "report.md").read_text(encoding="utf-8"), document, kept.files, document.claims)
 
 
 def _figures(study: Study, tables: list, trials: pd.DataFrame, store: StudyStore, plot_dir: Path) -> list:

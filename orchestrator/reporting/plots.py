@@ -74,7 +74,8 @@ def _save(fig, folder: Path, name: str, panels: bool = False) -> Path:
     canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
     crop = fig.get_tightbbox(canvas.get_renderer()).padded(0.1)
     fig.savefig(path, dpi=DPI, bbox_inches=crop)
-    fig.savefig(path.with_suffix(".svg"), bbox_inches=crop)  # the same figure as vectors, for papers
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # the same figure as vectors, its text as text
+        fig.savefig(path.with_suffix(".svg"), bbox_inches=crop)
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is not None:  # a figure pyplot made (Optuna's) stays in its registry until closed
         pyplot.close(fig)

@@ -114,6 +114,12 @@ def render(document: ReportDocument) -> str:
         parts.append(f"<p>{escape(document.no_tables_text())}</p>")
     for number, table in enumerate(document.tables, start=1):
         parts += [f"<h2>{escape(table.family.title)}</h2>", _main_table(table, number), _significance_table(table)]
+    if document.best_points:
+        best = document.best_points
+        head = "".join(f"<th>{escape(h)}</th>" for h in best.header)
+        body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in line) + "</tr>" for line in best.body)
+        parts.append(f'<h2>Best grid point per variant</h2><table class="results" id="best-grid-point"><caption>'
+                     f"{escape(best.caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
     if document.plots:
         parts.append("<h2>Plots</h2>")
         parts += [_figure(plot) for plot in document.plots]

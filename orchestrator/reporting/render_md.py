@@ -88,6 +88,10 @@ def render(document: ReportDocument) -> str:
         if significance:
             out += [f"Against the baseline ({baselines(table)}): difference of means, Holm-corrected p-value, "
                     "Cohen's d, test and seeds:", "", significance, ""]
+    if document.best_points:
+        best = document.best_points
+        out += ["## Best grid point per variant", "", f"*{_escape(best.caption)}*", "",
+                _grid(best.header, [[_escape(cell) for cell in line] for line in best.body], names=2), ""]
     if document.plots:
         out += ["## Plots", ""]
         for plot in document.plots:

@@ -61,7 +61,7 @@ def best_points(table: Table) -> BestPoints | None:
     if not best:
         return None
     header = ["variant", "best grid point", table.header(column), "n", f"baseline there",
-              "margin" + (" (ratio − 1)" if family.compare == "ratio" else " (difference)")]
+              "margin" + (" (%)" if family.compare == "ratio" else " (difference)")]
     body = []
     for variant, row in best.items():
         baseline = table.row(row.baseline_label)
@@ -76,7 +76,7 @@ def best_points(table: Table) -> BestPoints | None:
     best_word = "lowest" if family.lower_is_better else "highest"
     caption = (f"Best grid point per variant: the row with the {best_word} mean {family.title.lower()} at "
                f"{table.header(column)} ({table.value_text}, mean ± std over seeds), and its margin to the baseline "
-               "at the same grid point.")
+               "at the same grid point (for a ratio: the row's mean over the baseline's, minus 1, in percent).")
     return BestPoints(caption, header, body)
 
 
