@@ -27,6 +27,7 @@ from .errors import OrchestratorError, exception_chain
 # dape_core, running loads Ray and MLflow), so that `orchestrator --help` answers at once.
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode="markdown",  # a docstring's line breaks are not the help's: paragraphs reflow
                   help="Run DAPE-style ablation studies: study file -> Ray Tune trials -> MLflow -> report.")
 # Wide tables when the output is a file or a CI log, instead of rich's 80-column default.
 _WIDTH = None if sys.stdout.isatty() else 160
@@ -258,20 +259,7 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     store = _open_store(study, resolve_tracking_uri(tracking_uri, study_path))
     finished = store.finished_trial_ids() if store else set()
     rows = plan_rows(study, _measured_steps(tracking_uri, study_path), finished)
-    table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}")
-    for column in ("#", "trial", "id", "params", "GFLOP/step", "workers", "mem/worker", "fits", "est. time",
-                   "basis", "status"):
-        table.add_column(column)
-    gpu_memory = study.resources.gpu_memory_gb
-    for number, row in enumerate(rows, 1):
-        cost = row.cost
-        fits = "-" if gpu_memory is None else ("yes" if cost.peak_memory_bytes <= gpu_memory * 2**30 else "NO")
-        workers = f"{cost.workers} x {cost.parallelism}" if cost.workers > 1 else "1"
-        time_text = _duration(row.seconds) + (f"–{_duration(row.seconds_high)}" if row.seconds_high else "")
-        table.add_row(str(number), escape(row.name), row.trial_id, f"{cost.parameters / 1e6:.2f}M",
-                      f"{cost.flops_per_step / 1e9:.1f}", workers, f"{cost.peak_memory_bytes / 2**30:.2f} GiB", fits,
-                      time_text, row.basis, row.status)
-    console.print(table)
+    console.print(_plan_table(study, profile, rows))
     device = f"{study.resources.gpus:g} GPU" if study.resources.gpus else f"{study.resources.cpus:g} CPU"
     total = sum(row.seconds for row in rows)
     high = sum(row.seconds_high or row.seconds for row in rows)
@@ -280,9 +268,37 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     estimated = sum(row.basis != "-" for row in rows)  # a row sharing another's trial adds no time
     console.print(f"Estimated training time, one trial at a time on {device} per worker: {_duration(total)}{spread} "
                   f"({measured} of {estimated} estimate(s) measured in the store, the rest analytic).")
-    _too_big_line(rows, gpu_memory)
+    _too_big_line(rows, study.resources.gpu_memory_gb)
     for line in legend(study):
         console.print(line)
+
+
+def _plan_table(study, profile: str | None, rows: list) -> Table:
+    """The plan's table, readable in a 100-column terminal: the trial's label is folded, never cut; the
+    identity shows its first 8 characters (`status` shows it whole); the workers and fits columns appear
+    only where they say something (a multi-worker trial, resources.gpu_memory_gb)."""
+    from rich import box
+
+    gpu_memory = study.resources.gpu_memory_gb
+    wide = any(row.cost.workers > 1 for row in rows)
+    table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("trial", overflow="fold", ratio=1, min_width=16)
+    for column in ["id", "params", "GFLOP/\nstep"] + (["workers"] if wide else []) + ["mem/\nworker"] + (
+            ["fits"] if gpu_memory is not None else []) + ["est.\ntime", "basis", "status"]:
+        table.add_column(column, no_wrap=column in ("id", "params", "status"), overflow="fold")
+    for number, row in enumerate(rows, 1):
+        cost = row.cost
+        cells = [str(number), escape(row.name), row.trial_id[:8], f"{cost.parameters / 1e6:.2f}M",
+                 f"{cost.flops_per_step / 1e9:.1f}"]
+        cells += [f"{cost.workers} x {cost.parallelism}" if cost.workers > 1 else "1"] if wide else []
+        cells.append(f"{cost.peak_memory_bytes / 2**30:.2f} GiB")
+        if gpu_memory is not None:
+            cells.append("yes" if cost.peak_memory_bytes <= gpu_memory * 2**30 else "NO")
+        cells += [_duration(row.seconds) + (f"–{_duration(row.seconds_high)}" if row.seconds_high else ""),
+                  row.basis, row.status]
+        table.add_row(*cells)
+    return table
 
 
 def _too_big_line(rows: list, gpu_memory: float | None) -> None:
@@ -439,6 +455,22 @@ def ui(
 from .data_cli import data_app  # noqa: E402  (the `data` sub-commands: prepare, verify)
 
 app.add_typer(data_app, name="data")
+
+
+class _FlagsWithoutType(typer.core.TyperCommand):
+    """Help without a `<bool>` type beside each flag (--help, --local, ...): a flag takes no value."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+for _command in app.registered_commands + data_app.registered_commands:
+    if _command.cls in (None, typer.core.TyperCommand):
+        _command.cls = _FlagsWithoutType
 
 
 def main() -> None:

@@ -61,6 +61,34 @@ def test_plan_says_shared_with_and_counts_the_trial_once(tmp_path, monkeypatch):
     assert "valid, 3 trial(s) (4 rows: 1 share another row's trial)" in result.output
 
 
+def test_plan_fits_100_columns_without_cutting_a_label(tmp_path, monkeypatch):
+    from orchestrator import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli.console, "width", 100)
+    spec = {**SPEC, "variants": [{"label": "DAPE1x3-Kerple-long-label", "set": {"model.processor": "dapev2",
+                                                                          "model.kernel_size": 5}}, *SPEC["variants"]]}
+    path = tmp_path / "wide.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    result = CliRunner().invoke(app, ["plan", str(path)])
+    assert result.exit_code == 0, result.output
+    table = result.output.split("Estimated training time")[0]
+    assert "…" not in table and max(len(line) for line in table.splitlines()) <= 100
+    lines = table.splitlines()
+    header = next(line for line in lines if " trial " in line)
+    start, end = header.index("trial"), header.index(" id ")
+    trial_column = "".join(line[start:end] for line in lines[lines.index(header) + 2:]).replace(" ", "")
+    assert "DAPE1x3-Kerple-long-label(d_dape=4)·s0" in trial_column
+    assert "shared with #3" in table
+
+
+def test_help_reflows_and_flags_have_no_type():
+    result = CliRunner().invoke(app, ["validate", "--help"], env={"COLUMNS": "200"})
+    assert "with its data, and every other profile" in result.output  # not broken where the docstring is
+    assert "<bool>" not in result.output
+    assert "<bool>" not in CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
+
+
 def test_the_shared_baseline_trains_once_and_old_stores_resume(tmp_path):
     study = parse_study(SPEC)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
