@@ -106,6 +106,21 @@ def test_the_shared_baseline_trains_once_and_old_stores_resume(tmp_path):
     assert (kerple["ppl_64"].iloc[0] == kerple["ppl_64"].iloc[1])
     markdown = (tmp_path / "reports" / study.name / "report.md").read_text()
     assert "shared with Kerple (d_dape=4)" in markdown
+    assert "4 trial(s): 4 finished, 1 of them read another row's run" in markdown
+
+    # The setup summary at the top; the trials table with run ids and parameter counts; one unset marker.
+    setup = markdown.split("Setup:", 1)[1].split("\n\n", 1)[0]
+    assert "- model: tiny (2 layers, width 64, 2 heads); position encoding Kerple" in setup
+    assert f"- parameters: {frame['num_parameters'].min() / 1e6:.2f}" in setup
+    assert "- training: 3 steps of 4 x 32 tokens" in setup and "- device: cpu" in setup
+    header = next(line for line in markdown.split("## Trials\n", 1)[1].splitlines() if line.startswith("| variant"))
+    assert "run id" in header and "params" in header
+    for run_id in frame["run_id"]:
+        assert run_id in markdown
+    config = [c for c in frame.columns if c.startswith("config.")]
+    assert "config.che" not in frame and "config.train.eval_every" not in frame  # nobody sets them
+    assert not frame[config].isna().any().any()
+    assert set(kerple["config.model.d_dape"]) == {"n/a"}
 
     # A store of the older identity: each run tagged with its row's legacy hash. Nothing is retrained.
     rows = expand(study)

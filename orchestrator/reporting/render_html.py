@@ -104,6 +104,10 @@ def render(document: ReportDocument) -> str:
         parts.append(f"<p>{escape(document.description.strip())}</p>")
     parts.append(f'<p class="meta">{escape(document.counts())}. From the MLflow store '
                  f"<code>{escape(document.tracking_uri)}</code> (experiment {escape(document.experiment_id)}).</p>")
+    setup = document.setup()
+    if setup:
+        parts.append('<p class="meta">Setup:</p><ul class="meta setup">'
+                     + "".join(f"<li>{escape(k)}: {escape(v)}</li>" for k, v in setup) + "</ul>")
     facts = document.provenance()
     if facts:
         parts.append('<ul class="meta">' + "".join(f"<li>{escape(k)}: <code>{escape(v)}</code></li>" for k, v in facts) + "</ul>")

@@ -72,6 +72,7 @@ def render(document: ReportDocument) -> str:
         out += [document.description.strip(), ""]
     out += [f"{document.counts()}. From the MLflow store {document.tracking_uri} (experiment "
             f"{document.experiment_id})."]
+    out += ["", "Setup:"] + [f"- {name}: {_escape(text)}" for name, text in document.setup()] + [""] if document.setup() else []
     out += [f"- {name}: {value}" for name, value in document.provenance()]
     out.append("")
     out += render_claims.markdown(document.claims)

@@ -19,7 +19,7 @@ from ..planning.trials import StoredIdentities, Trial, expand, shared_rows
 from ..study import Study, StudyError, load_study
 from ..study.locate import names_a_file, study_file
 from ..tracking.store import STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG, StudyStore
-from ..tracking.params import effective_params
+from ..tracking.params import NOT_APPLICABLE, effective_params
 from ..tracking.uri import choose_store
 from .layout import row_layout
 from .columns import CONFIG_PREFIX, IDENTITY_COLUMNS, MISSING, SERIES_METRICS, metric_columns
@@ -117,11 +117,26 @@ def study_results(store: StudyStore, study: Study | None = None, value: ValueCho
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=IDENTITY_COLUMNS)
-    frame = _select_values(store, frame, value)
+    frame = _unset_marked(_select_values(store, frame, value))
     ordered = [c for c in IDENTITY_COLUMNS if c in frame.columns]
     rest = sorted(c for c in frame.columns if c not in ordered)
     frame = frame[ordered + rest].sort_values(["in_study", "row_index", "seed"], ascending=[False, True, True])
     return frame.reset_index(drop=True)
+
+
+def _unset_marked(frame: pd.DataFrame) -> pd.DataFrame:
+    """One marker for a setting without a value: a config cell logged as `None` (unset: a default decided at
+    run time) reads NOT_APPLICABLE like the settings a trial does not read, and a config column that no trial
+    sets (`config.che` outside CHE studies) is left out."""
+    config = [c for c in frame.columns if c.startswith(CONFIG_PREFIX)]
+    if not config:
+        return frame
+    cells = frame[config].astype(object)
+    unset = cells.isna() | cells.eq(NOT_APPLICABLE)
+    frame = frame.drop(columns=[c for c in config if unset[c].all()])
+    kept = [c for c in config if not unset[c].all()]
+    frame[kept] = cells[kept].where(~unset[kept], NOT_APPLICABLE)
+    return frame
 
 
 def _grid_rows(runs: list, study: Study | None) -> list[dict]:

@@ -33,9 +33,10 @@ VIEW_KEY = "orchestrator-study"
 VIEW_NAME = "Study dashboard (orchestrator)"
 TRIAL_FILTER = "tags.`orchestrator.role` = 'trial'"
 SECTION = "Model metrics"  # MLflow's section for metrics without a "group/" prefix
-SERIES = {"ppl_by_length": "perplexity by evaluation length (x: L)",
-          "delta_p_by_length": "ΔP by evaluation length (x: L)",
-          "acc_by_length": "accuracy by test length (x: L)"}
+# Chart titles in words; MLflow names every line chart's x axis "step", so the title says what it is here.
+SERIES = {"ppl_by_length": "perplexity against evaluation length (x axis: evaluation length)",
+          "delta_p_by_length": "ΔP against evaluation length (x axis: evaluation length)",
+          "acc_by_length": "accuracy against test length (x axis: test length)"}
 SWEPT = "swept."  # store.SWEPT_TAG_PREFIX (not imported: this module must not load MLflow)
 CURVES = {"train_loss": "training loss", "val_loss": "validation loss"}
 
@@ -66,6 +67,23 @@ def headline_metric(metric_keys: list[str]) -> str | None:
     return "che_acc_test" if "che_acc_test" in metric_keys else None
 
 
+def per_length(metric_keys: list[str]) -> list[str]:
+    """The per-length metrics (ppl_<L>, else acc_<L>) by length: the view's table columns."""
+    for prefix in ("ppl_", "acc_"):
+        lengths = sorted(int(key[len(prefix):]) for key in metric_keys
+                         if key.startswith(prefix) and key[len(prefix):].isdigit())
+        if lengths:
+            return [f"{prefix}{length}" for length in lengths]
+    return []
+
+
+def _words(metric: str) -> str:
+    """ppl_512 -> "perplexity at L=512"; che_acc_test -> "test accuracy"."""
+    if metric.startswith("ppl_") and metric[4:].isdigit():
+        return f"perplexity at L={metric[4:]}"
+    return {"che_acc_test": "test accuracy"}.get(metric, metric)
+
+
 def _line(uuid: str, metric: str, name: str, series: bool) -> dict:
     return {"uuid": uuid, "type": "LINE", "metricSectionId": SECTION, "isGenerated": False, "deleted": False,
             "displayName": name, "metricKey": metric, "runsCountToCompare": 100, "lineSmoothness": 0,
@@ -85,12 +103,12 @@ def charts(metrics: StudyMetrics) -> list[dict]:
     if metrics.headline in present:
         cards.append({"uuid": "orchestrator-headline", "type": "BAR", "metricSectionId": SECTION,
                       "isGenerated": False, "deleted": False, "runsCountToCompare": 100,
-                      "displayName": f"{metrics.headline} per trial", "metricKey": metrics.headline})
+                      "displayName": f"{_words(metrics.headline)} per trial", "metricKey": metrics.headline})
         shown.add(metrics.headline)
     if metrics.swept_params and metrics.headline in present:
         cards.append({"uuid": "orchestrator-parallel", "type": "PARALLEL", "metricSectionId": SECTION,
                       "isGenerated": False, "deleted": False, "runsCountToCompare": 100, "showAllRuns": True,
-                      "displayName": "swept values against " + metrics.headline,
+                      "displayName": "swept values against " + _words(metrics.headline),
                       "selectedParams": list(metrics.swept_params), "selectedMetrics": [metrics.headline]})
     cards += [{"uuid": f"orchestrator-hidden-{key}", "type": "BAR", "metricSectionId": SECTION,
                "isGenerated": True, "deleted": True, "runsCountToCompare": 100, "metricKey": key}
@@ -100,9 +118,11 @@ def charts(metrics: StudyMetrics) -> list[dict]:
 
 def view_state(metrics: StudyMetrics) -> dict:
     """The saved view: trial runs as rows (the parent filtered out), every trial in the charts, the study's
-    swept values and headline metric as table columns."""
+    swept values and its per-length metrics (the headline one included) as table columns."""
     columns = [f"params.`{key}`" for key in metrics.swept_params] + ["attributes.`Dataset`"]
-    columns += [f"metrics.`{metrics.headline}`"] if metrics.headline else []
+    columns += [f"metrics.`{key}`" for key in per_length(metrics.metric_keys)]  # the paper's table, per run
+    if metrics.headline and f"metrics.`{metrics.headline}`" not in columns:
+        columns.append(f"metrics.`{metrics.headline}`")
     order, ascending = ("tags.`mlflow.runName`", True)
     if metrics.headline:  # a leaderboard: best first (perplexity: lowest; accuracy: highest)
         order, ascending = f"metrics.`{metrics.headline}`", metrics.headline.startswith("ppl_")
