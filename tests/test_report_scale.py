@@ -108,3 +108,22 @@ def test_saved_view_has_per_length_columns_and_charts_in_words():
     titles = {card.get("metricKey"): card.get("displayName") for card in state["compareRunCharts"] if not card["deleted"]}
     assert titles["ppl_by_length"] == "perplexity against evaluation length (x axis: evaluation length)"
     assert titles["ppl_128"] == "perplexity at L=128 per trial"
+
+
+def test_a_resumed_trial_says_from_which_step():
+    import io
+
+    from rich.console import Console
+
+    from orchestrator import expand
+    from orchestrator.execution.protocol import FINAL_FLAG
+    from orchestrator.tracking.console import ConsoleProgress
+    from orchestrator.tracking.events import TrialEvents
+
+    trial = expand(parse_study(SPEC))[0]
+    out = io.StringIO()
+    events = TrialEvents([ConsoleProgress(1, Console(file=out, width=200), live=False)])
+    events.started(trial)
+    events.result(trial, {FINAL_FLAG: 1, "step": 3, "total_steps": 3, "resumed_from_step": 2, "ppl_32": 10.0})
+    events.ended(trial)
+    assert f"[1/1] {trial.run_name}: resumed from step 2" in out.getvalue()

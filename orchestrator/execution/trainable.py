@@ -137,7 +137,7 @@ def _final_result(result, sink: ReportingSink, steps: int, log: TrialLog) -> dic
         log.write(f"fused attention kernels: {result.attention_kernels}")
     if result.resumed_from is not None:
         final["resumed_from_step"] = result.resumed_from
-        log.write(f"resumed from the checkpoint of step {result.resumed_from}")
+        log.write(f"resumed from step {result.resumed_from} (its last checkpoint)")
     if sink.last_val_loss is not None:
         final["val_loss"] = sink.last_val_loss  # searchers read the metric from the final result
     # train_loss, ppl_<L>, delta_p_<L>, ms_per_step, ms_forward_<L>, flops_per_token, peak_memory_mb, ...
