@@ -87,7 +87,8 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
     started = time.monotonic()
     store = StudyStore.create(tracking_uri, study.name, connect_timeout)
     todo, skipped = select_trials(study, store, failed_only)
-    todo = longest_first(todo, study, load_measured(tracking_uri))  # so that no long trial ends the study alone
+    if todo:  # (the measured durations read every finished run of the store: not for nothing to run)
+        todo = longest_first(todo, study, load_measured(tracking_uri))  # so that no long trial ends the study alone
     progress = progress or ConsoleProgress(len(todo))
     progress.total = len(todo) if study.search.algorithm == "grid" else study.search.num_samples * len(todo)
     if todo and not local:  # before the parent run: an unreachable cluster leaves nothing behind

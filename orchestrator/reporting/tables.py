@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from .metrics import Family, headline_first
-from .stats import MIN_SEEDS, Comparison, Summary, apply_holm, compare, summarise
+from .stats import MIN_SEEDS, Comparison, Summary, apply_holm, compare_arrays, summarise_array
 
 
 @dataclass
@@ -175,6 +176,9 @@ def _compared_with(order: pd.DataFrame) -> dict[str, str | None]:
     return {label: None if label == only else only for label in order["label"]}
 
 
+_NONE = np.array([], dtype=int)
+
+
 class _RunsByRow:
     """The finished trials' values of some columns, found by row label without selecting the frame again:
     one grouping, then each row's seeds and values by position."""
@@ -182,15 +186,17 @@ class _RunsByRow:
     def __init__(self, finished: pd.DataFrame, columns: list[str]):
         self.positions = finished.groupby("label", sort=False).indices
         self.seeds = finished["seed"].to_numpy()
-        self.columns = {column: finished[column].to_numpy() for column in columns}
+        self.columns = {column: finished[column].to_numpy(dtype=float) for column in columns}
 
     def count(self, label: str) -> int:
         return len(self.positions.get(label, ()))
 
-    def values(self, label: str, column: str) -> pd.Series:
-        """One metric's values of a row, indexed by seed (as `stats` expects)."""
-        where = self.positions.get(label, [])
-        return pd.Series(self.columns[column][where], index=pd.Index(self.seeds[where], name="seed"), dtype=float)
+    def values(self, label: str, column: str) -> np.ndarray:
+        """One metric's values of a row (NaN: not logged), in the order of `seeds`."""
+        return self.columns[column][self.positions.get(label, _NONE)]
+
+    def seeds_of(self, label: str) -> np.ndarray:
+        return self.seeds[self.positions.get(label, _NONE)]
 
 
 def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text: str = "") -> Table | None:
@@ -210,7 +216,7 @@ def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text:
         block = info.get("block") if isinstance(info.get("block"), str) else ""
         rows.append(Row(label=label, is_baseline=bool(info["baseline"]), baseline_label=compare_with[label],
                         seeds_done=runs.count(label), seeds_expected=int(expected[label]),
-                        cells={column: summarise(runs.values(label, column)) for column in columns}, block=block,
+                        cells={column: summarise_array(runs.values(label, column)) for column in columns}, block=block,
                         variant=str(info.get("variant") or label)))
     table = Table(family, columns, rows, value_text, tail_text)
     if family.significance:
@@ -218,8 +224,9 @@ def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text:
             base = table.row(row.baseline_label)
             if base is None:
                 continue
-            row.comparisons = {column: compare(runs.values(row.label, column), runs.values(base.label, column))
-                               for column in columns}
+            mine, theirs = runs.seeds_of(row.label), runs.seeds_of(base.label)
+            row.comparisons = {column: compare_arrays(runs.values(row.label, column), mine,
+                                                      runs.values(base.label, column), theirs) for column in columns}
         apply_holm(table.comparisons())
     return table
 
