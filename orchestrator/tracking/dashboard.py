@@ -33,10 +33,9 @@ VIEW_KEY = "orchestrator-study"
 VIEW_NAME = "Study dashboard (orchestrator)"
 TRIAL_FILTER = "tags.`orchestrator.role` = 'trial'"
 SECTION = "Model metrics"  # MLflow's section for metrics without a "group/" prefix
-# Chart titles in words; MLflow names every line chart's x axis "step", so the title says what it is here.
-SERIES = {"ppl_by_length": "perplexity against evaluation length (x axis: evaluation length)",
-          "delta_p_by_length": "ΔP against evaluation length (x axis: evaluation length)",
-          "acc_by_length": "accuracy against test length (x axis: test length)"}
+SERIES = {"ppl_by_length": "perplexity by evaluation length (x: L)",
+          "delta_p_by_length": "ΔP by evaluation length (x: L)",
+          "acc_by_length": "accuracy by test length (x: L)"}
 SWEPT = "swept."  # store.SWEPT_TAG_PREFIX (not imported: this module must not load MLflow)
 CURVES = {"train_loss": "training loss", "val_loss": "validation loss"}
 
@@ -77,13 +76,6 @@ def per_length(metric_keys: list[str]) -> list[str]:
     return []
 
 
-def _words(metric: str) -> str:
-    """ppl_512 -> "perplexity at L=512"; che_acc_test -> "test accuracy"."""
-    if metric.startswith("ppl_") and metric[4:].isdigit():
-        return f"perplexity at L={metric[4:]}"
-    return {"che_acc_test": "test accuracy"}.get(metric, metric)
-
-
 def _line(uuid: str, metric: str, name: str, series: bool) -> dict:
     return {"uuid": uuid, "type": "LINE", "metricSectionId": SECTION, "isGenerated": False, "deleted": False,
             "displayName": name, "metricKey": metric, "runsCountToCompare": 100, "lineSmoothness": 0,
@@ -103,12 +95,12 @@ def charts(metrics: StudyMetrics) -> list[dict]:
     if metrics.headline in present:
         cards.append({"uuid": "orchestrator-headline", "type": "BAR", "metricSectionId": SECTION,
                       "isGenerated": False, "deleted": False, "runsCountToCompare": 100,
-                      "displayName": f"{_words(metrics.headline)} per trial", "metricKey": metrics.headline})
+                      "displayName": f"{metrics.headline} per trial", "metricKey": metrics.headline})
         shown.add(metrics.headline)
     if metrics.swept_params and metrics.headline in present:
         cards.append({"uuid": "orchestrator-parallel", "type": "PARALLEL", "metricSectionId": SECTION,
                       "isGenerated": False, "deleted": False, "runsCountToCompare": 100, "showAllRuns": True,
-                      "displayName": "swept values against " + _words(metrics.headline),
+                      "displayName": "swept values against " + metrics.headline,
                       "selectedParams": list(metrics.swept_params), "selectedMetrics": [metrics.headline]})
     cards += [{"uuid": f"orchestrator-hidden-{key}", "type": "BAR", "metricSectionId": SECTION,
                "isGenerated": True, "deleted": True, "runsCountToCompare": 100, "metricKey": key}
