@@ -53,11 +53,11 @@ class Table:
         return self.family.header(column)
 
     def row(self, label: str | None) -> Row | None:
-        if len(self._by_label) != len(self.rows):  # rows are set once; indexed at the first look-up
-            self._by_label = {}
+        if self._by_label.get(None) != len(self.rows):  # rows are set once; indexed at the first look-up
+            self._by_label = {None: len(self.rows)}
             for row in self.rows:
                 self._by_label.setdefault(row.label, row)
-        return self._by_label.get(label)
+        return self._by_label.get(label) if label is not None else None
 
     @property
     def has_baseline(self) -> bool:
