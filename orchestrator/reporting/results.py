@@ -125,17 +125,18 @@ def study_results(store: StudyStore, study: Study | None = None, value: ValueCho
 
 
 def _unset_marked(frame: pd.DataFrame) -> pd.DataFrame:
-    """One marker for a setting without a value: a config cell logged as `None` (unset: a default decided at
-    run time) reads NOT_APPLICABLE like the settings a trial does not read, and a config column that no trial
-    sets (`config.che` outside CHE studies) is left out."""
+    """One marker for a setting without a value: a config cell logged as `None` (unset) reads NOT_APPLICABLE
+    like the settings a trial does not read, and a config column that is None in every trial (`config.che`
+    outside CHE studies) is left out."""
     config = [c for c in frame.columns if c.startswith(CONFIG_PREFIX)]
     if not config:
         return frame
     cells = frame[config].astype(object)
-    unset = cells.isna() | cells.eq(NOT_APPLICABLE)
+    unset = cells.isna()
     frame = frame.drop(columns=[c for c in config if unset[c].all()])
-    kept = [c for c in config if not unset[c].all()]
-    frame[kept] = cells[kept].where(~unset[kept], NOT_APPLICABLE)
+    kept = [c for c in config if not unset[c].all() and unset[c].any()]
+    if kept:
+        frame[kept] = cells[kept].where(~unset[kept], NOT_APPLICABLE)
     return frame
 
 
