@@ -134,7 +134,9 @@ def _figures(study: Study, tables: list, trials: pd.DataFrame, store: StudyStore
     order = trials.sort_values("row_index").drop_duplicates("label")
     rows = [(row["label"], bool(row["baseline"]), row.get("block") or "", row.get("variant") or row["label"])
             for row in order.to_dict("records")]
-    curves = plots.training_curves(metric_history(store, finished, "train_loss"), rows, plot_dir)
+    drawn = set(plots.drawn_blocks([block for _, _, block, _ in rows]))  # the curves of panels not drawn are not read
+    curves_of = finished[finished["block"].fillna("").isin(drawn)] if "block" in finished else finished
+    curves = plots.training_curves(metric_history(store, curves_of, "train_loss"), rows, plot_dir)
     return figures + ([curves] if curves else [])
 
 

@@ -104,6 +104,11 @@ def _panels(count: int, width: float = 3.6, height: float = 3.0):
     return fig, list(axes.flat[:count])
 
 
+def drawn_blocks(blocks: list[str]) -> list[str]:
+    """Of the rows' grid points (in table order, repeated), those a figure of panels draws."""
+    return _capped(list(dict.fromkeys(blocks)))[0]
+
+
 def _capped(blocks: list[str]) -> tuple[list[str], str]:
     """The grid points drawn as panels (the first MAX_PANELS) and what the caption says about the others."""
     if len(blocks) <= MAX_PANELS:

@@ -23,7 +23,7 @@ from .names import point as point_words
 from .plots import MAX_LINES, Plot, _save, _subplots
 from .tables import Table
 
-MAX_HEATMAP_VARIANTS = 10  # rows of heat maps (two each) in one figure
+MAX_HEATMAP_VARIANTS = 8  # rows of heat maps (two each) in one figure
 ANNOTATE_CELLS = 48  # values written in the cells while there are at most this many
 
 
