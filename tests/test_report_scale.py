@@ -71,7 +71,9 @@ def test_figures_have_vectors_words_and_a_named_baseline(grid):
     assert "Kerple (baseline)" in curves
     assert "DAPE width 4, learning rate 0.001" in curves  # a panel named in words
     assert "model.d_dape" not in curves and "d_dape=4" not in curves
-    assert "([SVG](plots/perplexity_vs_length.svg))" in (folder / "report.md").read_text()
+    markdown = (folder / "report.md").read_text()
+    assert "([SVG](plots/perplexity_vs_length.svg))" in markdown
+    assert "[table_perplexity.csv](table_perplexity.csv)" in markdown  # what a capped figure points to
 
 
 @pytest.mark.slow

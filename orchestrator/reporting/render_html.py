@@ -117,7 +117,9 @@ def render(document: ReportDocument) -> str:
     if not document.tables:
         parts.append(f"<p>{escape(document.no_tables_text())}</p>")
     for number, table in enumerate(document.tables, start=1):
-        parts += [f"<h2>{escape(table.family.title)}</h2>", _main_table(table, number), _significance_table(table)]
+        parts += [f"<h2>{escape(table.family.title)}</h2>", _main_table(table, number),
+                  f'<p class="note">Every number behind the table: <a href="table_{table.family.key}.csv">'
+                  f"table_{table.family.key}.csv</a></p>", _significance_table(table)]
     if document.best_points:
         best = document.best_points
         head = "".join(f"<th>{escape(h)}</th>" for h in best.header)

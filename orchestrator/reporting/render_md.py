@@ -81,7 +81,8 @@ def render(document: ReportDocument) -> str:
     if not document.tables:
         out += [document.no_tables_text(), ""]
     for number, table in enumerate(document.tables, start=1):
-        out += [f"## {table.family.title}", "", f"*Table {number}.* {_escape(table.caption())}", "", main_table(table), ""]
+        out += [f"## {table.family.title}", "", f"*Table {number}.* {_escape(table.caption())}", "", main_table(table), "",
+                f"Every number behind the table: [table_{table.family.key}.csv](table_{table.family.key}.csv)", ""]
         note = significance_note(table)
         if note:
             out += [f"Significance: {_escape(note)}", ""]
