@@ -274,25 +274,23 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
 
 
 def _plan_table(study, profile: str | None, rows: list) -> Table:
-    """The plan's table, readable in a 100-column terminal: the trial's label is folded, never cut; the
-    identity shows its first 8 characters (`status` shows it whole); the workers and fits columns appear
-    only where they say something (a multi-worker trial, resources.gpu_memory_gb)."""
-    from rich import box
-
+    """The plan's table, readable in a 100-column terminal: the trial's label is folded, never cut, and so are
+    the other columns but the identity; the workers and fits columns appear only where they
+    say something (a multi-worker trial, resources.gpu_memory_gb)."""
     gpu_memory = study.resources.gpu_memory_gb
     wide = any(row.cost.workers > 1 for row in rows)
-    table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}")
     table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("trial", overflow="fold", ratio=1, min_width=16)
-    for column in ["id", "params", "GFLOP/\nstep"] + (["workers"] if wide else []) + ["mem/\nworker"] + (
+    table.add_column("trial", overflow="fold", ratio=1, min_width=12)
+    for column in ["id", "params", "GFLOP/\nstep"] + (["workers"] if wide else []) + ["GiB/\nworker"] + (
             ["fits"] if gpu_memory is not None else []) + ["est.\ntime", "basis", "status"]:
-        table.add_column(column, no_wrap=column in ("id", "params", "status"), overflow="fold")
+        table.add_column(column, no_wrap=column in ("id", "params"), overflow="fold")
     for number, row in enumerate(rows, 1):
         cost = row.cost
-        cells = [str(number), escape(row.name), row.trial_id[:8], f"{cost.parameters / 1e6:.2f}M",
+        cells = [str(number), escape(row.name), row.trial_id, f"{cost.parameters / 1e6:.2f}M",
                  f"{cost.flops_per_step / 1e9:.1f}"]
         cells += [f"{cost.workers} x {cost.parallelism}" if cost.workers > 1 else "1"] if wide else []
-        cells.append(f"{cost.peak_memory_bytes / 2**30:.2f} GiB")
+        cells.append(f"{cost.peak_memory_bytes / 2**30:.2f}")
         if gpu_memory is not None:
             cells.append("yes" if cost.peak_memory_bytes <= gpu_memory * 2**30 else "NO")
         cells += [_duration(row.seconds) + (f"–{_duration(row.seconds_high)}" if row.seconds_high else ""),

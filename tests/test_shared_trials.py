@@ -77,9 +77,10 @@ def test_plan_fits_100_columns_without_cutting_a_label(tmp_path, monkeypatch):
     lines = table.splitlines()
     header = next(line for line in lines if " trial " in line)
     start, end = header.index("trial"), header.index(" id ")
-    trial_column = "".join(line[start:end] for line in lines[lines.index(header) + 2:]).replace(" ", "")
+    trial_column = "".join(line[start:end].strip(" │") for line in lines[lines.index(header) + 2:]).replace(" ", "")
     assert "DAPE1x3-Kerple-long-label(d_dape=4)·s0" in trial_column
-    assert "shared with #3" in table
+    status_column = "".join(line[header.index("status"):].strip(" │") for line in lines[lines.index(header) + 2:])
+    assert "shared with#3" in status_column.replace(" #", "#")
 
 
 def test_help_reflows_and_flags_have_no_type():

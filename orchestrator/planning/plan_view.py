@@ -92,11 +92,11 @@ def legend(study: Study) -> list[str]:
         "params: the model's parameter count (analytic, exact). GFLOP/step: forward + backward FLOPs of one "
         "training step (3x the forward), processor included.",
         "workers: the trial's size (distributed.workers, else resources.workers) and, with several, its "
-        "parallelism. mem/worker: estimated training memory of the model alone on one worker: fp32 weights, "
+        "parallelism. GiB/worker: estimated training memory of the model alone on one worker: fp32 weights, "
         "gradients and AdamW moments (16 bytes per parameter; DDP 4 more for its gradient buckets; FSDP 16 / "
         "workers plus a gathered block) plus the activations of one micro-batch of the worker's share. It is not "
         "the peak_memory_mb a trial logs, which on CPU is the whole trial process's peak RSS (Python, torch, data) "
-        "and on a GPU the CUDA allocator's peak. fits: mem/worker within resources.gpu_memory_gb.",
+        "and on a GPU the CUDA allocator's peak. fits: GiB/worker within resources.gpu_memory_gb.",
         "est. time: the training steps only (no evaluation, no start-up). measured: the median ms_per_step of "
         "finished runs in this store (any experiment) with the same model shape, processor and kernel, sequence "
         "length, batch, precision and device kind, x the steps. analytic: GFLOP/step x steps over an assumed "
