@@ -27,6 +27,7 @@ from .errors import OrchestratorError, exception_chain
 # dape_core, running loads Ray and MLflow), so that `orchestrator --help` answers at once.
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode="markdown",  # a docstring's line breaks are not the help's: paragraphs reflow
                   help="Run DAPE-style ablation studies: study file -> Ray Tune trials -> MLflow -> report.")
 # Wide tables when the output is a file or a CI log, instead of rich's 80-column default.
 _WIDTH = None if sys.stdout.isatty() else 160
@@ -101,7 +102,7 @@ def validate(studies: Annotated[list[str], typer.Argument(metavar="STUDY...", he
              profile: ProfileOpt = None) -> None:
     """Check study files without running anything: the chosen profile (default: none) with its data, and
     every other profile of the file (their missing data is a note: it is needed only where they run)."""
-    from .planning import expand
+    from .planning import distinct, expand
     from .study import StudyError, load_study, profile_data_notes, read_study
     from .study.locate import study_file
 
@@ -115,7 +116,10 @@ def validate(studies: Annotated[list[str], typer.Argument(metavar="STUDY...", he
             err.print(f"[red]Invalid study[/red] {escape(str(error))}")
             continue
         profiles = f"; profiles: {', '.join(study.profiles)}" if study.profiles else ""
-        console.print(f"{path}: valid, {len(expand(study))} trial(s){profiles}")
+        expanded = expand(study)
+        rows, trials = len(expanded), len(distinct(expanded))
+        shared = f" ({rows} rows: {rows - trials} share another row's trial)" if rows != trials else ""
+        console.print(f"{path}: valid, {trials} trial(s){shared}{profiles}")
         for note in profile_data_notes(read_study(file)[0], profile):
             console.print(f"  note: {escape(note)}")
     if invalid:
@@ -254,28 +258,16 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     store = _open_store(study, resolve_tracking_uri(tracking_uri, study_path))
     finished = store.finished_trial_ids() if store else set()
     rows = plan_rows(study, _measured_steps(tracking_uri, study_path), finished)
-    table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}")
-    for column in ("#", "trial", "id", "params", "GFLOP/step", "workers", "mem/worker", "fits", "weights", "est. time",
-                   "basis", "status"):
-        table.add_column(column)
-    gpu_memory = study.resources.gpu_memory_gb
-    for number, row in enumerate(rows, 1):
-        cost = row.cost
-        fits = "-" if gpu_memory is None else ("yes" if cost.peak_memory_bytes <= gpu_memory * 2**30 else "NO")
-        workers = f"{cost.workers} x {cost.parallelism}" if cost.workers > 1 else "1"
-        time_text = _duration(row.seconds) + (f"–{_duration(row.seconds_high)}" if row.seconds_high else "")
-        table.add_row(str(number), escape(row.name), row.trial_id, f"{cost.parameters / 1e6:.2f}M",
-                      f"{cost.flops_per_step / 1e9:.1f}", workers, f"{cost.peak_memory_bytes / 2**30:.2f} GiB", fits,
-                      _weights_size(study, cost.parameters), time_text, row.basis, row.status)
-    console.print(table)
+    console.print(_plan_table(study, profile, rows))
     device = f"{study.resources.gpus:g} GPU" if study.resources.gpus else f"{study.resources.cpus:g} CPU"
     total = sum(row.seconds for row in rows)
     high = sum(row.seconds_high or row.seconds for row in rows)
     spread = f"–{_duration(high)}" if high > total else ""
     measured = sum(row.basis.startswith("measured") for row in rows)
+    estimated = sum(row.basis != "-" for row in rows)  # a row sharing another's trial adds no time
     console.print(f"Estimated training time, one trial at a time on {device} per worker: {_duration(total)}{spread} "
-                  f"({measured} of {len(rows)} estimate(s) measured in the store, the rest analytic).")
-    _too_big_line(rows, gpu_memory)
+                  f"({measured} of {estimated} estimate(s) measured in the store, the rest analytic).")
+    _too_big_line(rows, study.resources.gpu_memory_gb)
     for line in legend(study):
         console.print(line)
     console.print("weights: the size of the model each finished trial keeps in its run's artifacts (keep_weights: "
@@ -289,6 +281,33 @@ def _weights_size(study, parameters: int) -> str:
         return "none"
     size = weights_bytes(parameters)
     return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
+
+
+def _plan_table(study, profile: str | None, rows: list) -> Table:
+    """The plan's table, readable in a 100-column terminal: the trial's label is folded, never cut, and so are
+    the other columns but the identity; the workers and fits columns appear only where they
+    say something (a multi-worker trial, resources.gpu_memory_gb)."""
+    gpu_memory = study.resources.gpu_memory_gb
+    wide = any(row.cost.workers > 1 for row in rows)
+    table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("trial", overflow="fold", ratio=1, min_width=12)
+    for column in ["id", "params", "GFLOP/\nstep"] + (["workers"] if wide else []) + ["GiB/\nworker"] + (
+            ["fits"] if gpu_memory is not None else []) + ["weights", "est.\ntime", "basis", "status"]:
+        table.add_column(column, no_wrap=column in ("id", "params"), overflow="fold")
+    for number, row in enumerate(rows, 1):
+        cost = row.cost
+        cells = [str(number), escape(row.name), row.trial_id, f"{cost.parameters / 1e6:.2f}M",
+                 f"{cost.flops_per_step / 1e9:.1f}"]
+        cells += [f"{cost.workers} x {cost.parallelism}" if cost.workers > 1 else "1"] if wide else []
+        cells.append(f"{cost.peak_memory_bytes / 2**30:.2f}")
+        if gpu_memory is not None:
+            cells.append("yes" if cost.peak_memory_bytes <= gpu_memory * 2**30 else "NO")
+        cells.append(_weights_size(study, cost.parameters))
+        cells += [_duration(row.seconds) + (f"–{_duration(row.seconds_high)}" if row.seconds_high else ""),
+                  row.basis, row.status]
+        table.add_row(*cells)
+    return table
 
 
 def _too_big_line(rows: list, gpu_memory: float | None) -> None:
@@ -333,7 +352,7 @@ def status(study_path: StudyArg, overrides: OverridesArg = None, profile: Profil
     Give the profile and overrides the study was run with: they make the trials' identities."""
     study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path, profile, overrides)
-    from .planning import expand
+    from .planning import StoredIdentities, expand
     from .tracking.uri import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri, study_path)
@@ -343,8 +362,10 @@ def status(study_path: StudyArg, overrides: OverridesArg = None, profile: Profil
     for column in ("trial", "id", "state", "detail"):
         table.add_column(column)
     counts: dict[str, int] = {}
-    for trial in expand(study):
-        run = runs.get(trial.trial_id)
+    rows = expand(study)
+    stored = StoredIdentities(rows)
+    for trial in rows:
+        run = stored.lookup(trial, runs)
         state = run.info.status if run else "TO RUN"
         detail = (run.data.tags.get("error", "") if run else "")[:100]
         counts[state] = counts.get(state, 0) + 1
@@ -633,6 +654,22 @@ def slurm(
 from .data_cli import data_app  # noqa: E402  (the `data` sub-commands: prepare, verify)
 
 app.add_typer(data_app, name="data")
+
+
+class _FlagsWithoutType(typer.core.TyperCommand):
+    """Help without a `<bool>` type beside each flag (--help, --local, ...): a flag takes no value."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+for _command in app.registered_commands + data_app.registered_commands:
+    if _command.cls in (None, typer.core.TyperCommand):
+        _command.cls = _FlagsWithoutType
 
 
 def main() -> None:

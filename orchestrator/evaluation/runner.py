@@ -266,7 +266,7 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
             f"by Ctrl-C. {len(outcome.evaluated)} trial(s) were evaluated and their metrics are in {tracking_uri}; "
             "run the same command to evaluate what is missing.") from None
     if outcome.evaluated:
-        report = build_report(study, store, reports_dir, study_path=study_path)
+        report = build_report(study, store, reports_dir, study_path=study_path, rebuild=True)
         outcome.report_dir, outcome.report_summary = report.folder, render_md.summary(report.document)
     outcome.wall_seconds = time.monotonic() - started
     return outcome

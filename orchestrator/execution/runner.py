@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import StudyInterrupted, TrackingServerUnreachable, exception_chain
 from ..planning.learned import load_measured
 from ..planning.schedule import longest_first
-from ..planning.trials import Trial, expand
+from ..planning.trials import StoredIdentities, Trial, distinct, expand
 from ..reporting import build_report, render_md
 from ..study import Study
 from ..tracking.console import ConsoleProgress
@@ -57,15 +57,16 @@ class StudyOutcome:
 
 def select_trials(study: Study, store: StudyStore, failed_only: bool = False) -> tuple[list[Trial], list[Trial]]:
     """(to run, already finished). With `failed_only`, only trials whose latest run FAILED are run."""
-    trials = expand(study)
+    rows = expand(study)
     if study.search.algorithm != "grid":
-        return trials, []  # sampled trials have no identity before Tune samples them
+        return rows, []  # sampled trials have no identity before Tune samples them
+    trials, stored = distinct(rows), StoredIdentities(rows)  # rows sharing a trial run it once
     done = store.finished_trial_ids()
-    todo = [t for t in trials if t.trial_id not in done]
+    todo = [t for t in trials if not stored.done(t, done)]
     if failed_only:
         failed = store.failed_trial_ids()
-        todo = [t for t in todo if t.trial_id in failed]
-    return todo, [t for t in trials if t.trial_id in done]
+        todo = [t for t in todo if stored.done(t, failed)]
+    return todo, [t for t in trials if stored.done(t, done)]
 
 
 def run_study(study: Study, tracking_uri: str, address: str | None = None, reports_dir: Path = Path("reports"),
@@ -79,7 +80,8 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
     started = time.monotonic()
     store = StudyStore.create(tracking_uri, study.name, connect_timeout)
     todo, skipped = select_trials(study, store, failed_only)
-    todo = longest_first(todo, study, load_measured(tracking_uri))  # so that no long trial ends the study alone
+    if todo:  # (the measured durations read every finished run of the store: not for nothing to run)
+        todo = longest_first(todo, study, load_measured(tracking_uri))  # so that no long trial ends the study alone
     progress = progress or ConsoleProgress(len(todo))
     progress.total = len(todo) if study.search.algorithm == "grid" else study.search.num_samples * len(todo)
     if todo and not local:  # before the parent run: an unreachable cluster leaves nothing behind

@@ -82,7 +82,7 @@ def execute(tune_config: dict, report: Report, threads: int, all_ranks: bool = F
         experiment = dataclasses.replace(experiment, data=anchored(experiment.data, tune_config["launch_dir"]))
     steps = experiment.train.steps
     root = tune_config.get("checkpoint_root")
-    folder = Path(root) / trial.trial_id if root else None
+    folder = _checkpoint_folder(Path(root), trial) if root else None
     log = TrialLog()
     sink = ReportingSink(report, steps, log, all_ranks)
     log.write(f'trial "{trial.run_name}" (id {trial.trial_id}): {_summary(experiment)}; {threads} thread(s)')
@@ -113,6 +113,13 @@ def execute(tune_config: dict, report: Report, threads: int, all_ranks: bool = F
         log.write(f"finished: the resume checkpoints in {folder} were removed"
                   + ("; the final model is kept (below)" if result.weights else ""))
     report(_final_result(result, sink, steps, log))
+
+
+def _checkpoint_folder(root: Path, trial) -> Path:
+    """The trial's checkpoint folder: named by its identity, or by its legacy identity where a trial
+    interrupted before the identity left the unused settings out has its checkpoints there."""
+    legacy = root / trial.legacy_id
+    return legacy if legacy.is_dir() and not (root / trial.trial_id).is_dir() else root / trial.trial_id
 
 
 def _summary(cfg: ExperimentConfig) -> str:
@@ -146,7 +153,7 @@ def _final_result(result, sink: ReportingSink, steps: int, log: TrialLog) -> dic
         log.write(f"fused attention kernels: {result.attention_kernels}")
     if result.resumed_from is not None:
         final["resumed_from_step"] = result.resumed_from
-        log.write(f"resumed from the checkpoint of step {result.resumed_from}")
+        log.write(f"resumed from step {result.resumed_from} (its last checkpoint)")
     if sink.last_val_loss is not None:
         final["val_loss"] = sink.last_val_loss  # searchers read the metric from the final result
     # train_loss, ppl_<L>, delta_p_<L>, ms_per_step, ms_forward_<L>, flops_per_token, peak_memory_mb, ...

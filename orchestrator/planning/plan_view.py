@@ -16,7 +16,7 @@ from ..study import Study, resolve
 from ..tracking.params import effective_params
 from .estimate import CPU_FLOPS_PER_CORE, GPU_FLOPS, TrialEstimate, estimate
 from .learned import MeasuredSteps, shape_key
-from .trials import Trial, expand
+from .trials import StoredIdentities, Trial, expand, shared_rows
 
 
 @dataclass
@@ -67,14 +67,21 @@ def _sample_rows(study: Study, template: Trial, measured: MeasuredSteps | None) 
 
 
 def plan_rows(study: Study, measured: MeasuredSteps | None, finished: set[str]) -> list[PlanRow]:
-    rows = []
-    for trial in expand(study):
+    """A row that shares another row's trial (it differs only in settings the trial does not read) says
+    "shared with #N" (N: that row's number) and costs nothing: the trial runs once."""
+    rows: list[PlanRow] = []
+    trials = expand(study)
+    stored, shared = StoredIdentities(trials), shared_rows(trials)
+    for position, trial in enumerate(trials):
         if study.search.algorithm != "grid":
             rows += _sample_rows(study, trial, measured)
             continue
         cost, seconds, basis = trial_duration(trial.config, study, measured)
+        if position in shared:
+            rows.append(PlanRow(trial.run_name, trial.trial_id, cost, 0.0, "-", f"shared with #{shared[position] + 1}"))
+            continue
         rows.append(PlanRow(trial.run_name, trial.trial_id, cost, seconds, basis,
-                            "finished" if trial.trial_id in finished else "to run"))
+                            "finished" if stored.done(trial, finished) else "to run"))
     return rows
 
 
@@ -85,11 +92,11 @@ def legend(study: Study) -> list[str]:
         "params: the model's parameter count (analytic, exact). GFLOP/step: forward + backward FLOPs of one "
         "training step (3x the forward), processor included.",
         "workers: the trial's size (distributed.workers, else resources.workers) and, with several, its "
-        "parallelism. mem/worker: estimated training memory of the model alone on one worker: fp32 weights, "
+        "parallelism. GiB/worker: estimated training memory of the model alone on one worker: fp32 weights, "
         "gradients and AdamW moments (16 bytes per parameter; DDP 4 more for its gradient buckets; FSDP 16 / "
         "workers plus a gathered block) plus the activations of one micro-batch of the worker's share. It is not "
         "the peak_memory_mb a trial logs, which on CPU is the whole trial process's peak RSS (Python, torch, data) "
-        "and on a GPU the CUDA allocator's peak. fits: mem/worker within resources.gpu_memory_gb.",
+        "and on a GPU the CUDA allocator's peak. fits: GiB/worker within resources.gpu_memory_gb.",
         "est. time: the training steps only (no evaluation, no start-up). measured: the median ms_per_step of "
         "finished runs in this store (any experiment) with the same model shape, processor and kernel, sequence "
         "length, batch, precision and device kind, x the steps. analytic: GFLOP/step x steps over an assumed "

@@ -1,8 +1,13 @@
 """Expand a validated study into trials: one per report row (cell) and seed, each with a stable identity.
 
-The identity is a hash of the fully resolved trial config (less its trial size, `distributed`), so a trial
-is recognised as already done no matter how the study file is reordered or relabelled; it tags the trial's
-MLflow run and names its checkpoint folder. With a sampling
+The identity is a hash of the trial's effective config: the fully resolved config less its trial size
+(`distributed`) and with the settings the trial does not read (dape_core/applicability.py, logged as `n/a`)
+left out. A trial is so recognised as already done no matter how the study file is reordered or relabelled,
+and rows that differ only in settings their trial ignores (the Kerple baseline at every `model.d_dape` of a
+grid) are one trial, trained once, whose run each of those rows reads (`distinct`, `shared_rows`). The
+identity tags the trial's MLflow run and names its checkpoint folder. Stores written before the identity
+left the unused settings out tagged runs with `legacy_identity`; `StoredIdentities` finds those too, so
+finished work is not retrained. With a sampling
 search (random, Optuna) the expanded trials are templates: Ray Tune fills in the sampled `params`, and
 `materialize` turns what Tune hands a trial back into a concrete Trial, on the worker and on the driver.
 """
@@ -12,9 +17,11 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from dape_core import ExperimentConfig
+from dape_core.applicability import unused_settings
 
 from ..study import Study, resolve
 
@@ -31,9 +38,14 @@ class Trial:
     overrides: dict = field(default_factory=dict)  # everything this row sets on top of base (variant + point)
     template_id: str = ""  # a sampled trial: the identity of the row it was sampled from (its template)
 
-    @property
+    @cached_property  # hashing validates the config: once per trial
     def trial_id(self) -> str:
         return trial_identity(self.config)
+
+    @cached_property
+    def legacy_id(self) -> str:
+        """The identity older stores tagged this row's run with (unused settings included)."""
+        return legacy_identity(self.config)
 
     @property
     def workers(self) -> int:
@@ -51,13 +63,70 @@ class Trial:
 
 
 def trial_identity(config: dict) -> str:
-    """A hash of the resolved trial config without its `distributed` section: how many workers compute a
-    trial does not change what it computes (the same global batch, data order and result), so a trial
-    killed on 8 workers resumes its checkpoint on 4, and a finished trial is not rerun because its size
-    changed. The size is still logged with the trial's params."""
-    identity = {section: values for section, values in config.items() if section != "distributed"}
+    """A hash of the trial's effective config: the resolved config without its `distributed` section and
+    without the settings the trial does not read. How many workers compute a trial does not change what it
+    computes (the same global batch, data order and result), so a trial killed on 8 workers resumes its
+    checkpoint on 4, and a finished trial is not rerun because its size changed (the size is still logged
+    with the trial's params); a setting the trial ignores does not change it either."""
+    unused = unused_settings(ExperimentConfig(**config))
+    return _digest({section: {key: value for key, value in values.items() if f"{section}.{key}" not in unused}
+                    if isinstance(values, dict) else values
+                    for section, values in config.items() if section != "distributed"})
+
+
+def legacy_identity(config: dict) -> str:
+    """The identity of stores written before `trial_identity` left the unused settings out: the hash of the
+    whole resolved config less `distributed`."""
+    return _digest({section: values for section, values in config.items() if section != "distributed"})
+
+
+def _digest(identity: dict) -> str:
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def distinct(trials: list[Trial]) -> list[Trial]:
+    """One trial per identity, the first row of each (what runs: a shared trial trains once)."""
+    seen: dict[str, Trial] = {}
+    for trial in trials:
+        seen.setdefault(trial.trial_id, trial)
+    return list(seen.values())
+
+
+def shared_rows(trials: list[Trial]) -> dict[int, int]:
+    """{position in `trials`: position of the first row with the same identity} for the rows that read
+    another row's run (positions 0-based, in `trials`' order)."""
+    first: dict[str, int] = {}
+    shared = {}
+    for position, trial in enumerate(trials):
+        earlier = first.setdefault(trial.trial_id, position)
+        if earlier != position:
+            shared[position] = earlier
+    return shared
+
+
+class StoredIdentities:
+    """The tags a run of each trial may carry in a store: its identity, then (stores written before the
+    identity left the unused settings out) the legacy identity of its own row, then those of the other rows
+    that share it. A run found under any of them is the trial's run: a finished one is not trained again."""
+
+    def __init__(self, trials: list[Trial]):
+        self.tags: dict[str, list[str]] = {}
+        for trial in trials:
+            self.tags.setdefault(trial.trial_id, [trial.trial_id])
+            if trial.legacy_id not in self.tags[trial.trial_id]:
+                self.tags[trial.trial_id].append(trial.legacy_id)
+
+    def candidates(self, trial: Trial) -> list[str]:
+        others = [tag for tag in self.tags.get(trial.trial_id, []) if tag not in (trial.trial_id, trial.legacy_id)]
+        return [trial.trial_id, trial.legacy_id, *others]
+
+    def lookup(self, trial: Trial, by_tag: dict[str, Any]) -> Any:
+        """The value `by_tag` holds for the first of the trial's tags it has, else None."""
+        return next((by_tag[tag] for tag in self.candidates(trial) if tag in by_tag), None)
+
+    def done(self, trial: Trial, finished: set[str]) -> bool:
+        return any(tag in finished for tag in self.candidates(trial))
 
 
 def expand(study: Study) -> list[Trial]:

@@ -16,7 +16,7 @@ import pandas as pd
 from ..folders import folder_lock
 from ..study import Study
 from ..tracking.store import StudyStore
-from . import plots, render_html, render_latex, render_md
+from . import fingerprint, plots, render_html, render_latex, render_md, sweeps
 from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .document import ReportDocument
 from .heat_maps import stored_heat_maps
@@ -43,33 +43,63 @@ def _distinct(frame: pd.DataFrame, column: str) -> str:
 
 
 def build_report(study: Study, store: StudyStore, reports_dir: Path, value: ValueChoice = ValueChoice(),
-                 study_path: Path | None = None, attach: bool = True) -> Report:
+                 study_path: Path | None = None, attach: bool = True, rebuild: bool = False) -> Report:
     """`study_path`: the study file, where a search's report compares with its grid profile (search.py).
     `attach`: attach the files to the study's parent run and refresh its MLflow dashboard (tracking/
     dashboard.py); `orchestrator run` does, `orchestrator report` only with --attach (it then reads the store
-    alone, and a SQLite store without loading MLflow)."""
+    alone, and a SQLite store without loading MLflow). `rebuild`: even where the fingerprint says nothing changed
+    (`orchestrator evaluate`: heat maps it drew are run artifacts, which the fingerprint does not read)."""
     # One process at a time writes a report folder: two orchestrators of one study end together (leased.py)
     # and each writes the whole report, but one's clearing plots/ must not pull the figures from under the
     # other's writing them. The lock is held until the report is attached.
     folder = Path(reports_dir) / study.name
     folder.mkdir(parents=True, exist_ok=True)
     with folder_lock(folder):
-        return _build(study, store, folder, value, study_path, attach)
+        return _build(study, store, folder, value, study_path, attach, rebuild)
 
 
 def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, study_path: Path | None,
-           attach: bool) -> Report:
+           attach: bool, rebuild: bool = False) -> Report:
     frame = study_results(store, study, value)
     trials, outside = frame[frame["in_study"]], frame[~frame["in_study"]]
     trials = prefer_isolated(trials)  # timings taken alone (evaluate --time) where they exist: timing_source.py
+    inputs = fingerprint.of_inputs(study, frame, value)
+    kept = None if is_search(study) or rebuild else fingerprint.unchanged(folder, inputs)
+    if kept is not None:  # the same inputs, the same code: the report on disk is this report
+        return _kept(study, store, folder, value, trials, outside, kept, attach, study_path)
     plot_dir = folder / "plots"
     if plot_dir.is_dir():
         shutil.rmtree(plot_dir)  # figures of a previous report may no longer apply
+    fingerprint.forget(folder)  # until this report is whole
     search, figures, tabled = None, [], trials
     if is_search(study):
         history = metric_history(store, trials, study.search.metric)
         search, figures = search_section(study, study_path, store, trials, history, plot_dir)
         tabled = trials[~trials["stopped_early"].astype(bool)]  # samples ASHA stopped never reached evaluation
+    document = _document(study, store, value, trials, outside, tabled, study_path)
+    document.search = search
+    document.plots = figures + _figures(study, document.tables, tabled, store, plot_dir)
+    document.plots += stored_heat_maps(store, tabled, plot_dir)  # where eval.visualise / evaluate --visualise drew them
+    markdown = render_md.render(document)
+    files = _write(folder, {"report.md": markdown, "report.html": render_html.render(document),
+                            "tables.tex": render_latex.render(document)}, frame, document.tables)
+    files += [path for figure in document.plots for path in figure.files]
+    if attach:
+        _attach(store, folder, document.claims)
+    if search is None:
+        fingerprint.write(folder, inputs, document.plots, files, attached=attach)
+    return Report(folder, markdown, document, files, document.claims)
+
+
+def _attach(store: StudyStore, folder: Path, claims: list[ClaimResult]) -> None:
+    store.log_artifacts(folder)
+    store.refresh_dashboard()  # the saved view `orchestrator ui` opens, with the charts of these metrics
+    _record_claims(store, claims)
+
+
+def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.DataFrame, outside: pd.DataFrame,
+              tabled: pd.DataFrame, study_path: Path | None, figures: list | None = None) -> ReportDocument:
+    """The report's content but a search's section; `tabled`: the trials its tables are made of."""
     value_text = value.describe(_distinct(trials, "config.train.steps"))
     tail_text = (f" Here K = {_distinct(trials, 'config.eval.tail_tokens')} and the training length is "
                  f"{_distinct(trials, 'config.train.seq_len')}.")
@@ -77,36 +107,44 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
     for table in tables:
         if table.family.key == "time":
             table.tail_text += timing_note(tabled)
-    figures += _figures(tables, tabled, store, plot_dir)
-    figures += stored_heat_maps(store, tabled, plot_dir)  # where eval.visualise / evaluate --visualise drew them
-    document = ReportDocument(study_name=study.name, description=study.description,
-                              tracking_uri=store.tracking_uri, experiment_id=store.experiment_id,
-                              value_text=value_text, trials=trials, outside=outside, tables=tables, plots=figures,
-                              search=search, claims=evaluate_claims(study, trials, study_path))
-    markdown = render_md.render(document)
-    files = _write(folder, {"report.md": markdown, "report.html": render_html.render(document),
-                            "tables.tex": render_latex.render(document)}, frame, tables)
-    files += [figure.path for figure in figures]
-    if attach:
-        store.log_artifacts(folder)
-        store.refresh_dashboard()  # the saved view `orchestrator ui` opens, with the charts of these metrics
-        _record_claims(store, document.claims)
-    return Report(folder, markdown, document, files, document.claims)
+    return ReportDocument(study_name=study.name, description=study.description, tracking_uri=store.tracking_uri,
+                          experiment_id=store.experiment_id, value_text=value_text, trials=trials, outside=outside,
+                          tables=tables, plots=figures or [], claims=evaluate_claims(study, trials, study_path),
+                          best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None)
 
 
-def _figures(tables: list, trials: pd.DataFrame, store: StudyStore, plot_dir: Path) -> list:
-    """Metric vs length per by-length table, perplexity vs each swept value, training curves."""
+def _kept(study: Study, store: StudyStore, folder: Path, value: ValueChoice, trials: pd.DataFrame,
+          outside: pd.DataFrame, kept: fingerprint.Kept, attach: bool, study_path: Path | None) -> Report:
+    """The report of unchanged inputs: its files stay as they are (nothing is drawn or written); its content
+    is computed again for the caller (the tables are quick, the figures are what takes the time). Attached
+    once: again only when it was not yet."""
+    document = _document(study, store, value, trials, outside, trials, study_path, kept.plots)
+    if attach and not kept.attached:
+        _attach(store, folder, document.claims)
+        fingerprint.mark_attached(folder)
+    return Report(folder, (folder / "report.md").read_text(encoding="utf-8"), document, kept.files, document.claims)
+
+
+def _figures(study: Study, tables: list, trials: pd.DataFrame, store: StudyStore, plot_dir: Path) -> list:
+    """Heat maps of a grid over 2+ axes (sweeps.py), metric vs length per by-length table, perplexity vs each
+    swept value (while its lines stay readable), training curves."""
     finished = trials[trials["status"] == "FINISHED"]
     figures = []
+    if tables and sweeps.sweep_axes(study):
+        heatmaps = sweeps.heatmaps(study, tables[0], finished, plot_dir)
+        figures += [heatmaps] if heatmaps else []
     for table in tables:
         if table.family.by_length:
             figures.append(plots.by_length(table, finished, plot_dir))
         if table.family.key == "perplexity":
-            figures += [plots.versus_swept(key, table, finished, plot_dir) for key in plots.swept_keys(finished)]
+            drawn = [plots.versus_swept(key, table, finished, plot_dir) for key in plots.swept_keys(finished)]
+            figures += [plot for plot in drawn if plot is not None]
     order = trials.sort_values("row_index").drop_duplicates("label")
     rows = [(row["label"], bool(row["baseline"]), row.get("block") or "", row.get("variant") or row["label"])
-            for _, row in order.iterrows()]
-    curves = plots.training_curves(metric_history(store, finished, "train_loss"), rows, plot_dir)
+            for row in order.to_dict("records")]
+    drawn = set(plots.drawn_blocks([block for _, _, block, _ in rows]))  # the curves of panels not drawn are not read
+    curves_of = finished[finished["block"].fillna("").isin(drawn)] if "block" in finished else finished
+    curves = plots.training_curves(metric_history(store, curves_of, "train_loss"), rows, plot_dir)
     return figures + ([curves] if curves else [])
 
 

@@ -9,10 +9,12 @@ import pandas as pd
 
 from .plots import Plot
 from .results import MISSING
+from .setup import setup_summary
 from .tables import Table
 
 if TYPE_CHECKING:
     from .search import SearchSection
+    from .sweeps import BestPoints
 
 _REASONS = {
     MISSING: "no run in the tracking store",
@@ -36,6 +38,7 @@ class ReportDocument:
     plots: list[Plot] = field(default_factory=list)
     search: "SearchSection | None" = None  # a sampling search's own section (search.py)
     claims: list[Any] = field(default_factory=list)  # claims.ClaimResult: the study's expect: section, judged
+    best_points: "BestPoints | None" = None  # a grid over 2+ axes: each variant's best grid point (sweeps.py)
 
     def unfinished(self) -> list[str]:
         """"Label · sN: STATUS: reason" for every trial that has no finished run."""
@@ -64,6 +67,9 @@ class ReportDocument:
                      f"{stopped} stopped early by ASHA"]
         parts += [f"{int(n)} {status.lower()}" for status, n in statuses.items() if status != "FINISHED"]
         what = "sample(s)" if self.search is not None else "trial(s)"
+        shared = int(self.trials["shared_with"].notna().sum()) if "shared_with" in self.trials else 0
+        if shared:  # rows that differ only in settings their trial does not read read one run
+            parts.append(f"{shared} of them read another row's run (the trial does not read what they differ in)")
         return f"{len(self.trials)} {what}: " + ", ".join(parts)
 
     def provenance(self) -> list[tuple[str, str]]:
@@ -72,11 +78,21 @@ class ReportDocument:
 
         return provenance(self.trials)
 
+    def setup(self) -> list[tuple[str, str]]:
+        """The setup summary at the report's top (setup.py)."""
+        return setup_summary(self.trials)
+
     def trial_listing(self) -> pd.DataFrame:
         columns = {"label": "variant", "seed": "seed", "status": "status", "run_name": "MLflow run",
-                   "device": "device", "train_seconds": "train s", "trial_id": "trial id"}
+                   "run_id": "run id", "device": "device", "num_parameters": "params", "train_seconds": "train s",
+                   "trial_id": "trial id"}
         present = [c for c in columns if c in self.trials]
         listing = self.trials[present].rename(columns=columns).copy()
         if "train s" in listing:
             listing["train s"] = listing["train s"].map(lambda v: "–" if pd.isna(v) else f"{v:.1f}")
+        if "params" in listing:
+            listing["params"] = listing["params"].map(lambda v: "–" if pd.isna(v) else f"{v / 1e6:.2f}M")
+        if "shared_with" in self.trials and self.trials["shared_with"].notna().any():
+            # Rows that differ only in settings their trial does not read read one run (planning/trials.py).
+            listing["run of"] = self.trials["shared_with"].map(lambda v: f"shared with {v}" if isinstance(v, str) else "–")
         return listing.fillna("–").astype(str)

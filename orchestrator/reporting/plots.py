@@ -1,5 +1,9 @@
 """The report's figures (matplotlib, headless): metric vs evaluation length, metric vs a swept value,
-training curves. Each line is one study row: the mean over seeds, with a band of ± one std (several seeds)."""
+training curves. Each line is one study row: the mean over seeds, with a band of ± one std (several seeds);
+the baseline dashed and named so in the legend. Each figure is a PNG (embedded in the HTML) and an SVG beside
+it (vector, for papers). Small multiples (one panel per grid point) stop at MAX_PANELS, so that a grid of
+hundreds of rows stays readable and quick to draw; the caption says so and points to the numbers of every
+grid point (the table's CSV) and to the heat maps (sweeps.py)."""
 
 from __future__ import annotations
 
@@ -13,15 +17,20 @@ import matplotlib
 matplotlib.use("Agg")  # no display on servers and in CI
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator  # noqa: E402
 
 from dape_core import PRESETS  # noqa: E402
 
 from ..tracking.store import SWEPT_TAG_PREFIX  # noqa: E402
+from .names import assignment, setting  # noqa: E402
+from .names import point as point_words  # noqa: E402
 from .tables import Table  # noqa: E402
 
 DPI = 110
+MAX_PANELS = 8  # small multiples per figure: beyond, they are too small to read (and slow to draw)
+MAX_LINES = 12  # lines of one axes in a metric-vs-swept-value plot
 
 
 def _subplots(*grid: int, **options):
@@ -38,6 +47,11 @@ class Plot:
     title: str
     caption: str
     path: Path
+    vector: Path | None = None  # the same figure as SVG
+
+    @property
+    def files(self) -> list[Path]:
+        return [self.path] + ([self.vector] if self.vector and self.vector.is_file() else [])
 
 
 def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
@@ -56,7 +70,12 @@ def _save(fig, folder: Path, name: str, panels: bool = False) -> Path:
     path = folder / f"{name}.png"
     if panels:
         fig.tight_layout()
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    # What "tight" would measure by drawing the figure once more for each file: measured once, for both.
+    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
+    crop = fig.get_tightbbox(canvas.get_renderer()).padded(0.1)
+    fig.savefig(path, dpi=DPI, bbox_inches=crop)
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # the same figure as vectors, its text as text
+        fig.savefig(path.with_suffix(".svg"), bbox_inches=crop)
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is not None:  # a figure pyplot made (Optuna's) stays in its registry until closed
         pyplot.close(fig)
@@ -85,7 +104,23 @@ def _panels(count: int, width: float = 3.6, height: float = 3.0):
     return fig, list(axes.flat[:count])
 
 
+def drawn_blocks(blocks: list[str]) -> list[str]:
+    """Of the rows' grid points (in table order, repeated), those a figure of panels draws."""
+    return _capped(list(dict.fromkeys(blocks)))[0]
+
+
+def _capped(blocks: list[str]) -> tuple[list[str], str]:
+    """The grid points drawn as panels (the first MAX_PANELS) and what the caption says about the others."""
+    if len(blocks) <= MAX_PANELS:
+        return blocks, ""
+    return blocks[:MAX_PANELS], (f" Only the first {MAX_PANELS} of the {len(blocks)} grid points are drawn (more "
+                                 "panels would not be readable); every grid point's numbers are in the table's CSV "
+                                 "(linked below the table), the heat maps show the whole grid.")
+
+
 def _line(ax, x, mean, std, label: str, baseline: bool) -> None:
+    if baseline:
+        label = f"{label} (baseline)"
     style = dict(color="black", linestyle="--") if baseline else {}
     marker = "o" if len(x) <= 30 else None  # dots mark measured points, until they would hide the line
     line, = ax.plot(x, mean, marker=marker, markersize=4, linewidth=1.6, label=label, **style)
@@ -98,16 +133,19 @@ def by_length(table: Table, finished: pd.DataFrame, folder: Path) -> Plot:
     """One line per row against the evaluation length; a study read in blocks gets one panel per grid point."""
     family = table.family
     metric = "perplexity" if family.key == "perplexity" else family.title.split(" by ")[0]
-    blocks = table.blocks or [""]
+    blocks, capped = _capped(table.blocks or [""])
     fig, axes = _panels(len(blocks)) if table.blocks else _subplots(figsize=(7.2, 4.4))
     axes = axes if table.blocks else [axes]
+    by_block: dict[str, list] = {}
+    for row in table.rows:
+        by_block.setdefault(row.block, []).append(row)
     for ax, block in zip(axes, blocks):
-        lengths = _draw_by_length(ax, table, [row for row in table.rows if row.block == block], bool(table.blocks))
+        lengths = _draw_by_length(ax, table, by_block.get(block, []), bool(table.blocks))
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(FixedLocator(lengths))
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xticklabels([str(length) for length in lengths])
-        title = block or f"{family.title} ({table.value_text.split(' (')[0]})"
+        title = point_words(block) or f"{family.title} ({table.value_text.split(' (')[0]})"
         _style(ax, title, "evaluation length L (log scale)", metric)
     if table.blocks:
         fig.suptitle(f"{family.title} ({table.value_text.split(' (')[0]}), one panel per grid point", fontsize=11)
@@ -115,8 +153,8 @@ def by_length(table: Table, finished: pd.DataFrame, folder: Path) -> Plot:
     name = f"{family.key}_vs_length"
     per = "one panel per grid point, one line per variant" if table.blocks else "one line per variant"
     caption = (f"{family.title}: {per}, mean over seeds with a ± 1 std band where there are several seeds; "
-               "the baseline dashed.")
-    return Plot(name, family.title, caption, _save(fig, folder, name, panels=bool(table.blocks)))
+               f"the baseline dashed.{capped}")
+    return _plot(name, family.title, caption, _save(fig, folder, name, panels=bool(table.blocks)))
 
 
 def _draw_by_length(ax, table: Table, rows: list, by_variant: bool) -> list[int]:
@@ -157,12 +195,17 @@ def swept_keys(finished: pd.DataFrame) -> list[str]:
     return worth
 
 
-def versus_swept(key: str, table: Table, finished: pd.DataFrame, folder: Path) -> Plot:
-    """The metric at the shortest and the longest evaluation length against one swept value."""
+def versus_swept(key: str, table: Table, finished: pd.DataFrame, folder: Path) -> Plot | None:
+    """The metric at the shortest and the longest evaluation length against one swept value: one line per
+    combination of the other swept values. None where that would be more than MAX_LINES lines (a grid over
+    several axes: its heat maps show it, sweeps.py)."""
     name_of = key.removeprefix(SWEPT_TAG_PREFIX)
     columns = [table.columns[0], table.columns[-1]] if len(table.columns) > 1 else table.columns
     others = [c for c in finished.columns if c.startswith(SWEPT_TAG_PREFIX) and c != key]
     with_key, without = finished[finished[key].notna()], finished[finished[key].isna()]
+    lines = len(with_key[others].astype(str).drop_duplicates()) if others else 1
+    if lines + without["label"].nunique() > MAX_LINES:
+        return None
     values = _ordered_values(name_of, with_key[key].tolist())
     numeric = all(isinstance(v, (int, float)) for v in values)
     position = {v: (v if numeric else i) for i, v in enumerate(values)}
@@ -171,7 +214,7 @@ def versus_swept(key: str, table: Table, finished: pd.DataFrame, folder: Path) -
         groups = with_key.groupby([with_key[k].astype(str) for k in others], dropna=False) if others else [((), with_key)]
         for group_key, group in groups:
             stats = group.groupby(key)[column].agg(["mean", "std"]).reindex([v for v in values if v in set(group[key])])
-            label_parts = [f"{k.removeprefix(SWEPT_TAG_PREFIX).split('.')[-1]}={v}" for k, v in
+            label_parts = [assignment(k.removeprefix(SWEPT_TAG_PREFIX), v) for k, v in
                            zip(others, group_key if isinstance(group_key, tuple) else (group_key,)) if v not in ("nan", "None")]
             x = [position[v] for v in stats.index]
             _line(ax, x, stats["mean"].to_numpy(float), stats["std"].to_numpy(float), ", ".join(label_parts) or "mean over seeds", False)
@@ -183,13 +226,15 @@ def versus_swept(key: str, table: Table, finished: pd.DataFrame, folder: Path) -
             ax.set_xticks(list(position.values()), [str(v) for v in values])
         else:
             ax.set_xticks(values)
-        _style(ax, f"{table.header(column)}", name_of, "perplexity" if table.family.key == "perplexity" else table.family.key)
+        _style(ax, f"{table.header(column)}", setting(name_of),
+               "perplexity" if table.family.key == "perplexity" else table.family.key)
     _legend_outside(fig, axes[0][0])
-    fig.suptitle(f"{table.family.title.split(' by ')[0]} vs {name_of}", fontsize=11)
+    words = setting(name_of)
+    fig.suptitle(f"{table.family.title.split(' by ')[0]} vs {words}", fontsize=11)
     name = f"{table.family.key}_vs_{name_of.replace('.', '_')}"
     caption = (f"{table.family.title.split(' by ')[0]} at the shortest and the longest evaluation length against "
-               f"{name_of}; mean over seeds, ± 1 std band; dashed: rows that do not set {name_of}.")
-    return Plot(name, f"vs {name_of}", caption, _save(fig, folder, name, panels=len(columns) > 1))
+               f"{words} ({name_of}); mean over seeds, ± 1 std band; dashed: rows that do not set it.")
+    return _plot(name, f"vs {words}", caption, _save(fig, folder, name, panels=len(columns) > 1))
 
 
 def training_curves(history: pd.DataFrame, rows: list[tuple[str, bool, str, str]], folder: Path) -> Plot | None:
@@ -199,20 +244,26 @@ def training_curves(history: pd.DataFrame, rows: list[tuple[str, bool, str, str]
         return None
     blocks = list(dict.fromkeys(block for _, _, block, _ in rows))
     in_blocks = len(blocks) > 1
+    blocks, capped = _capped(blocks)
     fig, axes = _panels(len(blocks)) if in_blocks else _subplots(figsize=(7.2, 4.2))
     axes = axes if in_blocks else [axes]
+    per_label = {label: group for label, group in history.groupby("label", sort=False)}
     for ax, block in zip(axes, blocks):
         for label, is_baseline, row_block, variant in rows:
-            mine = history[history["label"] == label]
-            if row_block != block or mine.empty:
+            mine = per_label.get(label)
+            if row_block != block or mine is None:
                 continue
             per_step = mine.groupby("step")["value"].agg(["mean", "std"])
             _line(ax, per_step.index.to_numpy(), per_step["mean"].to_numpy(float), per_step["std"].to_numpy(float),
                   variant if in_blocks else label, is_baseline)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        _style(ax, block if in_blocks else "Training loss", "step", "train loss (nats/token)")
+        _style(ax, point_words(block) if in_blocks else "Training loss", "step", "train loss (nats/token)")
     if in_blocks:
         fig.suptitle("Training loss, one panel per grid point", fontsize=11)
     _legend_outside(fig, axes[0])
-    caption = "Training loss per logged step: one line per variant, mean over seeds with a ± 1 std band."
-    return Plot("training_curves", "Training curves", caption, _save(fig, folder, "training_curves", panels=in_blocks))
+    caption = f"Training loss per logged step: one line per variant, mean over seeds with a ± 1 std band.{capped}"
+    return _plot("training_curves", "Training curves", caption, _save(fig, folder, "training_curves", panels=in_blocks))
+
+
+def _plot(name: str, title: str, caption: str, path: Path) -> Plot:
+    return Plot(name, title, caption, path, path.with_suffix(".svg"))

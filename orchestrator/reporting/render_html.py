@@ -91,7 +91,12 @@ def _significance_table(table: Table) -> str:
 def _figure(plot) -> str:
     data = base64.b64encode(plot.path.read_bytes()).decode("ascii")
     return (f'<figure id="plot-{escape(plot.name)}"><img alt="{escape(plot.title)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{escape(plot.caption)}</figcaption></figure>")
+            f"<figcaption>{escape(plot.caption)}{_vector_link(plot)}</figcaption></figure>")
+
+
+def _vector_link(plot) -> str:
+    """The SVG beside the PNG (plots/ next to report.html), for papers."""
+    return f' <a href="plots/{escape(plot.vector.name)}">SVG</a>' if plot.vector else ""
 
 
 def render(document: ReportDocument) -> str:
@@ -100,6 +105,10 @@ def render(document: ReportDocument) -> str:
         parts.append(f"<p>{escape(document.description.strip())}</p>")
     parts.append(f'<p class="meta">{escape(document.counts())}. From the MLflow store '
                  f"<code>{escape(document.tracking_uri)}</code> (experiment {escape(document.experiment_id)}).</p>")
+    setup = document.setup()
+    if setup:
+        parts.append('<p class="meta">Setup:</p><ul class="meta setup">'
+                     + "".join(f"<li>{escape(k)}: {escape(v)}</li>" for k, v in setup) + "</ul>")
     facts = document.provenance()
     if facts:
         parts.append('<ul class="meta">' + "".join(f"<li>{escape(k)}: <code>{escape(v)}</code></li>" for k, v in facts) + "</ul>")
@@ -109,7 +118,15 @@ def render(document: ReportDocument) -> str:
     if not document.tables:
         parts.append(f"<p>{escape(document.no_tables_text())}</p>")
     for number, table in enumerate(document.tables, start=1):
-        parts += [f"<h2>{escape(table.family.title)}</h2>", _main_table(table, number), _significance_table(table)]
+        parts += [f"<h2>{escape(table.family.title)}</h2>", _main_table(table, number),
+                  f'<p class="note">Every number behind the table: <a href="table_{table.family.key}.csv">'
+                  f"table_{table.family.key}.csv</a></p>", _significance_table(table)]
+    if document.best_points:
+        best = document.best_points
+        head = "".join(f"<th>{escape(h)}</th>" for h in best.header)
+        body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in line) + "</tr>" for line in best.body)
+        parts.append(f'<h2>Best grid point per variant</h2><table class="results" id="best-grid-point"><caption>'
+                     f"{escape(best.caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
     if document.plots:
         parts.append("<h2>Plots</h2>")
         parts += [_figure(plot) for plot in document.plots]

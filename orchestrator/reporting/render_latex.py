@@ -21,7 +21,8 @@ def escape(text: str) -> str:
 
 
 def _number(value: float, decimals: int) -> str:
-    return f"{value:.{decimals}f}"
+    """As in the Markdown and HTML (cells.number): a value that rounds to zero is 0.000, never -0.000."""
+    return cells.number(value, decimals)
 
 
 def _cell(table: Table, row, column: str) -> str:
@@ -76,7 +77,19 @@ def table_tex(table: Table, study_name: str) -> str:
     return "\n".join(lines)
 
 
+def best_points_tex(document: ReportDocument) -> str:
+    best = document.best_points
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{escape(best.caption)}}}",
+             rf"\label{{tab:{re.sub(r'[^A-Za-z0-9]+', '-', document.study_name)}-best-grid-point}}",
+             rf"\begin{{tabular}}{{ll{'r' * (len(best.header) - 2)}}}", r"\toprule",
+             " & ".join(escape(h) for h in best.header) + r" \\", r"\midrule"]
+    lines += [" & ".join(escape(cell) for cell in line) + r" \\" for line in best.body]
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines)
+
+
 def render(document: ReportDocument) -> str:
     header = [f"% Ablation tables for study {escape(document.study_name)}, generated from the MLflow store by "
               "`orchestrator report`.", r"% Needs \usepackage{booktabs} in the preamble.", ""]
-    return "\n".join(header + [table_tex(t, document.study_name) + "\n" for t in document.tables])
+    best = [best_points_tex(document) + "\n"] if document.best_points else []
+    return "\n".join(header + [table_tex(t, document.study_name) + "\n" for t in document.tables] + best)

@@ -72,6 +72,7 @@ def render(document: ReportDocument) -> str:
         out += [document.description.strip(), ""]
     out += [f"{document.counts()}. From the MLflow store {document.tracking_uri} (experiment "
             f"{document.experiment_id})."]
+    out += ["", "Setup:"] + [f"- {name}: {_escape(text)}" for name, text in document.setup()] + [""] if document.setup() else []
     out += [f"- {name}: {value}" for name, value in document.provenance()]
     out.append("")
     out += render_claims.markdown(document.claims)
@@ -80,7 +81,8 @@ def render(document: ReportDocument) -> str:
     if not document.tables:
         out += [document.no_tables_text(), ""]
     for number, table in enumerate(document.tables, start=1):
-        out += [f"## {table.family.title}", "", f"*Table {number}.* {_escape(table.caption())}", "", main_table(table), ""]
+        out += [f"## {table.family.title}", "", f"*Table {number}.* {_escape(table.caption())}", "", main_table(table), "",
+                f"Every number behind the table: [table_{table.family.key}.csv](table_{table.family.key}.csv)", ""]
         note = significance_note(table)
         if note:
             out += [f"Significance: {_escape(note)}", ""]
@@ -88,10 +90,15 @@ def render(document: ReportDocument) -> str:
         if significance:
             out += [f"Against the baseline ({baselines(table)}): difference of means, Holm-corrected p-value, "
                     "Cohen's d, test and seeds:", "", significance, ""]
+    if document.best_points:
+        best = document.best_points
+        out += ["## Best grid point per variant", "", f"*{_escape(best.caption)}*", "",
+                _grid(best.header, [[_escape(cell) for cell in line] for line in best.body], names=2), ""]
     if document.plots:
         out += ["## Plots", ""]
         for plot in document.plots:
-            out += [f"![{plot.title}](plots/{plot.path.name})", "", f"*{_escape(plot.caption)}*", ""]
+            vector = f" ([SVG](plots/{plot.vector.name}))" if plot.vector else ""
+            out += [f"![{plot.title}](plots/{plot.path.name})", "", f"*{_escape(plot.caption)}*{vector}", ""]
     unfinished = document.unfinished()
     if unfinished:
         out += ["## Trials not finished", ""] + [f"- {_escape(line)}" for line in unfinished] + [""]

@@ -15,12 +15,12 @@ from typing import Any
 
 import pandas as pd
 
-from ..planning.trials import Trial, expand
+from ..planning.trials import StoredIdentities, Trial, expand, shared_rows
 from ..study import Study, StudyError, load_study
 from ..study.locate import names_a_file, study_file
 from ..tracking.store import (ENV_TAG_PREFIX, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG,
                               StudyStore)
-from ..tracking.params import effective_params
+from ..tracking.params import NOT_APPLICABLE, effective_params
 from ..tracking.uri import choose_store
 from .layout import row_layout
 from .columns import CONFIG_PREFIX, IDENTITY_COLUMNS, MISSING, SERIES_METRICS, metric_columns
@@ -119,30 +119,62 @@ def study_results(store: StudyStore, study: Study | None = None, value: ValueCho
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=IDENTITY_COLUMNS)
-    frame = _select_values(store, frame, value)
+    frame = _unset_marked(_select_values(store, frame, value))
     ordered = [c for c in IDENTITY_COLUMNS if c in frame.columns]
     rest = sorted(c for c in frame.columns if c not in ordered)
     frame = frame[ordered + rest].sort_values(["in_study", "row_index", "seed"], ascending=[False, True, True])
     return frame.reset_index(drop=True)
 
 
+def _unset_marked(frame: pd.DataFrame) -> pd.DataFrame:
+    """One marker for a setting without a value: a config cell logged as `None` (unset) reads NOT_APPLICABLE
+    like the settings a trial does not read, and a config column that is None in every trial (`config.che`
+    outside CHE studies) is left out."""
+    config = [c for c in frame.columns if c.startswith(CONFIG_PREFIX)]
+    if not config:
+        return frame
+    cells = frame[config].astype(object)
+    unset = cells.isna()
+    frame = frame.drop(columns=[c for c in config if unset[c].all()])
+    kept = [c for c in config if not unset[c].all() and unset[c].any()]
+    if kept:
+        frame[kept] = cells[kept].where(~unset[kept], NOT_APPLICABLE)
+    return frame
+
+
 def _grid_rows(runs: list, study: Study | None) -> list[dict]:
+    """Each row of the study file with the run that counts for its trial; rows that share a trial (they
+    differ only in settings it does not read) each read its one run, the later ones saying whose
+    (`shared_with`: the first row's label). Then the store's runs of no row of the study (in_study False)."""
     by_trial: dict[str, list] = {}
     for run in runs:
         by_trial.setdefault(run.data.tags.get(TRIAL_ID_TAG) or run.info.run_id, []).append(run)
-    rows = {trial_id: _run_row(_counting_run(group)) for trial_id, group in by_trial.items()}
-    expected: list[Trial] = expand(study) if study is not None else []
-    places = row_layout(study) if study is not None else {}
-    for trial in expected:
-        row = rows.get(trial.trial_id) or {"status": MISSING, "trial_id": trial.trial_id, "run_id": None,
-                                          **{f"{CONFIG_PREFIX}{k}": v for k, v in effective_params(trial.config).items()},
-                                          **{f"{SWEPT_TAG_PREFIX}{k}": v for k, v in trial.overrides.items()}}
+    stored = {trial_id: _run_row(_counting_run(group)) for trial_id, group in by_trial.items()}
+    if study is None:
+        return list(stored.values())
+    expected: list[Trial] = expand(study)
+    identities, shared = StoredIdentities(expected), shared_rows(expected)
+    places = row_layout(study)
+    rows, used = [], set()
+    for position, trial in enumerate(expected):
+        tag = identities.lookup(trial, {tag: tag for tag in stored})
+        if tag is None:
+            row = {"status": MISSING, "trial_id": trial.trial_id, "run_id": None,
+                   **{f"{CONFIG_PREFIX}{k}": v for k, v in effective_params(trial.config).items()},
+                   **{f"{SWEPT_TAG_PREFIX}{k}": v for k, v in trial.overrides.items()}}
+        else:
+            used.add(tag)
+            row = dict(stored[tag])
+            if position in shared:  # the run's swept tags are its first row's: this row's own values
+                row = {key: value for key, value in row.items() if not key.startswith(SWEPT_TAG_PREFIX)}
+                row.update({f"{SWEPT_TAG_PREFIX}{k}": v for k, v in trial.overrides.items()})
         # The study file names the rows (a relabelled variant keeps its runs: identity is the config hash).
         place = places[trial.label]
         row.update(label=trial.label, variant=trial.variant, seed=trial.seed, baseline=place.is_baseline,
-                   row_index=place.order, block=place.block, compare_with=place.compare_with, in_study=True)
-        rows[trial.trial_id] = row
-    return list(rows.values())
+                   row_index=place.order, block=place.block, compare_with=place.compare_with, in_study=True,
+                   shared_with=expected[shared[position]].label if position in shared else None)
+        rows.append(row)
+    return rows + [row for tag, row in stored.items() if tag not in used]
 
 
 def _search_rows(runs: list, study: Study) -> list[dict]:
@@ -150,7 +182,8 @@ def _search_rows(runs: list, study: Study) -> list[dict]:
     logged before that tag existed: a row's variant), one row each in sampling order, labelled by their
     sampled values (numbered where two samples drew the same). No MISSING rows: the samples are what ran."""
     templates = expand(study)
-    ids, variants = {t.trial_id for t in templates}, {t.variant for t in templates}
+    ids = {t.trial_id for t in templates} | {t.legacy_id for t in templates}
+    variants = {t.variant for t in templates}
     rows, seen = [], {}
     for order, run in enumerate(sorted(runs, key=lambda run: run.info.start_time or 0)):
         row = _run_row(run)

@@ -51,19 +51,43 @@ class Comparison:
 
 
 def summarise(values: pd.Series) -> Summary:
-    values = values.dropna()
-    if values.empty:
+    return summarise_array(np.asarray(values, dtype=float))
+
+
+def _mean(values: np.ndarray) -> float:
+    """As pandas computes a mean (the sum over the count): the same number to the last bit."""
+    return float(values.sum() / values.size)
+
+
+def summarise_array(values: np.ndarray) -> Summary:
+    """`summarise` on plain numbers (NaN: missing), without a pandas object per cell: a report of hundreds of
+    rows makes thousands of cells. The same arithmetic as pandas' mean and std (two passes, ddof=1)."""
+    values = values[~np.isnan(values)]
+    n = values.size
+    if n == 0:
         return Summary(math.nan, math.nan, 0)
-    return Summary(float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else math.nan, len(values))
+    mean = values.sum() / n
+    std = float(np.sqrt(((mean - values) ** 2).sum() / (n - 1))) if n > 1 else math.nan
+    return Summary(float(mean), std, n)
 
 
 def compare(variant: pd.Series, baseline: pd.Series) -> Comparison:
     """`variant` and `baseline` are one metric's values indexed by seed."""
-    variant, baseline = variant.dropna(), baseline.dropna()
-    diff = float(variant.mean() - baseline.mean()) if len(variant) and len(baseline) else math.nan
-    common = variant.index.intersection(baseline.index)
+    return compare_arrays(variant.to_numpy(dtype=float), variant.index.to_numpy(),
+                          baseline.to_numpy(dtype=float), baseline.index.to_numpy())
+
+
+def compare_arrays(variant: np.ndarray, variant_seeds: np.ndarray, baseline: np.ndarray,
+                   baseline_seeds: np.ndarray) -> Comparison:
+    """`compare` on plain numbers and their seeds (see summarise_array)."""
+    kept, kept_base = ~np.isnan(variant), ~np.isnan(baseline)
+    variant, variant_seeds = variant[kept], variant_seeds[kept]
+    baseline, baseline_seeds = baseline[kept_base], baseline_seeds[kept_base]
+    diff = _mean(variant) - _mean(baseline) if len(variant) and len(baseline) else math.nan
+    position = {seed: i for i, seed in enumerate(baseline_seeds)}
+    common = [(i, position[seed]) for i, seed in enumerate(variant_seeds) if seed in position]  # the variant's order
     if len(common) >= MIN_SEEDS:
-        deltas = (variant[common] - baseline[common]).to_numpy(dtype=float)
+        deltas = variant[[i for i, _ in common]] - baseline[[j for _, j in common]]
         spread = deltas.std(ddof=1)
         if spread == 0:
             return Comparison("no variance", len(common), diff)
@@ -71,7 +95,7 @@ def compare(variant: pd.Series, baseline: pd.Series) -> Comparison:
         return Comparison("paired t", len(common), diff, p=_two_sided(t, len(deltas) - 1),
                           effect=float(deltas.mean() / spread))
     if min(len(variant), len(baseline)) >= MIN_SEEDS:
-        a, b = variant.to_numpy(float), baseline.to_numpy(float)
+        a, b = variant, baseline
         pooled = math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2)
         if pooled == 0:
             return Comparison("no variance", min(len(a), len(b)), diff)

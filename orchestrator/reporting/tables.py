@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from .metrics import Family, headline_first
-from .stats import MIN_SEEDS, Comparison, Summary, apply_holm, compare, summarise
+from .stats import MIN_SEEDS, Comparison, Summary, apply_holm, compare_arrays, summarise_array
 
 
 @dataclass
@@ -40,6 +41,9 @@ class Table:
     rows: list[Row]
     value_text: str  # which value of each run's metric the cells show
     tail_text: str = ""
+    _by_label: dict = field(default_factory=dict, repr=False, compare=False)
+    _best: dict = field(default_factory=dict, repr=False, compare=False)
+    _blocks: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def reference(self) -> str:
@@ -49,7 +53,11 @@ class Table:
         return self.family.header(column)
 
     def row(self, label: str | None) -> Row | None:
-        return next((row for row in self.rows if row.label == label), None)
+        if self._by_label.get(None) != len(self.rows):  # rows are set once; indexed at the first look-up
+            self._by_label = {None: len(self.rows)}
+            for row in self.rows:
+                self._by_label.setdefault(row.label, row)
+        return self._by_label.get(label) if label is not None else None
 
     @property
     def has_baseline(self) -> bool:
@@ -62,16 +70,27 @@ class Table:
     @property
     def blocks(self) -> list[str]:
         """The grid points the rows are grouped by (one block each), or [] for a study read row by row."""
-        names = list(dict.fromkeys(row.block for row in self.rows))
-        return names if len(names) > 1 or (names and names[0]) else []
+        if self._blocks is None or self._blocks[0] != len(self.rows):
+            names = list(dict.fromkeys(row.block for row in self.rows))
+            self._blocks = (len(self.rows), names if len(names) > 1 or (names and names[0]) else [])
+        return self._blocks[1]
 
     def best(self, column: str) -> set[str]:
         """The best rows of a column, within each block: none where fewer than two rows have a value or
-        all of them tie (ΔP at the training length is 0 by definition in every row)."""
+        all of them tie (ΔP at the training length is 0 by definition in every row). Computed once per column
+        (every renderer asks for every cell)."""
+        if column not in self._best:
+            self._best[column] = self._find_best(column)
+        return self._best[column]
+
+    def _find_best(self, column: str) -> set[str]:
+        by_block: dict[str, dict[str, float]] = {}
+        for row in self.rows:
+            if row.cells[column].n:
+                by_block.setdefault(row.block if self.blocks else "", {})[row.label] = round(
+                    row.cells[column].mean, self.family.decimals)
         best: set[str] = set()
-        for block in self.blocks or [""]:
-            means = {row.label: round(row.cells[column].mean, self.family.decimals) for row in self.rows
-                     if row.block == block and row.cells[column].n}
+        for means in by_block.values():
             if len(means) < 2 or len(set(means.values())) == 1:
                 continue
             target = min(means.values()) if self.family.lower_is_better else max(means.values())
@@ -157,22 +176,47 @@ def _compared_with(order: pd.DataFrame) -> dict[str, str | None]:
     return {label: None if label == only else only for label in order["label"]}
 
 
+_NONE = np.array([], dtype=int)
+
+
+class _RunsByRow:
+    """The finished trials' values of some columns, found by row label without selecting the frame again:
+    one grouping, then each row's seeds and values by position."""
+
+    def __init__(self, finished: pd.DataFrame, columns: list[str]):
+        self.positions = finished.groupby("label", sort=False).indices
+        self.seeds = finished["seed"].to_numpy()
+        self.columns = {column: finished[column].to_numpy(dtype=float) for column in columns}
+
+    def count(self, label: str) -> int:
+        return len(self.positions.get(label, ()))
+
+    def values(self, label: str, column: str) -> np.ndarray:
+        """One metric's values of a row (NaN: not logged), in the order of `seeds`."""
+        return self.columns[column][self.positions.get(label, _NONE)]
+
+    def seeds_of(self, label: str) -> np.ndarray:
+        return self.seeds[self.positions.get(label, _NONE)]
+
+
 def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text: str = "") -> Table | None:
-    """`frame`: every in-study trial (any status); only FINISHED ones enter the numbers."""
+    """`frame`: every in-study trial (any status); only FINISHED ones enter the numbers. The trials are
+    grouped by row once (not selected row by row: a study has hundreds of rows)."""
     finished = frame[frame["status"] == "FINISHED"]
     columns = family.columns(finished)
     if not columns:
         return None
     order = frame.sort_values("row_index").drop_duplicates("label")
     compare_with = _compared_with(order)
+    expected = frame["label"].value_counts()
+    runs = _RunsByRow(finished, columns)
     rows = []
-    for _, info in order.iterrows():
+    for info in order[["label", "baseline"] + [c for c in ("block", "variant") if c in order]].to_dict("records"):
         label = info["label"]
-        mine = finished[finished["label"] == label].set_index("seed")
         block = info.get("block") if isinstance(info.get("block"), str) else ""
         rows.append(Row(label=label, is_baseline=bool(info["baseline"]), baseline_label=compare_with[label],
-                        seeds_done=len(mine), seeds_expected=int((frame["label"] == label).sum()),
-                        cells={column: summarise(mine[column]) for column in columns}, block=block,
+                        seeds_done=runs.count(label), seeds_expected=int(expected[label]),
+                        cells={column: summarise_array(runs.values(label, column)) for column in columns}, block=block,
                         variant=str(info.get("variant") or label)))
     table = Table(family, columns, rows, value_text, tail_text)
     if family.significance:
@@ -180,9 +224,9 @@ def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text:
             base = table.row(row.baseline_label)
             if base is None:
                 continue
-            theirs = finished[finished["label"] == base.label].set_index("seed")
-            mine = finished[finished["label"] == row.label].set_index("seed")
-            row.comparisons = {column: compare(mine[column], theirs[column]) for column in columns}
+            mine, theirs = runs.seeds_of(row.label), runs.seeds_of(base.label)
+            row.comparisons = {column: compare_arrays(runs.values(row.label, column), mine,
+                                                      runs.values(base.label, column), theirs) for column in columns}
         apply_holm(table.comparisons())
     return table
 

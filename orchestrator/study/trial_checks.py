@@ -10,7 +10,8 @@ Every config is checked with its trial size (`Study.trial_config`: the row's own
 `resources.workers` / `resources.parallelism`), so that a size dape_core refuses (a batch that does not split
 over the workers, a CHE trial on several) is reported, saying where the size came from; and a multi-worker
 trial needs whole GPUs per worker. The size is not part of a trial's identity (the same computation on any
-number of workers), so two rows that differ only in it are one trial.
+number of workers), so two rows that differ only in it are one trial. Rows of one variant that differ only in
+settings the trial does not read share one trial (`identity_problems`).
 """
 
 from __future__ import annotations
@@ -131,28 +132,36 @@ def search_values(dist: "Distribution") -> list[Any]:
 
 
 def identity_problems(trials: list[ResolvedTrial]) -> list[str]:
-    """Two rows whose resolved configs are equal would be one trial identity: one MLflow run, one checkpoint.
-    The identity leaves the trial size out (planning.trials.trial_identity), so rows that differ only in
-    `distributed` are one trial too."""
-    from ..planning.trials import trial_identity  # planning imports the study format: import it late
+    """Two rows whose effective configs are equal would be one trial identity: one MLflow run, one checkpoint.
+    The identity leaves out the trial size and the settings a trial does not read (planning.trials.
+    trial_identity). Rows of one variant that differ only in settings it ignores (the Kerple baseline at
+    every `model.d_dape` of a grid) are meant to be one trial: they share its run. Any other pair is an
+    error: two variants that resolve to one trial, or two rows that differ in nothing but their size."""
+    from ..planning.trials import legacy_identity, trial_identity  # planning imports the study format: import it late
 
     first: dict[str, ResolvedTrial] = {}
     problems = []
     for trial in trials:
         if trial.cell is None:
             continue
-        canonical = trial_identity(trial.config.to_dict())
-        if canonical in first:
-            earlier = first[canonical]
-            size_only = earlier.config.distributed != trial.config.distributed
-            apart = (" apart from their trial size (distributed.*: the number of workers does not change what a "
-                     "trial computes)" if size_only else "")
-            differ = "make them differ in model, data, train or eval" if size_only else "make them differ"
-            problems.append(f"{earlier.where} (row {earlier.row}) and {trial.where} (row {trial.row}): the two rows "
-                            f"resolve to the same trial config{apart}, so they would train one model into one MLflow "
-                            f"run and one checkpoint; {differ} or keep one")
-        else:
+        config = trial.config.to_dict()
+        canonical = trial_identity(config)
+        if canonical not in first:
             first[canonical] = trial
+            continue
+        earlier = first[canonical]
+        same_config = legacy_identity(earlier.config.to_dict()) == legacy_identity(config)
+        if not same_config and earlier.cell.variant == trial.cell.variant:
+            continue  # one variant's rows that differ only in what it does not read: one shared trial
+        size_only = same_config and earlier.config.distributed != trial.config.distributed
+        apart = (" apart from their trial size (distributed.*: the number of workers does not change what a "
+                 "trial computes)" if size_only else "")
+        if not same_config:
+            apart = " apart from settings neither reads (logged as n/a)"
+        differ = "make them differ in model, data, train or eval" if size_only else "make them differ"
+        problems.append(f"{earlier.where} (row {earlier.row}) and {trial.where} (row {trial.row}): the two rows "
+                        f"resolve to the same trial config{apart}, so they would train one model into one MLflow "
+                        f"run and one checkpoint; {differ} or keep one")
     return problems
 
 

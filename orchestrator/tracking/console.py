@@ -92,6 +92,8 @@ class ConsoleProgress(TrialListener):
 
     def trial_result(self, event: TrialResult) -> None:
         if event.final:
+            if event.result.get("resumed_from_step") is not None:  # its training went on from a checkpoint
+                self._line(event.trial, f"resumed from step {int(event.result['resumed_from_step'])}")
             if not event.result.get("error"):  # a failure is shown when the trial ends
                 metrics = final_metrics(event.result)
                 self._evaluated(event.trial, perplexity_by_length(metrics), accuracies(metrics))

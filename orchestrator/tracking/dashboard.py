@@ -66,6 +66,16 @@ def headline_metric(metric_keys: list[str]) -> str | None:
     return "che_acc_test" if "che_acc_test" in metric_keys else None
 
 
+def per_length(metric_keys: list[str]) -> list[str]:
+    """The per-length metrics (ppl_<L>, else acc_<L>) by length: the view's table columns."""
+    for prefix in ("ppl_", "acc_"):
+        lengths = sorted(int(key[len(prefix):]) for key in metric_keys
+                         if key.startswith(prefix) and key[len(prefix):].isdigit())
+        if lengths:
+            return [f"{prefix}{length}" for length in lengths]
+    return []
+
+
 def _line(uuid: str, metric: str, name: str, series: bool) -> dict:
     return {"uuid": uuid, "type": "LINE", "metricSectionId": SECTION, "isGenerated": False, "deleted": False,
             "displayName": name, "metricKey": metric, "runsCountToCompare": 100, "lineSmoothness": 0,
@@ -100,9 +110,11 @@ def charts(metrics: StudyMetrics) -> list[dict]:
 
 def view_state(metrics: StudyMetrics) -> dict:
     """The saved view: trial runs as rows (the parent filtered out), every trial in the charts, the study's
-    swept values and headline metric as table columns."""
+    swept values and its per-length metrics (the headline one included) as table columns."""
     columns = [f"params.`{key}`" for key in metrics.swept_params] + ["attributes.`Dataset`"]
-    columns += [f"metrics.`{metrics.headline}`"] if metrics.headline else []
+    columns += [f"metrics.`{key}`" for key in per_length(metrics.metric_keys)]  # the paper's table, per run
+    if metrics.headline and f"metrics.`{metrics.headline}`" not in columns:
+        columns.append(f"metrics.`{metrics.headline}`")
     order, ascending = ("tags.`mlflow.runName`", True)
     if metrics.headline:  # a leaderboard: best first (perplexity: lowest; accuracy: highest)
         order, ascending = f"metrics.`{metrics.headline}`", metrics.headline.startswith("ppl_")

@@ -1,0 +1,81 @@
+"""Whether a report on disk is already the report of its inputs: a finished study run again with nothing
+changed must not redraw hundreds of panels. The fingerprint (report.fingerprint.json beside report.md) is a
+hash of everything a report is made of: the study as parsed (`Study.model_dump`), the value chosen
+(final/best/step), the results frame (every trial's run id, status, config, swept values and metrics: a
+rerun trial or a new trial changes it) and the source of the code that draws the report (orchestrator/
+reporting/*.py); with it, the figures' names and captions and the files written, and whether the folder was
+attached to the study's parent run. A report is kept when the fingerprint matches and all its files are there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pandas as pd
+
+from .plots import Plot
+
+FILE = "report.fingerprint.json"
+
+
+@dataclass
+class Kept:
+    plots: list[Plot]
+    files: list[Path]
+    attached: bool
+
+
+@cache
+def _code() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def of_inputs(study, frame: pd.DataFrame, value) -> str:
+    digest = hashlib.sha256()
+    digest.update(json.dumps(study.model_dump(mode="json"), sort_keys=True, default=str).encode())
+    digest.update(repr(value).encode())
+    digest.update(frame.to_csv(index=False).encode())
+    digest.update(_code().encode())
+    return digest.hexdigest()
+
+
+def unchanged(folder: Path, inputs: str) -> Kept | None:
+    """The kept report's figures and files where the fingerprint on disk is `inputs` and every file is there."""
+    try:
+        record = json.loads((folder / FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if record.get("inputs") != inputs:
+        return None
+    files = [folder / name for name in record.get("files", [])]
+    plots = [Plot(p["name"], p["title"], p["caption"], folder / p["path"], folder / p["vector"] if p.get("vector") else None)
+             for p in record.get("plots", [])]
+    if not all(path.is_file() for path in files + [plot.path for plot in plots]):
+        return None
+    return Kept(plots, files, bool(record.get("attached")))
+
+
+def write(folder: Path, inputs: str, plots: list[Plot], files: list[Path], attached: bool) -> None:
+    record = {"inputs": inputs, "attached": attached,
+              "files": [str(path.relative_to(folder)) for path in files],
+              "plots": [{"name": p.name, "title": p.title, "caption": p.caption, "path": str(p.path.relative_to(folder)),
+                         "vector": str(p.vector.relative_to(folder)) if p.vector else None} for p in plots]}
+    (folder / FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
+
+
+def mark_attached(folder: Path) -> None:
+    path = folder / FILE
+    record = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**record, "attached": True}, indent=1), encoding="utf-8")
+
+
+def forget(folder: Path) -> None:
+    """The report is being rebuilt: until it is whole, nothing on disk is kept."""
+    (folder / FILE).unlink(missing_ok=True)

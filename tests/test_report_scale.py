@@ -1,0 +1,129 @@
+"""The report of a grid over two axes, trained for real (tiny trials, in-process): heat maps per variant and
+the best grid point with its margin to the baseline there; figures as SVG beside PNG, the baseline named in
+legends, axes named in words; an unchanged report is kept rather than rebuilt."""
+
+import math
+import re
+
+import pytest
+
+from orchestrator import parse_study
+from orchestrator.execution.runner import run_study
+from orchestrator.reporting import build_report, load_results
+from orchestrator.reporting.cells import number
+from orchestrator.reporting.fingerprint import FILE
+from orchestrator.reporting.render_latex import _number
+from orchestrator.tracking.store import StudyStore
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+SPEC = {
+    "name": "two_axis_grid",
+    "base": {"model": {"preset": "tiny", "pos_encoding": "kerple"}, "data": {"max_files": 100},
+             "train": {"steps": 3, "batch_size": 4, "seq_len": 32, "log_every": 1},
+             "eval": {"lengths": [32, 64], "tail_tokens": 16, "n_windows": 2}},
+    "axes": {"model.d_dape": [4, 8], "train.lr": [0.001, 0.002]},
+    "variants": [{"label": "Kerple", "baseline": True, "set": {"model.processor": "none"}},
+                 {"label": "DAPE", "set": {"model.processor": "dapev2", "model.kernel_size": 3}}],
+    "resources": {"cpus": 1, "max_retries": 0},
+}
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    root = tmp_path_factory.mktemp("two_axis_grid")
+    study = parse_study(SPEC)
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    outcome = run_study(study, uri, reports_dir=root / "reports", storage_dir=root / "state", local=True)
+    assert outcome.ok, outcome.failed
+    assert outcome.trials_run == 6  # 8 rows: the baseline ignores d_dape, so it trains once per learning rate
+    return study, uri, root / "reports" / study.name
+
+
+@pytest.mark.slow
+def test_heatmaps_and_the_best_grid_point(grid):
+    study, uri, folder = grid
+    assert (folder / "plots" / "perplexity_heatmaps.png").is_file()
+    svg = (folder / "plots" / "perplexity_heatmaps.svg").read_text()
+    assert "DAPE width" in svg and "learning rate" in svg and "Kerple (baseline)" in svg
+    markdown = (folder / "report.md").read_text()
+    section = markdown.split("## Best grid point per variant", 1)[1].split("##", 1)[0]
+    lines = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]]
+             for line in section.splitlines() if line.startswith("| ") and "variant" not in line}
+    assert set(lines) == {"Kerple", "DAPE"}
+    frame = load_results(study, uri)
+    dape = frame[frame["variant"] == "DAPE"]
+    best = dape.loc[dape["ppl_64"].idxmin()]
+    assert lines["DAPE"][1] == f"DAPE width {best['swept.model.d_dape']}, learning rate {best['swept.train.lr']:g}"
+    assert lines["DAPE"][2] == f"{best['ppl_64']:.3f}"
+    baseline = frame[(frame["label"] == best["compare_with"])]["ppl_64"].iloc[0]
+    margin = (best["ppl_64"] / baseline - 1) * 100
+    assert lines["DAPE"][5] == f"{margin:+.1f}%".replace("+-", "-")
+    assert "Best grid point per variant" in (folder / "tables.tex").read_text()
+
+
+@pytest.mark.slow
+def test_figures_have_vectors_words_and_a_named_baseline(grid):
+    _, _, folder = grid
+    for png in (folder / "plots").glob("*.png"):
+        assert png.with_suffix(".svg").is_file(), png.name
+    curves = (folder / "plots" / "perplexity_vs_length.svg").read_text()
+    assert "Kerple (baseline)" in curves
+    assert "DAPE width 4, learning rate 0.001" in curves  # a panel named in words
+    assert "model.d_dape" not in curves and "d_dape=4" not in curves
+    markdown = (folder / "report.md").read_text()
+    assert "([SVG](plots/perplexity_vs_length.svg))" in markdown
+    assert "[table_perplexity.csv](table_perplexity.csv)" in markdown  # what a capped figure points to
+
+
+@pytest.mark.slow
+def test_an_unchanged_report_is_kept_and_a_changed_one_rebuilt(grid, tmp_path):
+    study, uri, folder = grid
+    store = StudyStore.open(uri, study.name)
+    build_report(study, store, tmp_path, attach=False)
+    written = {path: path.stat().st_mtime_ns for path in (tmp_path / study.name).rglob("*") if path.is_file()}
+    assert (tmp_path / study.name / FILE) in written
+    again = build_report(study, store, tmp_path, attach=False)
+    assert {path: path.stat().st_mtime_ns for path in written} == written  # nothing rewritten
+    assert again.markdown == (tmp_path / study.name / "report.md").read_text()
+    assert [plot.name for plot in again.document.plots] and again.document.tables
+    changed = parse_study({**SPEC, "description": "another description"})
+    rebuilt = build_report(changed, store, tmp_path, attach=False)
+    assert "another description" in rebuilt.markdown
+    assert (tmp_path / study.name / "report.md").stat().st_mtime_ns != written[tmp_path / study.name / "report.md"]
+
+
+def test_latex_rounds_like_markdown():
+    assert _number(-0.0001, 3) == number(-0.0001, 3) == "0.000"
+    assert _number(-0.0016, 3) == "-0.002"
+    assert not math.isnan(float(_number(1.23456, 2)))
+    assert re.fullmatch(r"1\.23", _number(1.23456, 2))
+
+
+def test_saved_view_has_per_length_columns():
+    from orchestrator.tracking.dashboard import StudyMetrics, view_state
+
+    state = view_state(StudyMetrics(["ppl_128", "ppl_32", "ppl_64", "ppl_by_length", "train_loss"],
+                                    ["model.kernel_size"], "ppl_128"))
+    columns = state["selectedColumns"]
+    assert columns[0] == "params.`model.kernel_size`"
+    assert [c for c in columns if c.startswith("metrics.")] == ["metrics.`ppl_32`", "metrics.`ppl_64`", "metrics.`ppl_128`"]
+
+
+def test_a_resumed_trial_says_from_which_step():
+    import io
+
+    from rich.console import Console
+
+    from orchestrator import expand
+    from orchestrator.execution.protocol import FINAL_FLAG
+    from orchestrator.tracking.console import ConsoleProgress
+    from orchestrator.tracking.events import TrialEvents
+
+    trial = expand(parse_study(SPEC))[0]
+    out = io.StringIO()
+    events = TrialEvents([ConsoleProgress(1, Console(file=out, width=200), live=False)])
+    events.started(trial)
+    events.result(trial, {FINAL_FLAG: 1, "step": 3, "total_steps": 3, "resumed_from_step": 2, "ppl_32": 10.0})
+    events.ended(trial)
+    assert f"[1/1] {trial.run_name}: resumed from step 2" in out.getvalue()
