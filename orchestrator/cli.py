@@ -270,8 +270,10 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     _too_big_line(rows, study.resources.gpu_memory_gb)
     for line in legend(study):
         console.print(line)
-    console.print("weights: the size of the model each finished trial keeps in its run's artifacts (keep_weights: "
-                  "final; float32, 4 bytes per parameter); none with keep_weights: none.")
+    sizes = {_weights_size(study, row.cost.parameters) for row in rows}
+    each = f" (every trial here: {sizes.pop()})" if len(sizes) == 1 else ""
+    console.print(f"weights: the size of the model each finished trial keeps in its run's artifacts{each} "
+                  "(keep_weights: final; float32, 4 bytes per parameter); none with keep_weights: none.")
 
 
 def _weights_size(study, parameters: int) -> str:
@@ -286,14 +288,17 @@ def _weights_size(study, parameters: int) -> str:
 def _plan_table(study, profile: str | None, rows: list) -> Table:
     """The plan's table, readable in a 100-column terminal: the trial's label is folded, never cut, and so are
     the other columns but the identity; the workers and fits columns appear only where they
-    say something (a multi-worker trial, resources.gpu_memory_gb)."""
+    say something (a multi-worker trial, resources.gpu_memory_gb, weights of different sizes; the legend gives
+    the size every trial keeps where it is one)."""
     gpu_memory = study.resources.gpu_memory_gb
     wide = any(row.cost.workers > 1 for row in rows)
+    sizes = [_weights_size(study, row.cost.parameters) for row in rows]
+    weights = len(set(sizes)) > 1
     table = Table(title=f"{study.name}{f' (profile {profile})' if profile else ''}")
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("trial", overflow="fold", ratio=1, min_width=12)
     for column in ["id", "params", "GFLOP/\nstep"] + (["workers"] if wide else []) + ["GiB/\nworker"] + (
-            ["fits"] if gpu_memory is not None else []) + ["weights", "est.\ntime", "basis", "status"]:
+            ["fits"] if gpu_memory is not None else []) + (["weights"] if weights else []) + ["est.\ntime", "basis", "status"]:
         table.add_column(column, no_wrap=column in ("id", "params"), overflow="fold")
     for number, row in enumerate(rows, 1):
         cost = row.cost
@@ -303,7 +308,7 @@ def _plan_table(study, profile: str | None, rows: list) -> Table:
         cells.append(f"{cost.peak_memory_bytes / 2**30:.2f}")
         if gpu_memory is not None:
             cells.append("yes" if cost.peak_memory_bytes <= gpu_memory * 2**30 else "NO")
-        cells.append(_weights_size(study, cost.parameters))
+        cells += [sizes[number - 1]] if weights else []
         cells += [_duration(row.seconds) + (f"–{_duration(row.seconds_high)}" if row.seconds_high else ""),
                   row.basis, row.status]
         table.add_row(*cells)

@@ -127,6 +127,16 @@ def test_plan_shows_the_size_of_the_kept_model(tmp_path, monkeypatch):
         path.write_text(yaml.safe_dump({"name": f"plan_{keep}", "base": BASE, "keep_weights": keep}))
         result = CliRunner().invoke(app, ["plan", str(path)])
         assert result.exit_code == 0, result.output
-        row = next(line for line in result.output.splitlines() if line.startswith("│ 1"))
-        cells = [cell.strip() for cell in row.strip("│").split("│")]
-        assert cells[8] == expected, row
+        # One trial, one size: the legend gives it (the column appears where trials' sizes differ).
+        legend = next(line for line in result.output.replace("\n", " ").split("weights: ")[1:])
+        assert f"(every trial here: {expected})" in legend, result.output
+    two = {**BASE, "model": {**BASE["model"], "preset": "tiny"}}
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump({"name": "plan_two", "base": two, "axes": {"model.preset": ["tiny", "small"]}}))
+    result = CliRunner().invoke(app, ["plan", str(path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if " trial " in line)
+    column = [cell.strip() for cell in header.strip("┃").split("┃")].index("weights")
+    rows = [line for line in result.output.splitlines() if line.startswith(("│ 1", "│ 2"))]
+    sizes = [[cell.strip() for cell in row.strip("│").split("│")][column] for row in rows]
+    assert len(set(sizes)) == 2 and all(size.endswith("MiB") for size in sizes), rows
