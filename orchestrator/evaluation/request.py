@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..execution.protocol import ISOLATED_PREFIX
 from ..tracking.store import WEIGHTS_TAG
 
-ISOLATED_PREFIX = "isolated_"  # isolated_ms_per_step, isolated_ms_forward_<L> (+ _q1, _q3): `evaluate --time`
 EVALUATION_TAG_PREFIX = "orchestrator.evaluation."  # one tag per evaluation of the run: what, how, when
 
 

@@ -8,6 +8,11 @@ result carrying FINAL_FLAG: its metrics (ppl_<L>, delta_p_<L>, ms_per_step, ...)
 
 from __future__ import annotations
 
+# The timings `orchestrator evaluate --time` takes of a stored model alone (one at a time, nothing else on the
+# device): isolated_ms_per_step, isolated_ms_forward_<L> (+ _q1, _q3), isolated_repeats. Read where both sides of a
+# timing claim have them (reporting/claims.py) and in the time table (reporting/timing_source.py).
+ISOLATED_PREFIX = "isolated_"
+
 FINAL_FLAG = "final"
 LOG_KEY = "trial_log"  # the trial's log (text), with the final result or a last progress result before an error
 DATA_RECORD_KEY = "data_record"  # JSON: source, path, split sizes, content hash (MLflow dataset inputs)

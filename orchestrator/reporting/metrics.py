@@ -99,9 +99,6 @@ FAMILIES = (
 )
 
 
-# The isolated timings of `orchestrator evaluate --time` (one trial at a time on its device): isolated_ms_per_step,
-# isolated_ms_forward_<L>. Where both sides have them, a timing claim is judged on them (claims.py).
-ISOLATED_PREFIX = "isolated_"
 
 
 def is_timing(column: str) -> bool:
