@@ -102,7 +102,7 @@ def validate(studies: Annotated[list[str], typer.Argument(metavar="STUDY...", he
              profile: ProfileOpt = None) -> None:
     """Check study files without running anything: the chosen profile (default: none) with its data, and
     every other profile of the file (their missing data is a note: it is needed only where they run)."""
-    from .planning import distinct, expand
+    from .trial.trials import distinct, expand
     from .study import StudyError, load_study, profile_data_notes, read_study
     from .study.locate import study_file
 
@@ -214,7 +214,7 @@ def _exit_on_failed_claims(claims: list, strict: bool) -> None:
 
 def _exit_if_not_local(study) -> None:
     from .execution.local import multi_worker_problem
-    from .planning import expand
+    from .trial.trials import expand
 
     problem = multi_worker_problem(expand(study))
     if problem:
@@ -357,7 +357,7 @@ def status(study_path: StudyArg, overrides: OverridesArg = None, profile: Profil
     Give the profile and overrides the study was run with: they make the trials' identities."""
     study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path, profile, overrides)
-    from .planning import StoredIdentities, expand
+    from .trial.trials import StoredIdentities, expand
     from .tracking.uri import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri, study_path)

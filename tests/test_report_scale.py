@@ -116,7 +116,7 @@ def test_a_resumed_trial_says_from_which_step():
     from rich.console import Console
 
     from orchestrator import expand
-    from orchestrator.execution.protocol import FINAL_FLAG
+    from orchestrator.trial.protocol import FINAL_FLAG
     from orchestrator.tracking.console import ConsoleProgress
     from orchestrator.tracking.events import TrialEvents
 

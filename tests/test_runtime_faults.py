@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator import expand, parse_study
 from orchestrator.cli import main
-from orchestrator.execution.cluster import fits, require_placeable, trial_bundles
+from orchestrator.execution.cluster import fits, require_placeable, one_worker_bundles
 from orchestrator.execution.leased import run_leased
 from orchestrator.execution.runner import select_trials
 from orchestrator.errors import ResourcesUnavailable
@@ -210,15 +210,15 @@ def test_resources_no_node_has_are_refused_before_launch(override, advice, tmp_p
 
 def test_the_placement_check_reads_one_node_at_a_time_and_refuses_what_none_can_host():
     nodes = [{"CPU": 8.0, "GPU": 0.0}, {"CPU": 2.0, "GPU": 1.0}]
-    assert fits(trial_bundles(8, 0), nodes) and fits(trial_bundles(2, 0.5), nodes)
-    assert not fits(trial_bundles(4, 1), nodes)  # 4 CPUs and a GPU exist, but on no one node
+    assert fits(one_worker_bundles(8, 0), nodes) and fits(one_worker_bundles(2, 0.5), nodes)
+    assert not fits(one_worker_bundles(4, 1), nodes)  # 4 CPUs and a GPU exist, but on no one node
     with pytest.raises(ResourcesUnavailable, match="set resources.gpus to at most 1"):
         import orchestrator.execution.cluster as cluster
 
         original = cluster.live_nodes
         cluster.live_nodes = lambda: nodes
         try:
-            require_placeable(trial_bundles(1, 2), "the test cluster", wait_s=0)
+            require_placeable(one_worker_bundles(1, 2), "the test cluster", wait_s=0)
         finally:
             cluster.live_nodes = original
 

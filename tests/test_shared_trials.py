@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 from orchestrator import StudyError, expand, parse_study
 from orchestrator.cli import app
 from orchestrator.execution.runner import run_study, select_trials
-from orchestrator.planning.trials import distinct, legacy_identity, shared_rows
+from orchestrator.study.identity import legacy_identity
+from orchestrator.trial.trials import distinct, shared_rows
 from orchestrator.reporting import load_results
 from orchestrator.tracking.store import TRIAL_ID_TAG, StudyStore
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..planning.trials import Trial
+from ..trial.trials import Trial
 from ..study import Study
 from ..tracking.leases import LeaseBook
 from ..tracking.store import StudyStore

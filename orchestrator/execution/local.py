@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..planning.trials import Trial
+from ..trial.trials import Trial
 from ..study import Study
 from ..tracking.events import TrialEvents
 from .trainable import execute

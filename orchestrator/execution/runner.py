@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import StudyInterrupted, TrackingServerUnreachable, exception_chain
 from ..planning.learned import load_measured
 from ..planning.schedule import longest_first
-from ..planning.trials import StoredIdentities, Trial, distinct, expand
+from ..trial.trials import StoredIdentities, Trial, distinct, expand
 from ..reporting import build_report, render_md
 from ..study import Study
 from ..tracking.console import ConsoleProgress
@@ -165,12 +165,12 @@ def _close_open_trials(events: TrialEvents) -> int:
 
 def _prepare_ray(study: Study, address: str | None, connect_timeout: float, resource_wait: float, say) -> None:
     """Start or join Ray (bounded in time), then make sure some node can host a trial (cluster.py)."""
-    from .cluster import require_placeable, trial_bundles
+    from .cluster import one_worker_bundles, require_placeable
     from .ray_tune import start_ray
 
     start_ray(address, connect_timeout)
     where = f"the Ray cluster at {address}" if address else "the local Ray (this machine)"
-    require_placeable(trial_bundles(study.resources.cpus, study.resources.gpus), where, resource_wait, say)
+    require_placeable(one_worker_bundles(study.resources.cpus, study.resources.gpus), where, resource_wait, say)
 
 
 def _run_trials(study: Study, todo: list[Trial], events: TrialEvents, storage_dir: Path, address: str | None,

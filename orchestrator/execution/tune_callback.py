@@ -8,7 +8,7 @@ from pathlib import Path
 from ray.tune import Callback
 
 from ..errors import last_error_line
-from ..planning.trials import materialize
+from ..trial.trials import materialize
 from ..tracking.events import TrialEvents
 from . import interrupt
 

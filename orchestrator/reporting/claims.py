@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..execution.protocol import ISOLATED_PREFIX
+from ..trial.protocol import ISOLATED_PREFIX
 from ..study import Study
 from ..study.claim_checks import Check, Term, claim_checks, later_columns, study_rows
 from .metrics import is_timing

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..execution.protocol import SERIES
+from ..trial.protocol import SERIES
 from ..tracking.store import ENV_TAG_PREFIX, SWEPT_TAG_PREFIX
 
 MISSING = "MISSING"  # the status of a trial the study defines but the store has no run for

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..planning.trials import StoredIdentities, Trial, expand, shared_rows
+from ..trial.trials import StoredIdentities, Trial, expand, shared_rows
 from ..study import Study, StudyError, load_study
 from ..study.locate import names_a_file, study_file
 from ..tracking.store import (ENV_TAG_PREFIX, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG,

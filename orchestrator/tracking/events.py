@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..execution.protocol import FINAL_FLAG
-from ..planning.trials import Trial
+from ..trial.protocol import FINAL_FLAG
+from ..trial.trials import Trial
 
 
 @dataclass(frozen=True)
