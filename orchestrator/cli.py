@@ -342,7 +342,8 @@ def _duration(seconds: float) -> str:
 
 def _open_store(study, uri: str):
     """The study's store for reading, or None where the study has not run yet (nothing is created)."""
-    from .tracking.store import StudyNotFound, StudyStore
+    from .tracking.lookup import StudyNotFound
+    from .tracking.store import StudyStore
 
     try:
         return StudyStore.open(uri, study.name)
@@ -416,7 +417,8 @@ def report(
         err.print(f"[red]Invalid option[/red] --{error}")
         raise typer.Exit(EXIT_INVALID)
     from .reporting import build_report, render_md
-    from .tracking.store import StudyNotFound, StudyStore
+    from .tracking.lookup import StudyNotFound
+    from .tracking.store import StudyStore
     from .tracking.uri import choose_store
 
     reports_dir = _writable_or_exit(_project_path(study_path, reports_dir, "reports"), "--reports-dir")
@@ -499,7 +501,7 @@ def evaluate(
     study = _load_or_exit(study_path, profile, overrides, check_data=True)
     from .evaluation.request import EvalRequest
     from .evaluation.runner import evaluate_study
-    from .tracking.store import StudyNotFound
+    from .tracking.lookup import StudyNotFound
     from .tracking.uri import choose_store
 
     reports_dir = _writable_or_exit(_project_path(study_path, reports_dir, "reports"), "--reports-dir")

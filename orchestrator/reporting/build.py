@@ -171,10 +171,3 @@ def _record_claims(store: StudyStore, claims: list[ClaimResult]) -> None:
     tags, metrics = mlflow_record(claims)
     store.set_tags(store.parent_run_id, tags)
     store.log_metrics(store.parent_run_id, metrics, step=0, timestamp_ms=int(time.time() * 1000))
-
-
-def write_report(study: Study, store: StudyStore, reports_dir: Path, value: ValueChoice = ValueChoice(),
-                 study_path: Path | None = None) -> tuple[Path, str]:
-    """What `orchestrator run` calls at the end: the report folder and its Markdown."""
-    report = build_report(study, store, reports_dir, value, study_path)
-    return report.folder, report.markdown

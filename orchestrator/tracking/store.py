@@ -24,8 +24,7 @@ from typing import Any
 
 from ..errors import ForeignExperiment, StoreUnusable
 from . import dashboard
-from .lookup import StudyNotFound, no_experiment, require_store  # noqa: F401  (their home before lookup.py)
-from .params import flatten  # noqa: F401  (its home before params.py)
+from .lookup import no_experiment, require_store
 from .readers import ClientReader, SQLiteReader
 from .sqlite_file import check_folder_writable, check_readable, check_writable, store_lock
 from .uri import is_server, sqlite_path
