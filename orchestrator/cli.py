@@ -148,8 +148,11 @@ def run(
     # On a cluster (--address, RAY_ADDRESS) the driver's disk may not be the workers': each trial checks its data.
     on_cluster = bool(address or os.environ.get("RAY_ADDRESS"))
     study = _load_or_exit(study_path, profile, overrides, check_data=not on_cluster)
+    from .trial.trials import expand
+
+    rows = expand(study)  # once: the run and its report read these
     if local:
-        _exit_if_not_local(study)
+        _exit_if_not_local(rows)
     from .tracking.uri import resolve_tracking_uri, ui_command
 
     uri = resolve_tracking_uri(tracking_uri, study_path)
@@ -157,11 +160,13 @@ def run(
     storage_dir = _writable_or_exit(_project_path(study_path, storage_dir, ".orchestrator"), "--storage-dir")
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
     try:
-        from .execution.runner import run_study
+        from .execution.context import RunContext
+        from .run import run_and_report
 
-        outcome = run_study(study, uri, address=address, reports_dir=reports_dir, storage_dir=storage_dir,
-                            local=local, failed_only=failed_only, connect_timeout=connect_timeout,
-                            resource_wait=resource_wait, study_path=study_path)
+        context = RunContext.create(study, uri, connect_timeout, rows=rows, storage_dir=storage_dir, address=address,
+                                    local=local, failed_only=failed_only, resource_wait=resource_wait,
+                                    study_path=study_path)
+        outcome = run_and_report(context, reports_dir)
     except OrchestratorError:
         raise  # reported by main() as one paragraph with its exit code
     except KeyboardInterrupt:
@@ -212,11 +217,10 @@ def _exit_on_failed_claims(claims: list, strict: bool) -> None:
         raise typer.Exit(EXIT_CLAIMS_FAILED)
 
 
-def _exit_if_not_local(study) -> None:
+def _exit_if_not_local(rows: list) -> None:
     from .execution.local import multi_worker_problem
-    from .trial.trials import expand
 
-    problem = multi_worker_problem(expand(study))
+    problem = multi_worker_problem(rows)
     if problem:
         err.print(f"[red]Invalid argument[/red]: {problem}. Nothing was run.")
         raise typer.Exit(EXIT_INVALID)

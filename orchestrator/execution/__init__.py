@@ -1,6 +1,7 @@
-"""Running a study's trials and writing its report.
+"""Running a study's trials (the report is orchestrator/run.py's next step: execution never imports reporting).
 
-- runner.py: `run_study`: skip finished trials, run the rest, report;
+- context.py: `RunContext`, what one run runs with (the study, its trials expanded once, the store, Ray, limits);
+- runner.py: `run_study`: skip finished trials, run the rest;
 - ray_tune.py: Ray start-up, the Tuner, the search algorithm and the scheduler;
 - cluster.py: reaching Ray in bounded time, and whether a node can host a trial at all;
 - leased.py: only the trials this orchestrator leases run here; the others are waited for;
