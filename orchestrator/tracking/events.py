@@ -29,7 +29,7 @@ class TrialStarted(TrialEvent):
 
 @dataclass(frozen=True)
 class TrialResult(TrialEvent):
-    """A progress result, or the final one (`final`); see execution/protocol.py."""
+    """A progress result, or the final one (`final`); see trial/protocol.py."""
 
     result: dict
 
