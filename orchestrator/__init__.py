@@ -1,11 +1,15 @@
 """orchestrator: study file -> validated study -> trials -> Ray Tune -> dape_core -> MLflow -> report.
 
+Bottom to top (each imports only its own floor and those below; tests/test_layers.py):
+
     study/      the study format, its validation and a trial's identity (config hash)
     trial/      what a trial is (the study's trials) and what a trial reports: the types every floor shares
-    planning/   cost estimates and the order trials start in (`orchestrator plan`)
-    execution/  run_study: Ray Tune (or --local), the worker-side trainable
     tracking/   the tracking store, the trial events and their listeners (MLflow recorder, console), the UI
+    planning/   what `orchestrator plan` shows: cost estimates, measured steps, the order trials start in
+    execution/  run_study: Ray Tune (or --local), the worker-side trainable
     reporting/  results frame and report from the tracking store
+    evaluation/, slurm/, doctor/   `orchestrator evaluate`, `slurm`, `doctor`
+    run.py      `orchestrator run`: execution, then the report
     cli.py      the `orchestrator` command
 
 The names below are imported on first use, so that `orchestrator --help` does not load torch.
