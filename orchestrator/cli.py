@@ -102,9 +102,9 @@ def validate(studies: Annotated[list[str], typer.Argument(metavar="STUDY...", he
              profile: ProfileOpt = None) -> None:
     """Check study files without running anything: the chosen profile (default: none) with its data, and
     every other profile of the file (their missing data is a note: it is needed only where they run)."""
-    from .trial.trials import distinct, expand
     from .study import StudyError, load_study, profile_data_notes, read_study
     from .study.locate import study_file
+    from .trial.trials import distinct, expand
 
     invalid = 0
     for path in studies:
@@ -362,8 +362,8 @@ def status(study_path: StudyArg, overrides: OverridesArg = None, profile: Profil
     Give the profile and overrides the study was run with: they make the trials' identities."""
     study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path, profile, overrides)
-    from .trial.trials import StoredIdentities, expand
     from .tracking.uri import resolve_tracking_uri
+    from .trial.trials import StoredIdentities, expand
 
     uri = resolve_tracking_uri(tracking_uri, study_path)
     store = _open_store(study, uri)

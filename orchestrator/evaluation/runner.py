@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import StudyInterrupted, UserInputError
-from ..trial.protocol import SERIES
-from ..trial.trials import expand
 from ..study import Study
 from ..tracking.recorder import series
 from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
+from ..trial.protocol import SERIES
+from ..trial.trials import expand
 from .request import EVALUATION_TAG_PREFIX, EvalRequest, TrialTask, missing_lengths, timed, weights_path
 
 

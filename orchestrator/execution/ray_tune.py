@@ -11,10 +11,10 @@ import ray
 from ray import tune
 
 from ..errors import exception_chain
-from ..trial.trials import Trial, materialize
 from ..study import Distribution, Study
 from ..tracking.console import ConsoleProgress
 from ..tracking.events import TrialEvents
+from ..trial.trials import Trial, materialize
 from . import interrupt
 from .cluster import DEFAULT_CONNECT_TIMEOUT_S, connect
 from .ray_train import tune_trial_bundles

@@ -15,13 +15,13 @@ from typing import Any
 
 import pandas as pd
 
-from ..trial.trials import StoredIdentities, Trial, expand, shared_rows
 from ..study import Study, StudyError, load_study
 from ..study.locate import names_a_file, study_file
+from ..tracking.params import NOT_APPLICABLE, effective_params
 from ..tracking.store import (ENV_TAG_PREFIX, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG,
                               StudyStore)
-from ..tracking.params import NOT_APPLICABLE, effective_params
 from ..tracking.uri import choose_store
+from ..trial.trials import StoredIdentities, Trial, expand, shared_rows
 from .layout import row_layout
 from .columns import CONFIG_PREFIX, IDENTITY_COLUMNS, MISSING, SERIES_METRICS, metric_columns
 from .metrics import higher_is_better

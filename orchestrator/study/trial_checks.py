@@ -24,8 +24,8 @@ from pydantic import ValidationError
 
 from dape_core import ExperimentConfig
 
-from .model import MAX_RUN_NAME
 from .identity import legacy_identity, trial_identity
+from .model import MAX_RUN_NAME
 from .overrides import resolve
 from .problems import format_pydantic
 
