@@ -102,9 +102,9 @@ def validate(studies: Annotated[list[str], typer.Argument(metavar="STUDY...", he
              profile: ProfileOpt = None) -> None:
     """Check study files without running anything: the chosen profile (default: none) with its data, and
     every other profile of the file (their missing data is a note: it is needed only where they run)."""
-    from .planning import distinct, expand
     from .study import StudyError, load_study, profile_data_notes, read_study
     from .study.locate import study_file
+    from .trial.trials import distinct, expand
 
     invalid = 0
     for path in studies:
@@ -148,8 +148,11 @@ def run(
     # On a cluster (--address, RAY_ADDRESS) the driver's disk may not be the workers': each trial checks its data.
     on_cluster = bool(address or os.environ.get("RAY_ADDRESS"))
     study = _load_or_exit(study_path, profile, overrides, check_data=not on_cluster)
+    from .trial.trials import expand
+
+    rows = expand(study)  # once: the run and its report read these
     if local:
-        _exit_if_not_local(study)
+        _exit_if_not_local(rows)
     from .tracking.uri import resolve_tracking_uri, ui_command
 
     uri = resolve_tracking_uri(tracking_uri, study_path)
@@ -157,11 +160,13 @@ def run(
     storage_dir = _writable_or_exit(_project_path(study_path, storage_dir, ".orchestrator"), "--storage-dir")
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
     try:
-        from .execution.runner import run_study
+        from .execution.context import RunContext
+        from .run import run_and_report
 
-        outcome = run_study(study, uri, address=address, reports_dir=reports_dir, storage_dir=storage_dir,
-                            local=local, failed_only=failed_only, connect_timeout=connect_timeout,
-                            resource_wait=resource_wait, study_path=study_path)
+        context = RunContext.create(study, uri, connect_timeout, rows=rows, storage_dir=storage_dir, address=address,
+                                    local=local, failed_only=failed_only, resource_wait=resource_wait,
+                                    study_path=study_path)
+        outcome = run_and_report(context, reports_dir)
     except OrchestratorError:
         raise  # reported by main() as one paragraph with its exit code
     except KeyboardInterrupt:
@@ -212,11 +217,10 @@ def _exit_on_failed_claims(claims: list, strict: bool) -> None:
         raise typer.Exit(EXIT_CLAIMS_FAILED)
 
 
-def _exit_if_not_local(study) -> None:
+def _exit_if_not_local(rows: list) -> None:
     from .execution.local import multi_worker_problem
-    from .planning import expand
 
-    problem = multi_worker_problem(expand(study))
+    problem = multi_worker_problem(rows)
     if problem:
         err.print(f"[red]Invalid argument[/red]: {problem}. Nothing was run.")
         raise typer.Exit(EXIT_INVALID)
@@ -342,7 +346,8 @@ def _duration(seconds: float) -> str:
 
 def _open_store(study, uri: str):
     """The study's store for reading, or None where the study has not run yet (nothing is created)."""
-    from .tracking.store import StudyNotFound, StudyStore
+    from .tracking.lookup import StudyNotFound
+    from .tracking.store import StudyStore
 
     try:
         return StudyStore.open(uri, study.name)
@@ -357,8 +362,8 @@ def status(study_path: StudyArg, overrides: OverridesArg = None, profile: Profil
     Give the profile and overrides the study was run with: they make the trials' identities."""
     study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path, profile, overrides)
-    from .planning import StoredIdentities, expand
     from .tracking.uri import resolve_tracking_uri
+    from .trial.trials import StoredIdentities, expand
 
     uri = resolve_tracking_uri(tracking_uri, study_path)
     store = _open_store(study, uri)
@@ -416,7 +421,8 @@ def report(
         err.print(f"[red]Invalid option[/red] --{error}")
         raise typer.Exit(EXIT_INVALID)
     from .reporting import build_report, render_md
-    from .tracking.store import StudyNotFound, StudyStore
+    from .tracking.lookup import StudyNotFound
+    from .tracking.store import StudyStore
     from .tracking.uri import choose_store
 
     reports_dir = _writable_or_exit(_project_path(study_path, reports_dir, "reports"), "--reports-dir")
@@ -499,7 +505,7 @@ def evaluate(
     study = _load_or_exit(study_path, profile, overrides, check_data=True)
     from .evaluation.request import EvalRequest
     from .evaluation.runner import evaluate_study
-    from .tracking.store import StudyNotFound
+    from .tracking.lookup import StudyNotFound
     from .tracking.uri import choose_store
 
     reports_dir = _writable_or_exit(_project_path(study_path, reports_dir, "reports"), "--reports-dir")

@@ -66,15 +66,16 @@ class BuiltStudy:
 
 
 def _run(spec: dict, root: Path) -> BuiltStudy:
-    """Run a study for real (run_study also writes its report, as `orchestrator run` does)."""
-    from orchestrator.execution.runner import run_study
+    """Run a study for real and write its report, as `orchestrator run` does (orchestrator/run.py)."""
+    from orchestrator.execution.context import RunContext
+    from orchestrator.run import run_and_report
 
     root.mkdir(parents=True, exist_ok=True)
     study_file = root / f"{spec['name']}.yaml"
     study_file.write_text(yaml.safe_dump(spec, sort_keys=False))
     study = parse_study(spec)
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    outcome = run_study(study, uri, reports_dir=root / "reports", storage_dir=root / "state", study_path=study_file)
+    outcome = run_and_report(RunContext.create(study, uri, storage_dir=root / "state", study_path=study_file), root / "reports")
     assert outcome.ok, outcome.failed
     return BuiltStudy(study, study_file, uri, root / "reports")
 

@@ -55,7 +55,7 @@ def write_store(study: Study, tracking_uri: str) -> StudyStore:
     calls), the per-length series as the recorder logs them."""
     from mlflow.entities import Metric
 
-    from orchestrator.execution.protocol import SERIES
+    from orchestrator.trial.protocol import SERIES
     from orchestrator.tracking.events import TrialStarted
     from orchestrator.tracking.params import resolved_params
     from orchestrator.tracking.recorder import series
@@ -64,7 +64,7 @@ def write_store(study: Study, tracking_uri: str) -> StudyStore:
     store.start_parent({"description": study.description[:4000], "code_version": "synthetic"})
     recorder = MLflowRecorder(store, {"code_version": "synthetic", "study": study.name})
     try:
-        from orchestrator.planning.trials import distinct  # one trial per identity
+        from orchestrator.trial.trials import distinct  # one trial per identity
     except ImportError:  # code from before rows could share a trial (a benchmark's reference)
         distinct = list
     now = 1_700_000_000_000

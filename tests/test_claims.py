@@ -21,7 +21,8 @@ from orchestrator.planning.learned import MeasuredSteps, load_measured, shape_ke
 from orchestrator.planning.plan_view import plan_rows
 from orchestrator.planning.schedule import estimated_seconds, longest_first
 from orchestrator.reporting import build_report, load_results
-from orchestrator.tracking.store import StudyStore, flatten
+from orchestrator.tracking.params import flatten
+from orchestrator.tracking.store import StudyStore
 
 HOLDS = {"id": "dape_flat_to_4x", "kind": "length_ratio", "source": "test", "variant": "DAPE-Kerple",
          "metric": "ppl", "at": "4x", "over": "1x", "at_most": 1.5}

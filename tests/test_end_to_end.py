@@ -7,7 +7,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestrator import parse_study
-from orchestrator.execution.runner import run_study
+from orchestrator.execution.context import RunContext
+from orchestrator.run import run_and_report
 from orchestrator.tracking.store import TRIAL_ID_TAG
 
 pytestmark = pytest.mark.slow
@@ -37,7 +38,7 @@ def _trial_runs(client, experiment_name):
 def test_study_runs_logs_reports_and_resumes(tmp_path, local_ray):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     study = parse_study(TINY)
-    outcome = run_study(study, uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state")
+    outcome = run_and_report(RunContext.create(study, uri, storage_dir=tmp_path / "state"), tmp_path / "reports")
     assert outcome.ok and len(outcome.trials) == 4
 
     client = MlflowClient(uri)
@@ -68,7 +69,7 @@ def test_study_runs_logs_reports_and_resumes(tmp_path, local_ray):
     assert "report.md" in artifacts
 
     # Running it again retrains nothing and creates no new run.
-    again = run_study(study, uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state")
+    again = run_and_report(RunContext.create(study, uri, storage_dir=tmp_path / "state"), tmp_path / "reports")
     assert len(again.skipped) == 4 and again.ok
     assert len(_trial_runs(client, "tiny_e2e")) == 4
 
@@ -80,7 +81,7 @@ def test_failing_trial_is_recorded_and_the_study_goes_on(tmp_path, local_ray):
     # Valid config, but no held-out document is this long: the trial fails at evaluation time.
     spec["variants"].append({"label": "TooLong", "set": {"eval.lengths": [32, 10_000_000]}})
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    outcome = run_study(parse_study(spec), uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state")
+    outcome = run_and_report(RunContext.create(parse_study(spec), uri, storage_dir=tmp_path / "state"), tmp_path / "reports")
     assert len(outcome.failed) == 1
     client = MlflowClient(uri)
     by_label = {run.data.tags["label"]: run for run in _trial_runs(client, "tiny_failure")}
@@ -107,8 +108,8 @@ def test_optuna_search_with_asha_logs_every_sample_and_reports_the_search(tmp_pa
     study_file = tmp_path / "tiny_search.yaml"
     study_file.write_text(yaml.safe_dump(spec))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    outcome = run_study(parse_study(spec), uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state",
-                        study_path=study_file)
+    outcome = run_and_report(RunContext.create(parse_study(spec), uri, storage_dir=tmp_path / "state",
+                                               study_path=study_file), tmp_path / "reports")
     assert outcome.ok and outcome.trials_run == 4
     runs = _trial_runs(MlflowClient(uri), "tiny_search")
     assert len(runs) == 4 and all(run.info.status == "FINISHED" for run in runs)

@@ -67,15 +67,16 @@ def test_bad_report_lengths_are_named_each_with_its_field():
 
 
 def test_a_claim_at_a_later_length_waits_for_evaluate_then_is_judged(tmp_path, monkeypatch):
-    from orchestrator.execution.runner import run_study
+    from orchestrator.execution.context import RunContext
+    from orchestrator.run import run_and_report
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec = _spec("later", [32, 64], ["4x"], CLAIMS)
     path = tmp_path / "later.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    outcome = run_study(parse_study(spec), uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state",
-                        local=True, study_path=path)
+    outcome = run_and_report(RunContext.create(parse_study(spec), uri, storage_dir=tmp_path / "state",
+                                               local=True, study_path=path), tmp_path / "reports")
     assert outcome.ok, outcome.failed
     report = tmp_path / "reports" / "later" / "report.md"
     text = report.read_text()
@@ -94,8 +95,8 @@ def test_a_claim_at_a_later_length_waits_for_evaluate_then_is_judged(tmp_path, m
         assert {"ppl_128", "delta_p_128"} <= set(run.data.metrics)
     # Exactly what a trial trained with 128 in eval.lengths logs (bit-identical on CPU).
     long = _spec("long", [32, 64, 128], variants=VARIANTS[1:])
-    assert run_study(parse_study(long), uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state",
-                     local=True).ok
+    assert run_and_report(RunContext.create(parse_study(long), uri, storage_dir=tmp_path / "state",
+                                            local=True), tmp_path / "reports").ok
     assert runs["DAPE1x3"].data.metrics["ppl_128"] == _runs(uri, "long")["DAPE1x3"].data.metrics["ppl_128"]
 
     text = report.read_text()
@@ -140,7 +141,8 @@ def test_che_trials_keep_weights_and_are_scored_at_new_test_lengths(tmp_path, mo
     import torch
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.execution.runner import run_study
+    from orchestrator.execution.context import RunContext
+    from orchestrator.run import run_and_report
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -149,8 +151,9 @@ def test_che_trials_keep_weights_and_are_scored_at_new_test_lengths(tmp_path, mo
     spec = _che_spec("che_later", [9, 16], ["3x"], [claim])  # 3x = 24: evaluated after training
     path = tmp_path / "che_later.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    kwargs = {"reports_dir": tmp_path / "reports", "storage_dir": tmp_path / "state", "local": True}
-    assert run_study(parse_study(spec), uri, study_path=path, **kwargs).ok
+    kwargs = {"storage_dir": tmp_path / "state", "local": True}
+    assert run_and_report(RunContext.create(parse_study(spec), uri, study_path=path, **kwargs),
+                          tmp_path / "reports").ok
     run = _runs(uri, "che_later")["DAPE1x3-Kerple"]
     assert "orchestrator.weights" in run.data.tags, "a CHE trial keeps its model"
     report = tmp_path / "reports" / "che_later" / "report.md"
@@ -171,7 +174,8 @@ def test_che_trials_keep_weights_and_are_scored_at_new_test_lengths(tmp_path, mo
 
     # Exactly what trials with those test lengths log (the strings of every length before it drawn first).
     for lengths, name in (([9, 16, 24], "with24"), ([9, 12, 16], "with12")):
-        assert run_study(parse_study(_che_spec(name, lengths)), uri, **kwargs).ok
+        assert run_and_report(RunContext.create(parse_study(_che_spec(name, lengths)), uri, **kwargs),
+                                                tmp_path / "reports").ok
         trained = _runs(uri, name)["DAPE1x3-Kerple"].data.metrics
         added = (set(lengths) - {9, 16}).pop()
         assert after[f"acc_{added}"] == trained[f"acc_{added}"], (name, after, trained)

@@ -103,14 +103,15 @@ def test_a_dirty_checkout_is_flagged_with_the_hash_of_its_changes(tmp_path):
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory, local_ray):
-    from orchestrator.execution.runner import run_study
+    from orchestrator.execution.context import RunContext
+    from orchestrator.run import run_and_report
 
     root = tmp_path_factory.mktemp("provenance_study")
     study_file = root / "tiny_provenance.yaml"
     study_file.write_text(yaml.safe_dump(STUDY, sort_keys=False))
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    outcome = run_study(parse_study(STUDY), uri, reports_dir=root / "reports", storage_dir=root / "state",
-                        study_path=study_file)
+    outcome = run_and_report(RunContext.create(parse_study(STUDY), uri, storage_dir=root / "state",
+                                               study_path=study_file), root / "reports")
     assert outcome.ok, outcome.failed
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("tiny_provenance")

@@ -26,7 +26,8 @@ from orchestrator.reporting import render_html, render_latex, render_md
 from orchestrator.reporting.stats import compare, holm
 from orchestrator.reporting.tables import build_table
 from orchestrator.study.model import ReportMetric
-from orchestrator.tracking.store import StudyNotFound, StudyStore
+from orchestrator.tracking.lookup import StudyNotFound
+from orchestrator.tracking.store import StudyStore
 from report_study import BASELINE, LABELS, LENGTHS
 
 pytestmark = pytest.mark.slow

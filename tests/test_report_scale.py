@@ -8,7 +8,8 @@ import re
 import pytest
 
 from orchestrator import parse_study
-from orchestrator.execution.runner import run_study
+from orchestrator.execution.context import RunContext
+from orchestrator.run import run_and_report
 from orchestrator.reporting import build_report, load_results
 from orchestrator.reporting.cells import number
 from orchestrator.reporting.fingerprint import FILE
@@ -34,7 +35,7 @@ def grid(tmp_path_factory):
     root = tmp_path_factory.mktemp("two_axis_grid")
     study = parse_study(SPEC)
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    outcome = run_study(study, uri, reports_dir=root / "reports", storage_dir=root / "state", local=True)
+    outcome = run_and_report(RunContext.create(study, uri, storage_dir=root / "state", local=True), root / "reports")
     assert outcome.ok, outcome.failed
     assert outcome.trials_run == 6  # 8 rows: the baseline ignores d_dape, so it trains once per learning rate
     return study, uri, root / "reports" / study.name
@@ -116,7 +117,7 @@ def test_a_resumed_trial_says_from_which_step():
     from rich.console import Console
 
     from orchestrator import expand
-    from orchestrator.execution.protocol import FINAL_FLAG
+    from orchestrator.trial.protocol import FINAL_FLAG
     from orchestrator.tracking.console import ConsoleProgress
     from orchestrator.tracking.events import TrialEvents
 

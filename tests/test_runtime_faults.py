@@ -17,10 +17,10 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator import expand, parse_study
 from orchestrator.cli import main
-from orchestrator.execution.cluster import fits, require_placeable, trial_bundles
+from orchestrator.execution.cluster import fits, one_worker_bundles, require_placeable
 from orchestrator.execution.leased import run_leased
 from orchestrator.execution.runner import select_trials
-from orchestrator.errors import ResourcesUnavailable
+from orchestrator.errors import ForeignExperiment, ResourcesUnavailable
 from orchestrator.tracking import StudyStore
 from orchestrator.tracking.leases import HEARTBEAT_TAG, LeaseBook
 
@@ -133,14 +133,16 @@ def test_a_foreign_experiment_of_the_same_name_is_refused_and_left_alone(tmp_pat
     assert "orchestrator.study" not in client.get_experiment(foreign).tags
 
 
-def test_an_experiment_of_an_earlier_version_is_adopted(tmp_path):
-    """Stores written before experiments were tagged: the experiment holding our study parent run is ours."""
+def test_an_untagged_experiment_is_not_adopted_for_its_runs(tmp_path):
+    """Only the experiment tag makes an experiment the study's: one without it is refused even where it holds a
+    run that looks like a study's parent run (this 0.1 tool has always tagged its experiments)."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    legacy = client.create_experiment("faulty")
-    client.create_run(legacy, run_name="faulty", tags={"orchestrator.role": "study"})
-    assert StudyStore.create(uri, "faulty").experiment_id == legacy
-    assert client.get_experiment(legacy).tags["orchestrator.study"] == "faulty"
+    untagged = client.create_experiment("faulty")
+    client.create_run(untagged, run_name="faulty", tags={"orchestrator.role": "study"})
+    with pytest.raises(ForeignExperiment, match="this tool did not create"):
+        StudyStore.create(uri, "faulty")
+    assert "orchestrator.study" not in client.get_experiment(untagged).tags
 
 
 def test_an_unreachable_tracking_server_fails_at_once(tmp_path, capsys):
@@ -210,15 +212,15 @@ def test_resources_no_node_has_are_refused_before_launch(override, advice, tmp_p
 
 def test_the_placement_check_reads_one_node_at_a_time_and_refuses_what_none_can_host():
     nodes = [{"CPU": 8.0, "GPU": 0.0}, {"CPU": 2.0, "GPU": 1.0}]
-    assert fits(trial_bundles(8, 0), nodes) and fits(trial_bundles(2, 0.5), nodes)
-    assert not fits(trial_bundles(4, 1), nodes)  # 4 CPUs and a GPU exist, but on no one node
+    assert fits(one_worker_bundles(8, 0), nodes) and fits(one_worker_bundles(2, 0.5), nodes)
+    assert not fits(one_worker_bundles(4, 1), nodes)  # 4 CPUs and a GPU exist, but on no one node
     with pytest.raises(ResourcesUnavailable, match="set resources.gpus to at most 1"):
         import orchestrator.execution.cluster as cluster
 
         original = cluster.live_nodes
         cluster.live_nodes = lambda: nodes
         try:
-            require_placeable(trial_bundles(1, 2), "the test cluster", wait_s=0)
+            require_placeable(one_worker_bundles(1, 2), "the test cluster", wait_s=0)
         finally:
             cluster.live_nodes = original
 
@@ -278,7 +280,7 @@ def test_a_trial_finished_and_given_back_before_the_claim_is_not_run_again(tmp_p
     with LeaseBook(first, heartbeat_s=1) as first_leases:
         first_leases.acquire({done_by_first.trial_id})
         second = StudyStore.create(uri, "faulty")
-        todo, _ = select_trials(study, second)  # the second reads the store while the first trains
+        todo, _ = select_trials(study, expand(study), second)  # the second reads the store while the first trains
         assert [trial.trial_id for trial in todo] == [done_by_first.trial_id, left.trial_id]
         run_id = first.create_trial_run(done_by_first.run_name, {"orchestrator.trial_id": done_by_first.trial_id}, {})
         first.end_trial_run(run_id, "FINISHED")

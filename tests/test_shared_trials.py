@@ -9,8 +9,11 @@ from typer.testing import CliRunner
 
 from orchestrator import StudyError, expand, parse_study
 from orchestrator.cli import app
-from orchestrator.execution.runner import run_study, select_trials
-from orchestrator.planning.trials import distinct, legacy_identity, shared_rows
+from orchestrator.execution.context import RunContext
+from orchestrator.execution.runner import select_trials
+from orchestrator.run import run_and_report
+from orchestrator.study.identity import legacy_identity
+from orchestrator.trial.trials import distinct, shared_rows
 from orchestrator.reporting import load_results
 from orchestrator.tracking.store import TRIAL_ID_TAG, StudyStore
 
@@ -93,7 +96,7 @@ def test_help_reflows_and_flags_have_no_type():
 def test_the_shared_baseline_trains_once_and_old_stores_resume(tmp_path):
     study = parse_study(SPEC)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    outcome = run_study(study, uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state", local=True)
+    outcome = run_and_report(RunContext.create(study, uri, storage_dir=tmp_path / "state", local=True), tmp_path / "reports")
     assert outcome.ok, outcome.failed
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(study.name)
@@ -130,7 +133,7 @@ def test_the_shared_baseline_trains_once_and_old_stores_resume(tmp_path):
         client.set_tag(run.info.run_id, TRIAL_ID_TAG, by_new[run.data.tags[TRIAL_ID_TAG]])
     store = StudyStore.open(uri, study.name)
     assert store.finished_trial_ids() == {t.legacy_id for t in distinct(rows)}
-    todo, done = select_trials(study, store)
+    todo, done = select_trials(study, rows, store)
     assert todo == [] and len(done) == 3
     again = load_results(study, uri)
     assert list(again["status"]) == ["FINISHED"] * 4

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from orchestrator import expand, parse_study
 from orchestrator.cli import app
-from orchestrator.execution.protocol import FINAL_FLAG
+from orchestrator.trial.protocol import FINAL_FLAG
 from orchestrator.tracking import TRIAL_ID_TAG, StudyNotFound, StudyStore, TrialEvents, TrialListener
 from orchestrator.tracking.recorder import MLflowRecorder
 
@@ -128,7 +128,7 @@ def test_an_end_without_a_final_result_is_an_early_stop(tmp_path):
 
 
 def test_the_worker_side_imports_neither_mlflow_nor_the_driver():
-    code = ("import sys, orchestrator.execution.trainable; "
+    code = ("import sys, orchestrator.execution.trainable, orchestrator.execution.tune_trial; "
             "print(sorted(m for m in ('mlflow', 'orchestrator.tracking', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"

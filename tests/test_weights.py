@@ -73,13 +73,14 @@ def test_damaged_weights_are_named(tmp_path):
 
 
 def _run_study(tmp_path, name: str, keep: str) -> tuple[str, list]:
-    from orchestrator.execution.runner import run_study
+    from orchestrator.execution.context import RunContext
+    from orchestrator.run import run_and_report
 
     spec = {"name": name, "base": BASE, "keep_weights": keep,
             "variants": [{"label": "DAPE1x3", "baseline": True}], "resources": {"cpus": 1, "max_retries": 0}}
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    outcome = run_study(parse_study(spec), uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state",
-                        local=True)
+    outcome = run_and_report(RunContext.create(parse_study(spec), uri, storage_dir=tmp_path / "state",
+                                               local=True), tmp_path / "reports")
     assert outcome.ok, outcome.failed
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(name)

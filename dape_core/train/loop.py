@@ -75,7 +75,7 @@ class TrainResult:
 
 
 @dataclass
-class Progress:
+class TrainingState:
     """Where training stands, besides the weights and optimizer: what a checkpoint carries over."""
 
     step: int = 0
@@ -87,7 +87,7 @@ class Progress:
     step_ms: list[float] = field(default_factory=list)  # this run's step times
 
     @classmethod
-    def from_state(cls, state: dict) -> "Progress":
+    def from_state(cls, state: dict) -> "TrainingState":
         return cls(step=int(state["step"]), running_loss=state["running_loss"], tokens_seen=int(state["tokens_seen"]),
                    seconds_before=float(state["train_seconds"]), ms_before=state["ms_per_step"],
                    val_history=[(int(step), float(loss)) for step, loss in state["val_history"]])
@@ -173,7 +173,7 @@ class _Run:
         self.precision = precision or resolve_precision(cfg.precision, self.device)
         self.optimizer = make_optimizer(model, cfg)
         self.scaler = self.precision.grad_scaler()
-        self.progress = Progress()
+        self.progress = TrainingState()
         if cfg.batch_size % (world.size * cfg.grad_accum):
             raise ValueError(f"train.batch_size {cfg.batch_size} does not split into {world.size} worker(s) x "
                              f"grad_accum {cfg.grad_accum} equal micro-batches")
@@ -265,7 +265,7 @@ class _Run:
             return None
         self.scaler.load_state_dict(state["scaler"])
         self._set_rng_state(rng)
-        self.progress = Progress.from_state(state)
+        self.progress = TrainingState.from_state(state)
         return None
 
     def _rng_state(self) -> dict:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..execution.protocol import ISOLATED_PREFIX
 from ..tracking.store import WEIGHTS_TAG
+from ..trial.protocol import ISOLATED_PREFIX
 
 EVALUATION_TAG_PREFIX = "orchestrator.evaluation."  # one tag per evaluation of the run: what, how, when
 

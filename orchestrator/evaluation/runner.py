@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import StudyInterrupted, UserInputError
-from ..execution.protocol import SERIES
-from ..planning.trials import expand
 from ..study import Study
 from ..tracking.recorder import series
 from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
+from ..trial.protocol import SERIES
+from ..trial.trials import expand
 from .request import EVALUATION_TAG_PREFIX, EvalRequest, TrialTask, missing_lengths, timed, weights_path
 
 
@@ -142,7 +142,7 @@ def stored_config(artifact_uri: str, tracking_uri: str) -> dict:
     naming the file where it is missing or damaged."""
     from dape_core.stored import CONFIG_FILE, read_config
 
-    from ..execution.protocol import WEIGHTS_FOLDER
+    from ..trial.protocol import WEIGHTS_FOLDER
     from .worker import weights_folder
 
     if artifact_uri.startswith(("file:", "/")) or "://" not in artifact_uri:

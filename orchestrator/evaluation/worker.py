@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from ..execution.protocol import WEIGHTS_FOLDER
+from ..trial.protocol import WEIGHTS_FOLDER
 
 
 class StoredDataChanged(RuntimeError):
@@ -126,7 +126,7 @@ def _isolated(model, cfg, corpus, precision, task: dict) -> dict[str, float]:
     from dape_core.evaluate.isolated import time_forward, time_training_step
     from dape_core.experiment import protocol_windows
 
-    from ..execution.protocol import ISOLATED_PREFIX
+    from ..trial.protocol import ISOLATED_PREFIX
 
     warmup, repeats = task.get("warmup", 5), task.get("repeats", 20)
     out = {}

@@ -1,14 +1,16 @@
-"""Running a study's trials and writing its report.
+"""Running a study's trials (the report is orchestrator/run.py's next step: execution never imports reporting).
 
-- runner.py: `run_study`: skip finished trials, run the rest, report;
+- context.py: `RunContext`, what one run runs with (the study, its trials expanded once, the store, Ray, limits);
+- runner.py: `run_study`: skip finished trials, run the rest;
 - ray_tune.py: Ray start-up, the Tuner, the search algorithm and the scheduler;
 - cluster.py: reaching Ray in bounded time, and whether a node can host a trial at all;
 - leased.py: only the trials this orchestrator leases run here; the others are waited for;
 - interrupt.py: Ctrl-C stops the Tuner cleanly (exit 130);
 - tune_callback.py: Ray Tune's trial events, on the driver, into the study's trial events (tracking/events.py);
-- trainable.py: what each trial runs on a worker (never MLflow: the driver is the only writer);
-- protocol.py: what a trial reports, shared by the worker and the driver;
+- tune_trial.py: Ray Tune's function trainable, the entry of each Tune trial on its worker;
+- ray_train.py: a multi-worker trial as a Ray Train run inside its Tune trial;
+- trainable.py: what each trial runs, without Ray (never MLflow: the driver is the only writer);
 - local.py: `--local`, the trials in this process without Ray.
 
-Nothing is imported here: a Ray worker imports trainable.py alone, without the driver's MLflow side.
+Nothing is imported here: a Ray worker imports tune_trial.py and trainable.py alone, without the driver's MLflow side.
 """

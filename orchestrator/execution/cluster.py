@@ -99,7 +99,7 @@ def _probe(address: str, timeout: float) -> None:
 
 
 # --- can the cluster host a trial? --------------------------------------------------------------------------
-def trial_bundles(cpus: float, gpus: float) -> list[Bundle]:
+def one_worker_bundles(cpus: float, gpus: float) -> list[Bundle]:
     """What one one-worker trial reserves: one bundle, on one node."""
     return [{"CPU": float(cpus), "GPU": float(gpus)}]
 

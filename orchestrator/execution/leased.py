@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..planning.trials import Trial
 from ..study import Study
 from ..tracking.leases import LeaseBook
 from ..tracking.store import StudyStore
+from ..trial.trials import Trial
 from . import interrupt
 
 POLL_S = 5.0

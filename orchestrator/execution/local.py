@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..planning.trials import Trial
 from ..study import Study
 from ..tracking.events import TrialEvents
+from ..trial.trials import Trial
 from .trainable import execute
 
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..planning.trials import materialize
-from .protocol import FINAL_FLAG
+from ..trial.protocol import FINAL_FLAG
+from ..trial.trials import materialize
+from .trainable import execute
 
 # What the Tune trial of a multi-worker trial reserves for itself: the Train run's driver is a light process.
 DRIVER_MEMORY_BYTES = 256 * 2**20
@@ -25,7 +26,7 @@ DRIVER_MEMORY_BYTES = 256 * 2**20
 PROCESS_GROUP_TIMEOUT_S = 4 * 3600
 
 
-def trial_bundles(workers: int, cpus: float, gpus: float) -> list[dict]:
+def tune_trial_bundles(workers: int, cpus: float, gpus: float) -> list[dict]:
     """The placement-group bundles Ray Tune reserves for a trial of `workers` workers."""
     if workers == 1:
         return [{"CPU": cpus, "GPU": gpus}]
@@ -60,8 +61,6 @@ def train_worker(config: dict) -> None:
     import ray
     import ray.train
     import torch.distributed as dist
-
-    from .trainable import execute
 
     rank = ray.train.get_context().get_world_rank()
     # Where each rank runs, for the trial's run in MLflow (and the cluster test): one node id per rank.

@@ -11,15 +11,15 @@ import ray
 from ray import tune
 
 from ..errors import exception_chain
-from ..planning.trials import Trial, materialize
 from ..study import Distribution, Study
 from ..tracking.console import ConsoleProgress
 from ..tracking.events import TrialEvents
+from ..trial.trials import Trial, materialize
 from . import interrupt
 from .cluster import DEFAULT_CONNECT_TIMEOUT_S, connect
-from .ray_train import trial_bundles
-from .trainable import run_trial
+from .ray_train import tune_trial_bundles
 from .tune_callback import TuneEventsCallback
+from .tune_trial import run_trial
 
 
 def start_ray(address: str | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
@@ -162,4 +162,4 @@ def _trial_resources(config: dict, study: Study) -> tune.PlacementGroupFactory:
     """A one-worker trial reserves its CPUs and GPUs; a multi-worker trial only its Train driver's memory
     (Ray Train reserves the workers', see ray_train.py)."""
     workers = materialize(config).workers
-    return tune.PlacementGroupFactory(trial_bundles(workers, study.resources.cpus, study.resources.gpus))
+    return tune.PlacementGroupFactory(tune_trial_bundles(workers, study.resources.cpus, study.resources.gpus))

@@ -1,5 +1,6 @@
 """Run a validated study: skip finished trials, run the rest (Ray Tune, or in-process with `local`), their
-events written to MLflow by the driver's recorder and shown by the console, and write the report."""
+events written to MLflow by the driver's recorder and shown by the console. The report is the caller's next
+step (orchestrator/run.py): execution knows nothing of reporting."""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ from pathlib import Path
 from ..errors import StudyInterrupted, TrackingServerUnreachable, exception_chain
 from ..planning.learned import load_measured
 from ..planning.schedule import longest_first
-from ..planning.trials import StoredIdentities, Trial, distinct, expand
-from ..reporting import build_report, render_md
 from ..study import Study
 from ..tracking.console import ConsoleProgress
 from ..tracking.events import Tally, TrialEvents
@@ -21,8 +20,9 @@ from ..tracking.recorder import MLflowRecorder
 from ..tracking.source import DIFF_FILE, code_source
 from ..tracking.sharing import DeviceSharing
 from ..tracking.store import StudyStore
+from ..trial.trials import StoredIdentities, Trial, distinct
 from . import interrupt
-from .cluster import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RESOURCE_WAIT_S
+from .context import RunContext
 from .leased import run_leased
 
 
@@ -31,15 +31,14 @@ class StudyOutcome:
     trials: list[Trial]
     skipped: list[Trial]
     failed: dict[str, str] = field(default_factory=dict)
-    report_dir: Path | None = None
-    report_markdown: str = ""
+    report_dir: Path | None = None  # the report, written after the run (orchestrator/run.py)
     report_summary: str = ""  # what the command line prints (render_md.summary)
     wall_seconds: float = 0.0
     trial_seconds: float = 0.0  # the trials' own training and evaluation time, summed
     concurrency: int = 1
     steps_run: int = 0
     trials_run: int = 0
-    claims: list = field(default_factory=list)  # reporting.claims.ClaimResult, one per claim of `expect:`
+    claims: list = field(default_factory=list)  # the report's reporting.claims.ClaimResult, one per claim of `expect:`
 
     @property
     def ok(self) -> bool:
@@ -55,9 +54,10 @@ class StudyOutcome:
         return 1.0 - (self.trial_seconds / self.concurrency) / self.wall_seconds
 
 
-def select_trials(study: Study, store: StudyStore, failed_only: bool = False) -> tuple[list[Trial], list[Trial]]:
-    """(to run, already finished). With `failed_only`, only trials whose latest run FAILED are run."""
-    rows = expand(study)
+def select_trials(study: Study, rows: list[Trial], store: StudyStore,
+                  failed_only: bool = False) -> tuple[list[Trial], list[Trial]]:
+    """(to run, already finished) of the study's expanded `rows`. With `failed_only`, only trials whose latest
+    run FAILED are run."""
     if study.search.algorithm != "grid":
         return rows, []  # sampled trials have no identity before Tune samples them
     trials, stored = distinct(rows), StoredIdentities(rows)  # rows sharing a trial run it once
@@ -69,25 +69,31 @@ def select_trials(study: Study, store: StudyStore, failed_only: bool = False) ->
     return todo, [t for t in trials if stored.done(t, done)]
 
 
-def run_study(study: Study, tracking_uri: str, address: str | None = None, reports_dir: Path = Path("reports"),
-              storage_dir: Path = Path(".orchestrator"), progress: ConsoleProgress | None = None, local: bool = False,
-              failed_only: bool = False, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-              resource_wait: float = DEFAULT_RESOURCE_WAIT_S, study_path: Path | None = None) -> StudyOutcome:
-    """Run the study's unfinished trials and write its report. Everything that can be checked before a trial
-    runs is checked before anything is written: the store (StudyStore.create), Ray and whether a node can
-    host a trial. Raises StudyInterrupted after Ctrl-C (the trials it stopped are closed as KILLED).
-    `study_path`: the study file, for the parts of the report that read it again (a search's grid profile)."""
-    started = time.monotonic()
-    store = StudyStore.create(tracking_uri, study.name, connect_timeout)
-    todo, skipped = select_trials(study, store, failed_only)
+@dataclass
+class _Running:
+    """The state of one run while its trials run: what it runs, its event stream, console and leases."""
+
+    todo: list[Trial]
+    events: TrialEvents
+    progress: ConsoleProgress
+    leases: LeaseBook
+    outcome: StudyOutcome
+
+
+def run_study(context: RunContext) -> StudyOutcome:
+    """Run the study's unfinished trials. Everything that can be checked before a trial runs is checked before
+    anything is written: the store (created with the context), Ray and whether a node can host a trial.
+    Raises StudyInterrupted after Ctrl-C (the trials it stopped are closed as KILLED)."""
+    study, store = context.study, context.store
+    todo, skipped = select_trials(study, context.rows, store, context.failed_only)
     if todo:  # (the measured durations read every finished run of the store: not for nothing to run)
-        todo = longest_first(todo, study, load_measured(tracking_uri))  # so that no long trial ends the study alone
-    progress = progress or ConsoleProgress(len(todo))
+        todo = longest_first(todo, study, load_measured(context.tracking_uri))  # so that no long trial ends the study alone
+    progress = context.progress or ConsoleProgress(len(todo))
     progress.total = len(todo) if study.search.algorithm == "grid" else study.search.num_samples * len(todo)
-    if todo and not local:  # before the parent run: an unreachable cluster leaves nothing behind
-        _prepare_ray(study, address, connect_timeout, resource_wait, progress.message)
+    if todo and not context.local:  # before the parent run: an unreachable cluster leaves nothing behind
+        _prepare_ray(context, progress.message)
     source = code_source()  # which code ran: mlflow.source.* tags, code_version, the uncommitted diff's hash
-    source_tags = source.tags(study_path)
+    source_tags = source.tags(context.study_path)
     outcome = StudyOutcome(trials=todo + skipped, skipped=skipped)
     # The recorder first: a listener that fails (the tracking server went away) stops the study before the
     # console says a trial finished that the store does not know about.
@@ -103,25 +109,24 @@ def run_study(study: Study, tracking_uri: str, address: str | None = None, repor
             store.log_parent_text(source.diff, DIFF_FILE)
         if skipped:
             progress.message(f"{len(skipped)} trial(s) already finished in the tracking store: not rerun")
-        _run_and_close(study, store, leases, todo, events, progress, outcome,
-                       lambda batch: _run_trials(study, batch, events, storage_dir, address, progress, local))
-    report = build_report(study, store, reports_dir, study_path=study_path)
-    outcome.report_dir, outcome.report_markdown, outcome.claims = report.folder, report.markdown, report.claims
-    outcome.report_summary = render_md.summary(report.document)
-    outcome.wall_seconds = time.monotonic() - started
+        _run_and_close(context, _Running(todo, events, progress, leases, outcome))
+    outcome.wall_seconds = time.monotonic() - context.started
     return outcome
 
 
-def _run_and_close(study: Study, store: StudyStore, leases: LeaseBook, todo: list[Trial], events: TrialEvents,
-                   progress: ConsoleProgress, outcome: StudyOutcome, run_batch) -> None:
+def _run_and_close(context: RunContext, running: _Running) -> None:
     """Run the leased trials and close the parent run with what happened: FINISHED, FAILED (some trial
     failed), KILLED (Ctrl-C or an error: the open trial runs are closed as KILLED too), or left as it is
     when the tracking server is what failed (nothing more can be written)."""
+    study, store, todo, events, progress, outcome = (context.study, context.store, running.todo, running.events,
+                                                     running.progress, running.outcome)
+    leases = running.leases
     status = "FINISHED"
     try:
         if todo:
             with progress:
-                shared = run_leased(study, todo, store, leases, run_batch, progress.message)
+                shared = run_leased(study, todo, store, leases,
+                                    lambda batch: _run_trials(context, batch, events, progress), progress.message)
             outcome.concurrency = shared.concurrency
             if shared.by_others:
                 progress.message(f"{len(shared.by_others)} trial(s) were run by another orchestrator meanwhile")
@@ -163,27 +168,27 @@ def _close_open_trials(events: TrialEvents) -> int:
         return 0
 
 
-def _prepare_ray(study: Study, address: str | None, connect_timeout: float, resource_wait: float, say) -> None:
+def _prepare_ray(context: RunContext, say) -> None:
     """Start or join Ray (bounded in time), then make sure some node can host a trial (cluster.py)."""
-    from .cluster import require_placeable, trial_bundles
+    from .cluster import one_worker_bundles, require_placeable
     from .ray_tune import start_ray
 
-    start_ray(address, connect_timeout)
+    address, resources = context.address, context.study.resources
+    start_ray(address, context.connect_timeout)
     where = f"the Ray cluster at {address}" if address else "the local Ray (this machine)"
-    require_placeable(trial_bundles(study.resources.cpus, study.resources.gpus), where, resource_wait, say)
+    require_placeable(one_worker_bundles(resources.cpus, resources.gpus), where, context.resource_wait, say)
 
 
-def _run_trials(study: Study, todo: list[Trial], events: TrialEvents, storage_dir: Path, address: str | None,
-                progress: ConsoleProgress, local: bool) -> int:
+def _run_trials(context: RunContext, todo: list[Trial], events: TrialEvents, progress: ConsoleProgress) -> int:
     """Run the trials; returns how many could run at once."""
-    if local:
+    if context.local:
         from .local import run_local
 
-        run_local(todo, events, study, storage_dir)
+        run_local(todo, events, context.study, context.storage_dir)
         return 1
     from .ray_tune import run_with_tune  # Ray is imported only when trials run on it
 
-    return run_with_tune(study, todo, events, storage_dir, address, progress)
+    return run_with_tune(context.study, todo, events, context.storage_dir, context.address, progress)
 
 
 def _tally_outcome(outcome: StudyOutcome, tally: Tally, study: Study, todo: list[Trial]) -> None:

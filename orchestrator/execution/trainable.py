@@ -1,6 +1,6 @@
-"""The function each trial runs (under Ray Tune, or in-process with --local): materialize the trial's
-config, run the dape_core experiment, and report progress and results. It never writes to MLflow: the
-driver is the only writer."""
+"""What each trial runs, without Ray (under Ray Tune through tune_trial.py and ray_train.py, or in-process with
+--local): materialize the trial's config, run the dape_core experiment, and report progress and results through
+the function it is given. It never writes to MLflow: the driver is the only writer."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from dape_core import ExperimentConfig
 from dape_core.data import anchored
 from dape_core.train.callbacks import TrainerCallback
 
-from ..planning.trials import materialize
-from .protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, FINAL_FLAG, LOG_KEY, WEIGHTS_FOLDER,
-                       WEIGHTS_KEY)
+from ..trial.protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, FINAL_FLAG, LOG_KEY,
+                              WEIGHTS_FOLDER, WEIGHTS_KEY)
+from ..trial.trials import materialize
 from .trial_log import TrialLog
 
 Report = Callable[[dict], None]
@@ -164,36 +164,3 @@ def _final_result(result, sink: ReportingSink, steps: int, log: TrialLog) -> dic
     log.write("metrics: " + ", ".join(f"{key} {value:.4g}" for key, value in sorted(metrics.items())))
     final[LOG_KEY] = log.text()
     return final
-
-
-def run_trial(config: dict) -> None:
-    """The Ray Tune function trainable. A multi-worker trial runs as a Ray Train run (`ray_train.py`)."""
-    import ray
-    from ray import tune
-
-    if materialize(config).workers > 1:
-        from .ray_train import run_multi_worker_trial
-
-        run_multi_worker_trial(config)
-        return
-    threads = max(1, int(tune.get_context().get_trial_resources().required_resources.get("CPU", 1)))
-
-    def report(metrics: dict) -> None:
-        tune.report({**metrics, "ray_node_id": ray.get_runtime_context().get_node_id()} if metrics.get(FINAL_FLAG) else metrics)
-
-    try:
-        execute(config, report, threads)
-    finally:
-        _release_gpu_memory()
-
-
-def _release_gpu_memory() -> None:
-    """The process may run the study's next trial (Tune reuses it): hand this trial's cached GPU blocks back, so
-    that a larger model next finds the memory a fresh process would."""
-    import gc
-
-    import torch  # loaded already: the trial trained in this process
-
-    if torch.cuda.is_initialized():
-        gc.collect()
-        torch.cuda.empty_cache()

@@ -8,8 +8,8 @@ from pathlib import Path
 from ray.tune import Callback
 
 from ..errors import last_error_line
-from ..planning.trials import materialize
 from ..tracking.events import TrialEvents
+from ..trial.trials import Trial, materialize
 from . import interrupt
 
 
@@ -22,31 +22,39 @@ class TuneEventsCallback(Callback):
         # the listeners hold an MLflow client and a console (locks) and are re-attached by the driver.
         return {}
 
-    @staticmethod
-    def _key(trial) -> str:
-        """Sampled trials are told apart by Tune's id (the same configuration may be sampled twice)."""
-        concrete = materialize(trial.config)
-        return f"{concrete.trial_id}:{trial.trial_id}" if trial.config.get("params") else concrete.trial_id
+    def _concrete(self, trial) -> tuple[Trial, str]:
+        """The concrete Trial behind a Tune trial and its key in the events, built once per Tune trial (its
+        config does not change), not at every result. Sampled trials are told apart by Tune's id (the same
+        configuration may be sampled twice)."""
+        known = self.__dict__.setdefault("_concrete_trials", {})  # (not pickled: see __getstate__)
+        if trial.trial_id not in known:
+            concrete = materialize(trial.config)
+            key = f"{concrete.trial_id}:{trial.trial_id}" if trial.config.get("params") else concrete.trial_id
+            known[trial.trial_id] = (concrete, key)
+        return known[trial.trial_id]
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self.events.started(materialize(trial.config), self._key(trial))
+        self.events.started(*self._concrete(trial))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.events.result(materialize(trial.config), result, self._key(trial))
+        concrete, key = self._concrete(trial)
+        self.events.result(concrete, result, key)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self.events.ended(materialize(trial.config), self._key(trial))
+        self.events.ended(*self._concrete(trial))
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         reason = last_error_line(_error_text(trial)) or "trial process died"
-        self.events.crashed(materialize(trial.config), reason, self._key(trial))
+        concrete, key = self._concrete(trial)
+        self.events.crashed(concrete, reason, key)
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        concrete, key = self._concrete(trial)
         if interrupt.requested():  # stopped by Ctrl-C, not by a fault of its own
-            self.events.interrupted(materialize(trial.config), self._key(trial))
+            self.events.interrupted(concrete, key)
             return
         reason = last_error_line(_error_text(trial)) or "trial process failed"
-        self.events.errored(materialize(trial.config), reason, self._key(trial))
+        self.events.errored(concrete, reason, key)
 
 
 def _error_text(trial) -> str | None:

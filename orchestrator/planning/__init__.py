@@ -1,6 +1,6 @@
-"""From a validated study to the trials it runs: trial expansion with each trial's identity (trials.py) and
-analytic cost estimates for `orchestrator plan` (estimate.py)."""
+"""What `orchestrator plan` shows before anything runs: analytic cost estimates (estimate.py), the measured
+steps of finished runs (learned.py), the plan's rows (plan_view.py) and the order trials start in
+(schedule.py). The trials themselves are the floor below (trial/trials.py).
 
-from .trials import StoredIdentities, Trial, distinct, expand, materialize, shared_rows
-
-__all__ = ["StoredIdentities", "Trial", "distinct", "expand", "materialize", "shared_rows"]
+Nothing is imported here: each command imports the module it needs.
+"""

@@ -14,9 +14,9 @@ from dape_core import ExperimentConfig
 
 from ..study import Study, resolve
 from ..tracking.params import effective_params
+from ..trial.trials import StoredIdentities, Trial, expand, shared_rows
 from .estimate import CPU_FLOPS_PER_CORE, GPU_FLOPS, TrialEstimate, estimate
 from .learned import MeasuredSteps, shape_key
-from .trials import StoredIdentities, Trial, expand, shared_rows
 
 
 @dataclass

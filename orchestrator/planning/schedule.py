@@ -14,9 +14,9 @@ here a DAPE-Kerple step took 2.3x a Kerple step; by FLOPs it is 1.1x), so it can
 from __future__ import annotations
 
 from ..study import Study
+from ..trial.trials import Trial
 from .learned import MeasuredSteps
 from .plan_view import trial_duration
-from .trials import Trial
 
 
 def estimated_seconds(trial: Trial, study: Study, measured: MeasuredSteps | None = None) -> float:

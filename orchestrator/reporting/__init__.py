@@ -7,8 +7,12 @@ interrupted or extended).
 `orchestrator report STUDY` writes reports/<study>/: report.md, report.html, tables.tex, CSVs and plots.
 """
 
-from . import render_md
-from .build import Report, build_report, write_report
-from .results import ValueChoice, load_results, study_results
+from dape_core._lazy import lazy_attributes
 
-__all__ = ["Report", "build_report", "write_report", "render_md", "ValueChoice", "load_results", "study_results"]
+# Imported on first use (each name from the module that defines it): a submodule never needs this package's
+# names, and reading results does not load the report's renderers and plots.
+_PUBLIC = {"Report": "build", "build_report": "build", "ValueChoice": "results", "load_results": "results",
+           "study_results": "results"}
+__all__ = list(_PUBLIC)
+
+__getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC)

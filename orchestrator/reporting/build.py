@@ -16,6 +16,7 @@ import pandas as pd
 from ..folders import folder_lock
 from ..study import Study
 from ..tracking.store import StudyStore
+from ..trial.trials import Trial
 from . import fingerprint, plots, render_html, render_latex, render_md, sweeps
 from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .document import ReportDocument
@@ -43,8 +44,10 @@ def _distinct(frame: pd.DataFrame, column: str) -> str:
 
 
 def build_report(study: Study, store: StudyStore, reports_dir: Path, value: ValueChoice = ValueChoice(),
-                 study_path: Path | None = None, attach: bool = True, rebuild: bool = False) -> Report:
-    """`study_path`: the study file, where a search's report compares with its grid profile (search.py).
+                 study_path: Path | None = None, attach: bool = True, rebuild: bool = False,
+                 trials: list[Trial] | None = None) -> Report:
+    """`trials`: the study's expanded rows where the caller has them (`orchestrator run`), else expanded here.
+    `study_path`: the study file, where a search's report compares with its grid profile (search.py).
     `attach`: attach the files to the study's parent run and refresh its MLflow dashboard (tracking/
     dashboard.py); `orchestrator run` does, `orchestrator report` only with --attach (it then reads the store
     alone, and a SQLite store without loading MLflow). `rebuild`: even where the fingerprint says nothing changed
@@ -55,12 +58,12 @@ def build_report(study: Study, store: StudyStore, reports_dir: Path, value: Valu
     folder = Path(reports_dir) / study.name
     folder.mkdir(parents=True, exist_ok=True)
     with folder_lock(folder):
-        return _build(study, store, folder, value, study_path, attach, rebuild)
+        return _build(study, store, folder, value, study_path, attach, rebuild, trials)
 
 
 def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, study_path: Path | None,
-           attach: bool, rebuild: bool = False) -> Report:
-    frame = study_results(store, study, value)
+           attach: bool, rebuild: bool = False, expanded: list[Trial] | None = None) -> Report:
+    frame = study_results(store, study, value, expanded)
     trials, outside = frame[frame["in_study"]], frame[~frame["in_study"]]
     inputs = fingerprint.of_inputs(study, frame, value)
     kept = None if is_search(study) or rebuild else fingerprint.unchanged(folder, inputs)
@@ -171,10 +174,3 @@ def _record_claims(store: StudyStore, claims: list[ClaimResult]) -> None:
     tags, metrics = mlflow_record(claims)
     store.set_tags(store.parent_run_id, tags)
     store.log_metrics(store.parent_run_id, metrics, step=0, timestamp_ms=int(time.time() * 1000))
-
-
-def write_report(study: Study, store: StudyStore, reports_dir: Path, value: ValueChoice = ValueChoice(),
-                 study_path: Path | None = None) -> tuple[Path, str]:
-    """What `orchestrator run` calls at the end: the report folder and its Markdown."""
-    report = build_report(study, store, reports_dir, value, study_path)
-    return report.folder, report.markdown

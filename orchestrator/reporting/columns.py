@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..execution.protocol import SERIES
 from ..tracking.store import ENV_TAG_PREFIX, SWEPT_TAG_PREFIX
+from ..trial.protocol import SERIES
 
 MISSING = "MISSING"  # the status of a trial the study defines but the store has no run for
 # Metrics logged as a series over something other than training steps: their "latest" value means nothing.

@@ -15,13 +15,13 @@ from typing import Any
 
 import pandas as pd
 
-from ..planning.trials import StoredIdentities, Trial, expand, shared_rows
 from ..study import Study, StudyError, load_study
 from ..study.locate import names_a_file, study_file
+from ..tracking.params import NOT_APPLICABLE, effective_params
 from ..tracking.store import (ENV_TAG_PREFIX, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG,
                               StudyStore)
-from ..tracking.params import NOT_APPLICABLE, effective_params
 from ..tracking.uri import choose_store
+from ..trial.trials import StoredIdentities, Trial, expand, shared_rows
 from .layout import row_layout
 from .columns import CONFIG_PREFIX, IDENTITY_COLUMNS, MISSING, SERIES_METRICS, metric_columns
 from .metrics import higher_is_better
@@ -104,15 +104,19 @@ def _select_values(store: StudyStore, frame: pd.DataFrame, choice: ValueChoice) 
     return frame
 
 
-def study_results(store: StudyStore, study: Study | None = None, value: ValueChoice = ValueChoice()) -> pd.DataFrame:
+def study_results(store: StudyStore, study: Study | None = None, value: ValueChoice = ValueChoice(),
+                  trials: list[Trial] | None = None) -> pd.DataFrame:
     """One row per trial (see the module's docstring). With the study, rows follow the study file: its labels,
     its row order, its baselines, and a MISSING row for every trial the store has no run for. A sampling
-    search's rows are its samples (`_search_rows`)."""
+    search's rows are its samples (`_search_rows`). `trials`: the study expanded (`expand(study)`), where the
+    caller has it already."""
     runs = store.trial_runs()
+    if study is not None and trials is None:
+        trials = expand(study)
     if study is not None and study.search.algorithm != "grid":
-        rows = _search_rows(runs, study)
+        rows = _search_rows(runs, trials)
     else:
-        rows = _grid_rows(runs, study)
+        rows = _grid_rows(runs, study, trials)
     if study is None:
         for row in rows:
             row["in_study"] = True
@@ -142,7 +146,7 @@ def _unset_marked(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _grid_rows(runs: list, study: Study | None) -> list[dict]:
+def _grid_rows(runs: list, study: Study | None, expected: list[Trial] | None) -> list[dict]:
     """Each row of the study file with the run that counts for its trial; rows that share a trial (they
     differ only in settings it does not read) each read its one run, the later ones saying whose
     (`shared_with`: the first row's label). Then the store's runs of no row of the study (in_study False)."""
@@ -152,7 +156,6 @@ def _grid_rows(runs: list, study: Study | None) -> list[dict]:
     stored = {trial_id: _run_row(_counting_run(group)) for trial_id, group in by_trial.items()}
     if study is None:
         return list(stored.values())
-    expected: list[Trial] = expand(study)
     identities, shared = StoredIdentities(expected), shared_rows(expected)
     places = row_layout(study)
     rows, used = [], set()
@@ -177,18 +180,16 @@ def _grid_rows(runs: list, study: Study | None) -> list[dict]:
     return rows + [row for tag, row in stored.items() if tag not in used]
 
 
-def _search_rows(runs: list, study: Study) -> list[dict]:
-    """A search's samples: every run sampled from one of the study file's rows (its `template_id` tag; runs
-    logged before that tag existed: a row's variant), one row each in sampling order, labelled by their
-    sampled values (numbered where two samples drew the same). No MISSING rows: the samples are what ran."""
-    templates = expand(study)
+def _search_rows(runs: list, templates: list[Trial]) -> list[dict]:
+    """A search's samples: every run sampled from one of the study file's rows (its `template_id` tag), one row
+    each in sampling order, labelled by their sampled values (numbered where two samples drew the same). No
+    MISSING rows: the samples are what ran."""
     ids = {t.trial_id for t in templates} | {t.legacy_id for t in templates}
-    variants = {t.variant for t in templates}
     rows, seen = [], {}
     for order, run in enumerate(sorted(runs, key=lambda run: run.info.start_time or 0)):
         row = _run_row(run)
         template = row.get("template_id")
-        row["in_study"] = template in ids if template else row.get("variant") in variants
+        row["in_study"] = template in ids
         if row["in_study"]:
             seen[row["label"]] = seen.get(row["label"], 0) + 1
             if seen[row["label"]] > 1:

@@ -22,7 +22,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..study import Distribution, Study, StudyError, load_study
-from ..tracking.store import SWEPT_TAG_PREFIX, StudyNotFound, StudyStore
+from ..tracking.lookup import StudyNotFound
+from ..tracking.store import SWEPT_TAG_PREFIX, StudyStore
 from .plots import Plot, save_figure
 
 GRID_PROFILE = "grid"

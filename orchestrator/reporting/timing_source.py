@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..execution.protocol import ISOLATED_PREFIX as ISOLATED
+from ..trial.protocol import ISOLATED_PREFIX as ISOLATED
 SHARING = "concurrent_trials_max"
 
 

@@ -35,7 +35,7 @@ class LargestTrial:
 
 def largest_trial(study) -> LargestTrial:
     """The study's trial that takes the most GPUs at once (then the most workers)."""
-    from ..planning import expand
+    from ..trial.trials import expand
 
     resources = study.resources
     biggest = max(expand(study), key=lambda trial: (trial.workers * resources.gpus, trial.workers))

@@ -2,7 +2,7 @@
 
 - model.py: the pydantic models of the format and the checks between fields;
 - rows.py: the rows (cells) the variants, axes, zip and exclude make;
-- overrides.py: dotted overrides of trial configs and of the study (profiles, `key=value`);
+- overrides.py: dotted overrides of trial configs and of the study (profiles, `key=value`: load.py applies them);
 - yaml_loader.py: YAML that means one thing: duplicate keys refused, size bounded (alias bombs);
 - load.py: reading, profiles, and every check below gathered into one StudyError;
 - trial_checks.py: every resolved trial (rows, search values) with its trial size validated by dape_core,
@@ -14,9 +14,10 @@
 - schema.py: the format as JSON Schema (`orchestrator schema`).
 """
 
-from .load import load_study, parse_study, profile_data_notes, read_study, read_study_yaml, validate_config
+from .load import (apply_study_overrides, load_study, parse_study, profile_data_notes, read_study, read_study_yaml,
+                   validate_config)
 from .model import SECTIONS, Distribution, ReportSpec, Resources, Scheduler, Search, Study, Variant
-from .overrides import apply_study_overrides, parse_override, resolve, set_dotted
+from .overrides import parse_override, resolve, set_dotted
 from .problems import StudyError
 from .rows import Cell
 

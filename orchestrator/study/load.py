@@ -22,7 +22,7 @@ from .claim_checks import claim_problems
 from .data_paths import study_data_problems
 from .locate import folder_problem
 from .model import Study
-from .overrides import apply_study_overrides
+from .overrides import resolve
 from .problems import StudyError, format_pydantic
 from .search_checks import search_problems
 from .sweeps import sweep_problems
@@ -30,7 +30,15 @@ from .trial_checks import (MAX_ROWS, ResolvedTrial, identity_problems, resolved_
                            run_name_problems, validate_config)
 from .yaml_loader import load_yaml
 
-__all__ = ["load_study", "parse_study", "profile_data_notes", "read_study", "read_study_yaml", "validate_config"]
+__all__ = ["apply_study_overrides", "load_study", "parse_study", "profile_data_notes", "read_study", "read_study_yaml", "validate_config"]
+
+
+def apply_study_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
+    """Dotted overrides of the study document. A key not naming a study field is taken relative to `base`
+    (`train.steps=100` means `base.train.steps=100`), the way a researcher types it on the command line."""
+    study_fields = set(Study.model_fields)
+    absolute = {(key if key.split(".")[0] in study_fields else f"base.{key}"): value for key, value in overrides.items()}
+    return resolve(raw, absolute)
 
 
 def _apply(raw: dict, source: str, profile: str | None, overrides: dict[str, Any] | None) -> dict:

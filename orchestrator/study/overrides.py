@@ -1,5 +1,6 @@
-"""Dotted overrides (`model.kernel_size: 3`): of a trial config (variants, axes, search samples) and of the
-study document itself (profiles, `key=value` on the command line)."""
+"""Dotted overrides (`model.kernel_size: 3`) of a trial config (variants, axes, search samples) and of the
+study document (profiles, `key=value` on the command line: load.py's `apply_study_overrides`, which knows the
+study's fields)."""
 
 from __future__ import annotations
 
@@ -24,16 +25,6 @@ def resolve(base: dict, overrides: dict[str, Any]) -> dict:
     for key, value in overrides.items():
         set_dotted(config, key, value)
     return config
-
-
-def apply_study_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
-    """Dotted overrides of the study document. A key not naming a study field is taken relative to `base`
-    (`train.steps=100` means `base.train.steps=100`), the way a researcher types it on the command line."""
-    from .model import Study
-
-    study_fields = set(Study.model_fields)
-    absolute = {(key if key.split(".")[0] in study_fields else f"base.{key}"): value for key, value in overrides.items()}
-    return resolve(raw, absolute)
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -1,5 +1,5 @@
 """A study's rows (cells): each variant, or the base alone, crossed with the swept points of its axes and
-zipped keys, minus the excluded assignments. Seeds repeat every row (planning.trials)."""
+zipped keys, minus the excluded assignments. Seeds repeat every row (trial/trials.py)."""
 
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from dape_core import ExperimentConfig
 
+from .identity import legacy_identity, trial_identity
 from .model import MAX_RUN_NAME
 from .overrides import resolve
 from .problems import format_pydantic
@@ -133,12 +134,10 @@ def search_values(dist: "Distribution") -> list[Any]:
 
 def identity_problems(trials: list[ResolvedTrial]) -> list[str]:
     """Two rows whose effective configs are equal would be one trial identity: one MLflow run, one checkpoint.
-    The identity leaves out the trial size and the settings a trial does not read (planning.trials.
-    trial_identity). Rows of one variant that differ only in settings it ignores (the Kerple baseline at
+    The identity leaves out the trial size and the settings a trial does not read (study/
+    identity.py). Rows of one variant that differ only in settings it ignores (the Kerple baseline at
     every `model.d_dape` of a grid) are meant to be one trial: they share its run. Any other pair is an
     error: two variants that resolve to one trial, or two rows that differ in nothing but their size."""
-    from ..planning.trials import legacy_identity, trial_identity  # planning imports the study format: import it late
-
     first: dict[str, ResolvedTrial] = {}
     problems = []
     for trial in trials:

@@ -12,10 +12,13 @@
 - ui.py: `orchestrator ui`, MLflow's UI on the study.
 """
 
-from .events import TrialEvents, TrialListener
-from .store import (ROLE_TAG, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TRIAL_ID_TAG, StudyNotFound, StudyStore,
-                    flatten)
-from .uri import default_tracking_uri, resolve_tracking_uri, ui_command
+from dape_core._lazy import lazy_attributes
 
-__all__ = ["ROLE_TAG", "STOPPED_EARLY_TAG", "SWEPT_TAG_PREFIX", "TRIAL_ID_TAG", "StudyNotFound", "StudyStore",
-           "TrialEvents", "TrialListener", "default_tracking_uri", "flatten", "resolve_tracking_uri", "ui_command"]
+# Imported on first use (each name from the module that defines it): a submodule never needs this package's
+# names, and `orchestrator.tracking.uri` loads without MLflow.
+_PUBLIC = {"TrialEvents": "events", "TrialListener": "events", "ROLE_TAG": "store", "STOPPED_EARLY_TAG": "store",
+           "SWEPT_TAG_PREFIX": "store", "TRIAL_ID_TAG": "store", "StudyStore": "store", "StudyNotFound": "lookup",
+           "flatten": "params", "default_tracking_uri": "uri", "resolve_tracking_uri": "uri", "ui_command": "uri"}
+__all__ = list(_PUBLIC)
+
+__getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC)

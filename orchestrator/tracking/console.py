@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from ..execution.protocol import CHECKPOINT_SET_ASIDE_KEY, accuracies, final_metrics, perplexity_by_length
-from ..planning.trials import Trial
+from ..trial.protocol import CHECKPOINT_SET_ASIDE_KEY, accuracies, final_metrics, perplexity_by_length
+from ..trial.trials import Trial
 from .events import (TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried,
                      TrialStarted)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..execution.protocol import FINAL_FLAG
-from ..planning.trials import Trial
+from ..trial.protocol import FINAL_FLAG
+from ..trial.trials import Trial
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class TrialStarted(TrialEvent):
 
 @dataclass(frozen=True)
 class TrialResult(TrialEvent):
-    """A progress result, or the final one (`final`); see execution/protocol.py."""
+    """A progress result, or the final one (`final`); see trial/protocol.py."""
 
     result: dict
 

@@ -4,7 +4,8 @@ Importing MLflow takes longer than a read-only command may (`orchestrator plan`,
 seconds of CPU for MLflow and SQLAlchemy). An embedded store is an SQLite file in MLflow's schema, whose
 tables for experiments, runs, tags, params and metrics have kept their shape since MLflow 1.x; the
 `SQLiteReader` reads those, read-only, with the standard library and returns the same run records as
-MLflow's client (tests/test_readers.py compares the two on a real store). Every write still goes through
+MLflow's client (tests/test_run_record.py's `test_sqlite_reader_returns_what_mlflows_client_returns`
+compares the two on a real store). Every write still goes through
 MLflow's client, and a tracking server is read through it too.
 """
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from dape_core import ExperimentConfig
 from dape_core.applicability import unused_settings
 
-from ..execution.protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, LOG_KEY, PERIODIC_KEYS,
-                                  SERIES, STRING_RESULT_KEYS, WEIGHTS_FOLDER, WEIGHTS_KEY, final_metrics)
+from ..trial.protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, LOG_KEY, PERIODIC_KEYS,
+                              SERIES, STRING_RESULT_KEYS, WEIGHTS_FOLDER, WEIGHTS_KEY, final_metrics)
 from . import run_files
 from .events import (TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried,
                      TrialStarted)

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from ..planning.trials import Trial
+from ..trial.trials import Trial
 
 CONFIG_FILE = "trial_config.yaml"
 LOG_FILE = "trial.log"

@@ -24,8 +24,7 @@ from typing import Any
 
 from ..errors import ForeignExperiment, StoreUnusable
 from . import dashboard
-from .lookup import StudyNotFound, no_experiment, require_store  # noqa: F401  (their home before lookup.py)
-from .params import flatten  # noqa: F401  (its home before params.py)
+from .lookup import no_experiment, require_store
 from .readers import ClientReader, SQLiteReader
 from .sqlite_file import check_folder_writable, check_readable, check_writable, store_lock
 from .uri import is_server, sqlite_path
@@ -96,8 +95,7 @@ class StudyStore:
                 if existing is None:
                     raise error
         tags = dict(existing.tags)
-        if _ownership(ClientReader(client), existing.experiment_id, tags, tracking_uri, study_name) == "legacy":
-            client.set_experiment_tag(existing.experiment_id, STUDY_TAG, study_name)
+        _check_ownership(ClientReader(client), existing.experiment_id, tags, tracking_uri, study_name)
         if tags.get(dashboard.EXPERIMENT_KIND_TAG) != dashboard.TRAINING_KIND:
             client.set_experiment_tag(existing.experiment_id, dashboard.EXPERIMENT_KIND_TAG, dashboard.TRAINING_KIND)
         return cls(tracking_uri, study_name, existing.experiment_id, client)
@@ -123,7 +121,7 @@ class StudyStore:
                 existing = reader.experiment(study_name)
         if existing is None:
             raise no_experiment(tracking_uri, study_name, chosen)
-        _ownership(reader, existing[0], existing[1], tracking_uri, study_name)
+        _check_ownership(reader, existing[0], existing[1], tracking_uri, study_name)
         return cls(tracking_uri, study_name, existing[0], client, reader)
 
     # --- the study's parent run ---------------------------------------------------------------------------
@@ -257,18 +255,16 @@ class StudyStore:
         self.client.log_artifact(run_id, str(path), folder)
 
 
-def _ownership(reader, experiment_id: str, tags: dict[str, str], tracking_uri: str, study_name: str) -> str:
-    """"owned" (tagged by this tool), "legacy" (made by an earlier version: it holds our study parent run, but
-    no tag yet); raises ForeignExperiment for anyone else's, StoreUnusable for a deleted one."""
+def _check_ownership(reader, experiment_id: str, tags: dict[str, str], tracking_uri: str, study_name: str) -> None:
+    """The experiment is this study's (tagged by this tool); raises ForeignExperiment for anyone else's,
+    StoreUnusable for a deleted one."""
     if reader.deleted(experiment_id):
         raise StoreUnusable(
             f"The tracking store {tracking_uri} has a deleted experiment named {study_name!r} (id "
             f"{experiment_id}): restore it (mlflow experiments restore --experiment-id {experiment_id}), "
             "remove it for good (mlflow gc), or give the study another `name:`.")
     if tags.get(STUDY_TAG) == study_name:
-        return "owned"
-    if not tags.get(STUDY_TAG) and reader.runs(experiment_id, ROLE_TAG, "study"):
-        return "legacy"
+        return
     raise ForeignExperiment(
         f"The tracking store {tracking_uri} already has an experiment named {study_name!r} (id "
         f"{experiment_id}) that this tool did not create (it lacks the tag {STUDY_TAG}={study_name}); "

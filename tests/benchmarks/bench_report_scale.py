@@ -53,7 +53,8 @@ def measure(trials: int, folder: Path) -> dict:
     from orchestrator.reporting import build as build_module
     from orchestrator.reporting import render_html, render_latex, render_md
     from orchestrator.reporting.results import study_results
-    from orchestrator.execution.runner import run_study
+    from orchestrator.execution.context import RunContext
+    from orchestrator.run import run_and_report
     from orchestrator.tracking.store import StudyStore
 
     study = parse_study(study_spec(trials))
@@ -90,7 +91,7 @@ def measure(trials: int, folder: Path) -> dict:
     phases.update({name: timed.get(name, 0.0) for name in ("results", "tables", "plots", "render")})
     phases["write+attach"] = phases["total"] - sum(timed.values())
     begin = time.perf_counter()  # `orchestrator run` of the finished study: nothing to train, the report
-    outcome = run_study(study, uri, reports_dir=reports, storage_dir=folder / "state", local=True)
+    outcome = run_and_report(RunContext.create(study, uri, storage_dir=folder / "state", local=True), reports)
     phases["unchanged re-run"] = time.perf_counter() - begin
     assert outcome.trials_run == 0
     plots = sorted(p.name for p in (reports / study.name / "plots").glob("*.png"))

@@ -44,7 +44,8 @@ def _run(spec: dict, root: Path, reuse: bool) -> tuple[float, list[tuple[int, fl
 
     from orchestrator import parse_study
     from orchestrator.execution import ray_tune
-    from orchestrator.execution.runner import run_study
+    from orchestrator.execution.context import RunContext
+    from orchestrator.run import run_and_report
 
     real = tune.TuneConfig
 
@@ -56,7 +57,7 @@ def _run(spec: dict, root: Path, reuse: bool) -> tuple[float, list[tuple[int, fl
     try:
         uri = f"sqlite:///{root / 'mlflow.db'}"
         started = time.perf_counter()
-        outcome = run_study(parse_study(spec), uri, reports_dir=root / "reports", storage_dir=root / "state")
+        outcome = run_and_report(RunContext.create(parse_study(spec), uri, storage_dir=root / "state"), root / "reports")
         wall = time.perf_counter() - started
     finally:
         ray_tune.tune.TuneConfig = real

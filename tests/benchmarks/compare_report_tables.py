@@ -23,8 +23,8 @@ CASES = [(path.stem, profile) for path in sorted((ROOT / "studies").glob("*.yaml
 
 
 def report(study_name: str, profile: str | None, out: Path) -> None:
-    """In this process (the code on PYTHONPATH): a synthetic store of the study, its report into `out`."""
-    sys.path.insert(0, str(HERE.parent))
+    """In this process (the code on PYTHONPATH, and that checkout's tests/synthetic_store.py, which imports
+    its modules): a synthetic store of the study, its report into `out`."""
     import synthetic_store
     from orchestrator import load_study
     from orchestrator.reporting import build_report
@@ -36,7 +36,7 @@ def report(study_name: str, profile: str | None, out: Path) -> None:
 
 
 def run(code: Path, out: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{HERE.parent}", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{code / 'tests'}", "MLFLOW_DISABLE_TELEMETRY": "true"}
     for name, profile in CASES:
         result = subprocess.run([sys.executable, __file__, "--one", name, profile or "", str(out / (profile or "default"))],
                                 env=env, cwd=code, capture_output=True, text=True)

@@ -1,29 +1,22 @@
-"""Expand a validated study into trials: one per report row (cell) and seed, each with a stable identity.
-
-The identity is a hash of the trial's effective config: the fully resolved config less its trial size
-(`distributed`) and with the settings the trial does not read (dape_core/applicability.py, logged as `n/a`)
-left out. A trial is so recognised as already done no matter how the study file is reordered or relabelled,
-and rows that differ only in settings their trial ignores (the Kerple baseline at every `model.d_dape` of a
-grid) are one trial, trained once, whose run each of those rows reads (`distinct`, `shared_rows`). The
-identity tags the trial's MLflow run and names its checkpoint folder. Stores written before the identity
-left the unused settings out tagged runs with `legacy_identity`; `StoredIdentities` finds those too, so
-finished work is not retrained. With a sampling
-search (random, Optuna) the expanded trials are templates: Ray Tune fills in the sampled `params`, and
-`materialize` turns what Tune hands a trial back into a concrete Trial, on the worker and on the driver.
+"""Expand a validated study into trials: one per report row (cell) and seed, each with a stable identity
+(study/identity.py). Rows that differ only in settings their trial ignores are one trial, trained once, whose
+run each of those rows reads (`distinct`, `shared_rows`). Stores written before the identity left the unused
+settings out tagged runs with the legacy identity; `StoredIdentities` finds those too, so finished work is
+not retrained. With a sampling search (random, Optuna) the expanded trials are templates: Ray Tune fills in
+the sampled `params`, and `materialize` turns what Tune hands a trial back into a concrete Trial, on the worker and on the driver.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 from dape_core import ExperimentConfig
-from dape_core.applicability import unused_settings
 
-from ..study import Study, resolve
+from ..study.identity import legacy_identity, trial_identity
+from ..study.model import Study
+from ..study.overrides import resolve
 
 
 @dataclass(frozen=True)
@@ -60,29 +53,6 @@ class Trial:
         return {"label": self.label, "variant": self.variant, "seed": self.seed, "baseline": self.baseline,
                 "index": self.index, "config": self.config, "swept": self.swept,
                 "overrides": self.overrides, "template_id": self.template_id}
-
-
-def trial_identity(config: dict) -> str:
-    """A hash of the trial's effective config: the resolved config without its `distributed` section and
-    without the settings the trial does not read. How many workers compute a trial does not change what it
-    computes (the same global batch, data order and result), so a trial killed on 8 workers resumes its
-    checkpoint on 4, and a finished trial is not rerun because its size changed (the size is still logged
-    with the trial's params); a setting the trial ignores does not change it either."""
-    unused = unused_settings(ExperimentConfig(**config))
-    return _digest({section: {key: value for key, value in values.items() if f"{section}.{key}" not in unused}
-                    if isinstance(values, dict) else values
-                    for section, values in config.items() if section != "distributed"})
-
-
-def legacy_identity(config: dict) -> str:
-    """The identity of stores written before `trial_identity` left the unused settings out: the hash of the
-    whole resolved config less `distributed`."""
-    return _digest({section: values for section, values in config.items() if section != "distributed"})
-
-
-def _digest(identity: dict) -> str:
-    canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def distinct(trials: list[Trial]) -> list[Trial]:
