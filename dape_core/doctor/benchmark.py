@@ -62,13 +62,14 @@ def not_applicable(variant: str, device: torch.device) -> str | None:
         return None
     if device.type != "cuda":
         return "the fused kernels run on CUDA (on CPU only in Triton's interpreter, far too slow to time)"
-    from dape_core import fused
+    import dape_core.fused as fused
 
     return fused.cannot_run(device)
 
 
 def build(variant: str, setting: Setting, device: torch.device, training: bool) -> torch.nn.Module:
-    from dape_core import ModelConfig, build_model
+    from dape_core.config import ModelConfig
+    from dape_core.model import build_model
 
     processor = {"processor": "none"} if variant == "Kerple" else {"processor": "dapev2", "kernel_size": 3}
     blocks = variant.endswith("block")
