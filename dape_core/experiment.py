@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 # Only the config sections at import: validating a study (the orchestrator's `validate`, `plan`) must not
 # load torch. The functions that run an experiment import what they need when called.
+import dape_core.metric_names as names
 from .experiment_config import ExperimentConfig
 
 if TYPE_CHECKING:
@@ -57,21 +58,20 @@ class ExperimentResult:
     weights_seconds: float = 0.0  # the time writing them took
 
     def metrics(self) -> dict[str, float]:
-        """Flat numeric metrics, named as the orchestrator logs them."""
-        out = {"train_loss": self.final_train_loss, "train_seconds": self.train_seconds,
-               "eval_seconds": self.eval_seconds, "tokens_seen": self.tokens_seen,
-               "num_parameters": self.num_parameters, "flops_per_token": self.flops_per_token,
-               "peak_memory_mb": self.peak_memory_bytes / 2**20}
+        """Flat numeric metrics, named as the orchestrator logs them (dape_core/metric_names.py)."""
+        values = (self.final_train_loss, self.train_seconds, self.eval_seconds, self.tokens_seen, self.num_parameters,
+                  self.flops_per_token, self.peak_memory_bytes / 2**20)
+        out = dict(zip(names.SCALARS, values))
         if self.ms_per_step is not None:
-            out["ms_per_step"] = self.ms_per_step
+            out[names.MS_PER_STEP] = self.ms_per_step
         if self.weights:
-            out["weights_seconds"] = self.weights_seconds
-        out.update({f"ppl_{length}": value for length, value in self.perplexity.items()})
-        out.update({f"delta_p_{length}": value for length, value in self.delta_p.items()})
-        out.update({f"ms_forward_{length}": value for length, value in self.ms_forward.items()})
+            out[names.WEIGHTS_SECONDS] = self.weights_seconds
+        for prefix, by_length in ((names.PPL, self.perplexity), (names.DELTA_P, self.delta_p),
+                                  (names.MS_FORWARD, self.ms_forward)):
+            out.update({names.per_length(prefix, length): value for length, value in by_length.items()})
         if self.che_acc_test is not None:
-            out["che_acc_train"], out["che_acc_test"] = self.che_acc_train, self.che_acc_test
-            out.update({f"acc_{length}": value for length, value in self.che_accuracy.items()})
+            out[names.CHE_ACC_TRAIN], out[names.CHE_ACC_TEST] = self.che_acc_train, self.che_acc_test
+            out.update({names.per_length(names.ACC, length): value for length, value in self.che_accuracy.items()})
         return out
 
 

@@ -28,7 +28,7 @@ import pandas as pd
 from ..execution.protocol import ISOLATED_PREFIX
 from ..study import Study
 from ..study.claim_checks import Check, Term, claim_checks, later_columns, study_rows
-from .metrics import is_timing
+from .families import is_timing
 from .stats import ALPHA, MIN_SEEDS, compare, format_p, holm
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
