@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import dape_core.metric_names as names
+
 # Only the config sections at import: validating a study (the orchestrator's `validate`, `plan`) must not
 # load torch. The functions that run an experiment import what they need when called.
-import dape_core.metric_names as names
 from .experiment_config import ExperimentConfig
 
 if TYPE_CHECKING:
