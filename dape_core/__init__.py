@@ -19,7 +19,7 @@ _PUBLIC = {
     "PRESETS": "config", "ModelConfig": "config", "build_model": "model", "CausalLM": "model",
     "DataConfig": "data.config", "load_corpus": "data", "EvalConfig": "evaluate.config",
     "perplexity_by_length": "evaluate", "TrainConfig": "train.config", "NonFiniteLossError": "train",
-    "ExperimentConfig": "experiment", "ExperimentResult": "experiment", "run_experiment": "experiment",
+    "ExperimentConfig": "experiment_config", "ExperimentResult": "experiment", "run_experiment": "experiment",
     "CheConfig": "che.config", "CheResult": "che.experiment", "run_che": "che.experiment",
     "load_model": "stored", "save_model": "stored", "WeightsUnreadable": "stored",
 }
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from .data.config import DataConfig
     from .evaluate import perplexity_by_length
     from .evaluate.config import EvalConfig
-    from .experiment import ExperimentConfig, ExperimentResult, run_experiment
+    from .experiment import ExperimentResult, run_experiment
+    from .experiment_config import ExperimentConfig
     from .model import CausalLM, build_model
     from .stored import WeightsUnreadable, load_model, save_model
     from .train import NonFiniteLossError

@@ -7,7 +7,7 @@ The rule, field by field (dotted names as in `ExperimentConfig.to_dict()`):
 - model: without a processor, `kernel_size`, `d_dape`, `form`, `leak` and `attention_block_size` (training
   then uses PyTorch's fused kernel); with `dape`, `kernel_size` (always 1x1); with a processor but no bias
   encoding, `form` (the processor reads the scores alone); `rope_random_max` except for `rope_random`;
-  `fire_width` and `fire_l0` except for `fire`.
+  `fire_width` and `fire_l0` except for `fire` (each encoding's `settings`, dape_core/encodings.py).
 - train: `val_tokens` without `eval_every` (no periodic validation).
 - eval: the timing warm-up and repetitions without `timing`.
 - data: the fields of the other sources (`pattern` and `separator` are for text and Hugging Face sources,
@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import fields
 from typing import TYPE_CHECKING
+
+from .encodings import ENCODING_SETTINGS
 
 if TYPE_CHECKING:
     from .experiment import ExperimentConfig
@@ -42,10 +44,7 @@ def _model(cfg: "ExperimentConfig") -> set[str]:
         unused.add("kernel_size")
     if model.processor != "none" and not model.has_bias:
         unused.add("form")
-    if model.pos_encoding != "rope_random":
-        unused.add("rope_random_max")
-    if model.pos_encoding != "fire":
-        unused |= {"fire_width", "fire_l0"}
+    unused |= ENCODING_SETTINGS - set(model.encoding.settings)  # another encoding's (dape_core/encodings.py)
     return {f"model.{name}" for name in unused}
 
 

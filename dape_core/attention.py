@@ -48,7 +48,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
-from . import fused
+import dape_core.fused as fused
+
 from .config import EVAL_BLOCK_ELEMENTS, MIN_BLOCK_ROWS, ModelConfig
 from .position import PositionEncoding
 from .processors import ScoreProcessor, build_processor

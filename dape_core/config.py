@@ -14,6 +14,7 @@ from typing import Annotated, Literal, Union, get_args
 from pydantic import AfterValidator, ConfigDict, Discriminator, Tag, model_validator
 from pydantic.dataclasses import dataclass
 
+from .encodings import ENCODINGS, FIRE_DEFAULT_WIDTH, Encoding
 from .types import PositiveInt, StrictBool
 
 # name -> (layers, width, heads). Paper sizes from docs/method.md §5 (head dims 64, 64, 80, 128 follow from width / heads);
@@ -29,12 +30,25 @@ PRESETS: dict[str, tuple[int, int, int]] = {
 }
 
 Preset = Literal["tiny", "small", "medium", "125M", "350M", "2.7B", "6.7B"]
-PosEncoding = Literal["nope", "rope", "alibi", "kerple", "kerple_power", "fire", "t5", "yarn", "rope_random"]
+PosEncoding = Literal[tuple(ENCODINGS)]  # the names of dape_core/encodings.py
 Processor = Literal["none", "dape", "dapev2"]
 Form = Literal["concat_residual", "concat", "add_residual", "bias_only"]
 
 POS_ENCODINGS = get_args(PosEncoding)
-BIAS_ENCODINGS = ("alibi", "kerple", "kerple_power", "fire", "t5")  # additive bias B: [H, T_q, T_k]
+BIAS_ENCODINGS = tuple(name for name, encoding in ENCODINGS.items() if encoding.has_bias)  # additive B: [H, T_q, T_k]
+# The forms whose processor reads [S, B] (2H input channels) where there is a bias; every other one reads H.
+CONCATENATING_FORMS = ("concat_residual", "concat")
+
+
+def processor_form(form: str, has_bias: bool) -> str:
+    """The form a processor computes: `form`, or "no_bias" (S + f(S)) without a bias encoding."""
+    return form if has_bias else "no_bias"
+
+
+def processor_in_channels(n_head: int, has_bias: bool, form: str) -> int:
+    """Channels the score processor reads: [S, B] (2H) in the concatenating forms with a bias encoding;
+    S + B (add_residual), B alone (bias_only) or S alone (no bias encoding): H."""
+    return (2 if processor_form(form, has_bias) in CONCATENATING_FORMS else 1) * n_head
 
 
 def _odd(value: int) -> int:
@@ -51,9 +65,6 @@ KernelSize = Annotated[
     Discriminator(lambda value: "(kq, kk)" if isinstance(value, (list, tuple)) else "k"),
 ]
 
-# docs/method.md §2 constants that are not study parameters.
-FIRE_DEFAULT_WIDTH = 32
-T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
 # The block path's sizes (attention.py), here so that memory estimates read them without loading torch:
 # evaluation blocks hold at most this many score entries per batch (times ~100 floats of maps per entry).
 EVAL_BLOCK_ELEMENTS = 2**22
@@ -132,7 +143,7 @@ class ModelConfig:
             raise ValueError(f"form 'bias_only' needs a position encoding with a bias; {self.pos_encoding!r} has none")
         if self.d_model % self.n_head:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
-        if self.pos_encoding in ("rope", "yarn", "rope_random") and self.head_dim % 2:
+        if self.encoding.rotary and self.head_dim % 2:
             raise ValueError(f"rotary encodings need an even head dim (d_model / n_head = {self.head_dim})")
         if self.rope_random_max is not None and self.rope_random_max < self.train_length:
             raise ValueError(f"rope_random_max={self.rope_random_max} is below the training length "
@@ -145,8 +156,17 @@ class ModelConfig:
         return self.d_model // self.n_head
 
     @property
+    def encoding(self) -> Encoding:
+        """What the position encoding is (dape_core/encodings.py)."""
+        return ENCODINGS[self.pos_encoding]
+
+    @property
     def has_bias(self) -> bool:
-        return self.pos_encoding in BIAS_ENCODINGS
+        return self.encoding.has_bias
+
+    @property
+    def processor_in_channels(self) -> int:
+        return processor_in_channels(self.n_head, self.has_bias, self.form)
 
     @property
     def kernel_shape(self) -> tuple[int, int]:
@@ -166,7 +186,7 @@ class ModelConfig:
     def num_parameters(self) -> int:
         """Analytic parameter count of `build_model(self)`, written out from the architecture (not from the
         modules), so that a test comparing it with the built model checks both."""
-        width, heads, layers = self.d_model, self.n_head, self.n_layer
+        width, layers = self.d_model, self.n_layer
         hidden = self.mlp_ratio * width
         per_layer = (
             2 * width  # ln_attn
@@ -174,26 +194,17 @@ class ModelConfig:
             + width * width + width  # proj
             + 2 * width  # ln_mlp
             + width * hidden + hidden + hidden * width + width  # MLP
-            + self._encoding_parameters_per_layer()
+            + (0 if self.encoding.shared else self.encoding.learned(self))
             + self._processor_parameters()
         )
-        shared = T5_BUCKETS * heads if self.pos_encoding == "t5" else 0  # one table for all layers
+        shared = self.encoding.learned(self) if self.encoding.shared else 0  # one module for all layers (T5's table)
         return self.vocab_size * width + layers * per_layer + shared + 2 * width + width * self.vocab_size
-
-    def _encoding_parameters_per_layer(self) -> int:
-        if self.pos_encoding in ("kerple", "kerple_power"):
-            return 2 * self.n_head  # p and a per head
-        if self.pos_encoding == "fire":
-            w = self.fire_width
-            return 2 + (w + w) + (w * self.n_head + self.n_head)  # c, λ, Linear(1, W), Linear(W, H)
-        return 0
 
     def _processor_parameters(self) -> int:
         if self.processor == "none":
             return 0
         rows, cols = self.kernel_shape
-        two_channels = self.has_bias and self.form in ("concat_residual", "concat")
-        c_in = (2 if two_channels else 1) * self.n_head
+        c_in = self.processor_in_channels
         return (c_in * self.d_dape * rows * cols + self.d_dape) + (self.d_dape * self.n_head * rows * cols + self.n_head)
 
     def to_dict(self) -> dict:
@@ -206,8 +217,9 @@ def effective_model_fields(fields: dict, train_length: int, longest: int) -> dic
     the model will read (Decision D6: the largest evaluation length); FIRE's L₀, when not given, is the
     training length. Fields an encoding does not use stay as given."""
     fields = {**fields, "train_length": train_length}
-    if fields.get("pos_encoding") == "rope_random" and fields.get("rope_random_max") is None:
-        fields["rope_random_max"] = longest
-    if fields.get("pos_encoding") == "fire" and fields.get("fire_l0") is None:
-        fields["fire_l0"] = train_length
+    name = fields.get("pos_encoding")
+    encoding = ENCODINGS.get(name) if isinstance(name, str) else None  # an invalid one is the model check's to report
+    for setting, source in (encoding.defaults.items() if encoding is not None else ()):
+        if fields.get(setting) is None:
+            fields[setting] = longest if source == "longest" else train_length
     return fields

@@ -13,132 +13,19 @@ import math
 import tempfile
 import time
 import dataclasses
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
-from pydantic.dataclasses import dataclass as pydantic_dataclass
+import dape_core.metric_names as names
 
 # Only the config sections at import: validating a study (the orchestrator's `validate`, `plan`) must not
 # load torch. The functions that run an experiment import what they need when called.
-from .che.config import CheConfig
-from .config import ModelConfig, effective_model_fields
-from .data.config import DataConfig
-from .evaluate.config import EvalConfig
-from .train.config import TrainConfig
-from .train.distributed_config import DistributedConfig
+from .experiment_config import ExperimentConfig
 
 if TYPE_CHECKING:
     from .train import CheckpointStore
     from .train.distributed import World
-
-# Train fields that change what is logged, not the trajectory: a checkpoint survives changing them.
-_NOT_IN_FINGERPRINT = ("log_every", "eval_every", "val_tokens")
-
-
-@pydantic_dataclass(config=ConfigDict(extra="forbid"))
-class ExperimentConfig:
-    """One trial: the model, its data, its training and its evaluation, validated together.
-
-    The config is the effective one: what `to_dict()` says is what the model and the trainer use. The model
-    fields that follow from the rest are filled in here, not at run time (`effective_model_fields`):
-    `model.train_length` is `train.seq_len`, randomized RoPE's `rope_random_max` defaults to the largest
-    evaluation length and FIRE's `fire_l0` to the training length.
-
-    che: a CHE / associative-recall experiment instead of the LM one: `data` and `eval` are then ignored,
-    `train.steps`, `train.batch_size`, `train.lr` and `train.seq_len` are set from it (so that the
-    orchestrator's progress, checkpoints and estimates see the run that happens), and the model is shaped
-    for the task (`CheConfig.model_fields`).
-
-    distributed: how many processes train the run and how (DDP or FSDP; `DistributedConfig`). It is how
-    the run is computed, not what is computed: the global batch, the data order and the result do not
-    depend on it (up to the order of floating-point sums), so it is not part of the `fingerprint` and a
-    checkpoint resumes on another number of workers.
-    """
-
-    # `model` comes last: its effective fields are derived from the sections validated before it (pydantic
-    # validates fields in order). `to_dict` puts it first again.
-    data: DataConfig = Field(default_factory=DataConfig)
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    eval: EvalConfig = Field(default_factory=lambda: EvalConfig(lengths=[64, 128, 256, 512]))
-    che: CheConfig | None = None
-    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
-
-    @field_validator("model", mode="before")
-    @classmethod
-    def _effective_model(cls, model, info: ValidationInfo):
-        """Fill in the fields that follow from the other sections before the model section is validated, so
-        that its own checks (rope_random_max against the training length) see the values that will be used.
-        Where a section it depends on is itself invalid, that section's error is reported instead."""
-        fields = asdict(model) if isinstance(model, ModelConfig) else model
-        if not isinstance(fields, dict) or "che" not in info.data:
-            return model
-        che = info.data["che"]
-        if che is not None:
-            return che.model_fields(fields)
-        if "train" not in info.data or "eval" not in info.data:
-            return model
-        seq_len = info.data["train"].seq_len
-        return effective_model_fields(fields, seq_len, max(seq_len, *info.data["eval"].lengths))
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "ExperimentConfig":
-        self._check_distributed()
-        if self.che is not None:
-            self.train = self.che.training_config(self.train)
-            return self  # the LM's data/eval checks do not apply
-        shorter = [length for length in self.eval.lengths if length < self.train.seq_len]
-        if shorter:
-            raise ValueError(
-                f"eval.lengths {shorter} are below the training length train.seq_len={self.train.seq_len}: "
-                "the protocol evaluates at the training length and beyond (docs/method.md §6)"
-            )
-        if self.eval.tail_tokens > self.train.seq_len:
-            raise ValueError(
-                f"eval.tail_tokens={self.eval.tail_tokens} exceeds train.seq_len={self.train.seq_len}: "
-                "the scored tail must fit in the shortest window"
-            )
-        if self.eval.split == "test" and self.data.test_fraction == 0:
-            raise ValueError("eval.split is 'test' but data.test_fraction is 0: hold out a test split "
-                             "(e.g. data.test_fraction: 0.05) or evaluate on 'validation'")
-        if self.data.source == "tokens" and self.data.chunk_tokens <= max(self.eval.lengths):
-            raise ValueError(f"data.chunk_tokens={self.data.chunk_tokens} must exceed the longest evaluation length "
-                             f"{max(self.eval.lengths)}: evaluation windows lie inside held-out chunks")
-        vocabulary = self.data.known_vocabulary
-        if vocabulary is not None and self.model.vocab_size < vocabulary:
-            raise ValueError(f"model.vocab_size={self.model.vocab_size} is below the data's vocabulary of {vocabulary} "
-                             f"({_vocabulary_source(self.data)}): set model.vocab_size to at least {vocabulary}")
-        return self
-
-    def _check_distributed(self) -> None:
-        workers, train = self.distributed.workers, self.train
-        if workers == 1:
-            return
-        if self.che is not None:
-            raise ValueError(f"distributed.workers={workers}: CHE and associative-recall trials train on one worker "
-                             "(their models are small); set distributed.workers to 1")
-        if train.batch_size % (workers * train.grad_accum):
-            raise ValueError(f"train.batch_size={train.batch_size} does not split into distributed.workers={workers} "
-                             f"x train.grad_accum={train.grad_accum} equal micro-batches: each step's global batch "
-                             "is shared equally by the workers")
-        if self.distributed.parallelism == "fsdp" and train.precision == "fp16":
-            raise ValueError("train.precision fp16 is not supported with distributed.parallelism fsdp: use bf16 (GPUs "
-                             "that have it), fp32, or parallelism ddp")
-
-    def to_dict(self) -> dict:
-        sections = asdict(self)
-        return {name: sections[name] for name in ("model", "data", "train", "eval", "che", "distributed")}
-
-    def fingerprint(self) -> str:
-        """Identity of a training trajectory: model, data and train sections, less logging-only fields (and
-        not the `distributed` section: the same trajectory on any number of workers)."""
-        sections = {"model": asdict(self.model), "data": asdict(self.data),
-                    "train": {k: v for k, v in asdict(self.train).items() if k not in _NOT_IN_FINGERPRINT}}
-        if self.che is not None:
-            sections["che"] = asdict(self.che)
-        return hashlib.sha256(json.dumps(sections, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -172,26 +59,21 @@ class ExperimentResult:
     weights_seconds: float = 0.0  # the time writing them took
 
     def metrics(self) -> dict[str, float]:
-        """Flat numeric metrics, named as the orchestrator logs them."""
-        out = {"train_loss": self.final_train_loss, "train_seconds": self.train_seconds,
-               "eval_seconds": self.eval_seconds, "tokens_seen": self.tokens_seen,
-               "num_parameters": self.num_parameters, "flops_per_token": self.flops_per_token,
-               "peak_memory_mb": self.peak_memory_bytes / 2**20}
+        """Flat numeric metrics, named as the orchestrator logs them (dape_core/metric_names.py)."""
+        values = (self.final_train_loss, self.train_seconds, self.eval_seconds, self.tokens_seen, self.num_parameters,
+                  self.flops_per_token, self.peak_memory_bytes / 2**20)
+        out = dict(zip(names.SCALARS, values))
         if self.ms_per_step is not None:
-            out["ms_per_step"] = self.ms_per_step
+            out[names.MS_PER_STEP] = self.ms_per_step
         if self.weights:
-            out["weights_seconds"] = self.weights_seconds
-        out.update({f"ppl_{length}": value for length, value in self.perplexity.items()})
-        out.update({f"delta_p_{length}": value for length, value in self.delta_p.items()})
-        out.update({f"ms_forward_{length}": value for length, value in self.ms_forward.items()})
+            out[names.WEIGHTS_SECONDS] = self.weights_seconds
+        for prefix, by_length in ((names.PPL, self.perplexity), (names.DELTA_P, self.delta_p),
+                                  (names.MS_FORWARD, self.ms_forward)):
+            out.update({names.per_length(prefix, length): value for length, value in by_length.items()})
         if self.che_acc_test is not None:
-            out["che_acc_train"], out["che_acc_test"] = self.che_acc_train, self.che_acc_test
-            out.update({f"acc_{length}": value for length, value in self.che_accuracy.items()})
+            out[names.CHE_ACC_TRAIN], out[names.CHE_ACC_TEST] = self.che_acc_train, self.che_acc_test
+            out.update({names.per_length(names.ACC, length): value for length, value in self.che_accuracy.items()})
         return out
-
-
-def _vocabulary_source(data: DataConfig) -> str:
-    return "data.vocab_size" if data.source == "tokens" and data.vocab_size is not None else "the byte tokenizer"
 
 
 def check_vocabulary(cfg: ExperimentConfig, corpus_vocab: int, tokenizer: str) -> None:
@@ -219,7 +101,7 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     """
     import torch
 
-    from . import fused
+    from .fused import recorded, start_record
     from .train import CheckpointStore
     from .train.distributed import World, check_world
 
@@ -228,14 +110,14 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     world = World.current()
     check_world(cfg.distributed, world)
     checkpoints = CheckpointStore(checkpoint_dir, cfg.fingerprint()) if checkpoint_dir is not None else None
-    fused.start_record()
+    start_record()
     if cfg.che is not None:
         result = _run_che_experiment(cfg, callback, checkpoints, checkpoint_every, resume, weights_dir)
     else:
         result = _run_lm_experiment(cfg, callback, checkpoints, checkpoint_every, resume, artifacts_dir, world,
                                     weights_dir)
     if result is not None:
-        result.attention_kernels = fused.recorded()
+        result.attention_kernels = recorded()
     return result
 
 

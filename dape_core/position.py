@@ -22,7 +22,8 @@ import math
 import torch
 from torch import nn
 
-from .config import T5_BUCKETS, T5_MAX_DISTANCE, ModelConfig
+from .config import ModelConfig
+from .encodings import ENCODINGS, T5_BUCKETS, T5_MAX_DISTANCE, Encoding
 
 
 def causal_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
@@ -36,11 +37,19 @@ def symmetric_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor
 
 
 class PositionEncoding(nn.Module):
-    """Base: no rotation, no bias (NoPE)."""
+    """Base: no rotation, no bias (NoPE). `facts` is what the encoding is (dape_core/encodings.py)."""
 
-    has_bias = False
+    facts: Encoding = ENCODINGS["nope"]
     symmetric = False  # set by `build_position_encodings` for a bidirectional model
-    toeplitz = False  # the bias depends on the distance Δ alone (the fused attention path reads it from a table)
+
+    @property
+    def has_bias(self) -> bool:
+        return self.facts.has_bias
+
+    @property
+    def toeplitz(self) -> bool:
+        """The bias depends on the distance Δ alone (the fused attention path reads it from a table)."""
+        return self.facts.toeplitz
 
     def distance(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """The Δ a bias is evaluated at: i − j clamped at 0 (causal) or |i − j| (symmetric)."""
@@ -71,6 +80,8 @@ class RoPE(PositionEncoding):
     cos/sin are computed from the positions on every call, so any evaluation length works (the authors'
     cache covered only the training length).
     """
+
+    facts = ENCODINGS["rope"]
 
     def __init__(self, head_dim: int, base: float = 10000.0):
         super().__init__()
@@ -106,6 +117,7 @@ class YaRN(RoPE):
     formula on r directly.
     """
 
+    facts = ENCODINGS["yarn"]
     BETA_FAST, BETA_SLOW = 32.0, 1.0
 
     def __init__(self, head_dim: int, train_length: int, base: float = 10000.0):
@@ -127,6 +139,8 @@ class RandomizedRoPE(RoPE):
     are a sorted sample without replacement from [0, L_max), one sample per step shared by the batch and
     every layer (as in the authors' implementation); in evaluation mode 0..T−1.
     L_max: see `ModelConfig.rope_random_max` (Decision D6)."""
+
+    facts = ENCODINGS["rope_random"]
 
     def __init__(self, head_dim: int, max_position: int, base: float = 10000.0):
         super().__init__(head_dim, base)
@@ -158,8 +172,7 @@ def alibi_slopes(n_head: int) -> torch.Tensor:
 class ALiBi(PositionEncoding):
     """B = −m_h · Δ with fixed (not learnable) slopes."""
 
-    has_bias = True
-    toeplitz = True
+    facts = ENCODINGS["alibi"]
 
     def __init__(self, n_head: int):
         super().__init__()
@@ -177,8 +190,6 @@ class _Kerple(PositionEncoding):
     not track: row blocks and recomputation may call `bias` several times in one step.
     """
 
-    has_bias = True
-    toeplitz = True
     EPS = 0.01
     P_MAX: float | None = None
 
@@ -195,6 +206,8 @@ class _Kerple(PositionEncoding):
 class KerpleLog(_Kerple):
     """B = −p_h · log(1 + a_h · Δ); p, a ≥ 0.01."""
 
+    facts = ENCODINGS["kerple"]
+
     def bias(self, q_pos, k_pos):
         self.clamp_parameters()
         distance = self.distance(q_pos, k_pos).to(self.p.dtype)
@@ -204,6 +217,7 @@ class KerpleLog(_Kerple):
 class KerplePower(_Kerple):
     """B = −a_h · Δ^{p_h}; p ∈ [0.01, 2], a ≥ 0.01."""
 
+    facts = ENCODINGS["kerple_power"]
     P_MAX = 2.0
 
     def bias(self, q_pos, k_pos):
@@ -222,7 +236,7 @@ class FIRE(PositionEncoding):
     defaults to the training length. One module per layer, like Kerple.
     """
 
-    has_bias = True
+    facts = ENCODINGS["fire"]
 
     def __init__(self, n_head: int, width: int, threshold: int):
         super().__init__()
@@ -256,8 +270,7 @@ class T5Bias(PositionEncoding):
     by all layers (docs/method.md §2; the scale √d follows the authors' code). The table starts at N(0, 0.02²), the
     init of the model's other embeddings (the spec is silent)."""
 
-    has_bias = True
-    toeplitz = True
+    facts = ENCODINGS["t5"]
 
     def __init__(self, n_head: int, head_dim: int, buckets: int = T5_BUCKETS, max_distance: int = T5_MAX_DISTANCE):
         super().__init__()
@@ -284,8 +297,8 @@ def build_position_encodings(cfg: ModelConfig) -> list[PositionEncoding]:
         "yarn": lambda: YaRN(cfg.head_dim, cfg.train_length),
         "rope_random": lambda: RandomizedRoPE(cfg.head_dim, cfg.random_positions_max),
     }
-    if cfg.pos_encoding == "t5":
-        encodings = [builders["t5"]()] * cfg.n_layer
+    if cfg.encoding.shared:
+        encodings = [builders[cfg.pos_encoding]()] * cfg.n_layer
     else:
         encodings = [builders[cfg.pos_encoding]() for _ in range(cfg.n_layer)]
     for encoding in encodings:

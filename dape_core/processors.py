@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .config import ModelConfig
+from .config import CONCATENATING_FORMS, ModelConfig, processor_form, processor_in_channels
 
 
 class ScoreProcessor(nn.Module):
@@ -54,20 +54,20 @@ class ConvScoreProcessor(ScoreProcessor):
                  causal: bool = True):
         super().__init__()
         rows, cols = (1, kernel) if isinstance(kernel, int) else kernel  # ModelConfig checked both (odd cols)
-        self.form = form if has_bias else "no_bias"
+        self.form = processor_form(form, has_bias)
         self.leak = leak
         self.tril = causal and not leak
         self.kernel = (rows, cols)
         self.key_halo = (1 if self.tril else 2) * (cols // 2)
         self.row_halo = 2 * (rows - 1)
-        in_channels = 2 * n_head if self.form in ("concat_residual", "concat") else n_head
+        in_channels = processor_in_channels(n_head, has_bias, form)
         padding = (0, cols // 2)  # rows are padded causally in `_conv`
         self.conv_in = nn.Conv2d(in_channels, d_dape, (rows, cols), padding=padding)
         self.conv_out = nn.Conv2d(d_dape, n_head, (rows, cols), padding=padding)
 
     def feature_parts(self, scores: torch.Tensor, bias: torch.Tensor | None) -> list[torch.Tensor]:
         """The processor's input channels z, as parts to concatenate over the head axis."""
-        if self.form in ("concat_residual", "concat"):
+        if self.form in CONCATENATING_FORMS:
             return [scores, bias]
         if self.form == "add_residual":
             return [scores + bias]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-    from .experiment import ExperimentConfig
+    from .experiment_config import ExperimentConfig
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -75,7 +75,7 @@ def _atomic(path: Path, write) -> None:
 
 def read_config(folder: str | Path) -> "ExperimentConfig":
     """The stored model's effective config. Raises WeightsUnreadable naming the file."""
-    from .experiment import ExperimentConfig
+    from .experiment_config import ExperimentConfig
 
     path = Path(folder) / CONFIG_FILE
     try:

@@ -202,7 +202,6 @@ def test_orchestrator_has_no_import_cycle(graph):
     assert not found, "import cycles:\n" + _describe(found)
 
 
-@pytest.mark.xfail(strict=False, reason="house-core")
 def test_dape_core_has_no_import_cycle(graph):
     edges, _ = graph
     found = [path for path in cycles(edges) if path[0].startswith("dape_core")]

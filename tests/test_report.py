@@ -21,7 +21,7 @@ from orchestrator import parse_study
 from orchestrator.cli import app
 from orchestrator.reporting import build_report, load_results
 from orchestrator.reporting.document import ReportDocument
-from orchestrator.reporting.metrics import FAMILIES
+from orchestrator.reporting.families import FAMILIES
 from orchestrator.reporting import render_html, render_latex, render_md
 from orchestrator.reporting.stats import compare, holm
 from orchestrator.reporting.tables import build_table

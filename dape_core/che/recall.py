@@ -28,7 +28,8 @@ Decisions:
 - The counts grow with the length so that longer test strings hold more pairs and more queries (the
   length-generalisation question). Defaults num_keys = 256 and num_values = 32 allow encoder lengths up to
   770 and causal lengths up to 1024; a longer string raises ValueError (distinct keys must fit).
-- `level` is "ext", `in_dape_table` False; the class otherwise mirrors the CHE task interface.
+- `level` is "ext", `in_dape_table` False; otherwise it is a CHE `Task` (its interface, placeholder and
+  vocabulary), with sizes set per instance.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from typing import Tuple
 
 import numpy as np
 
-from .tasks import Batch, _as_tokens, _check
+from .tasks import Batch, Task, as_tokens, check_request
 
 
 @dataclass(frozen=True)
@@ -55,14 +56,12 @@ def _random_perms(rng: np.random.Generator, batch_size: int, size: int, take: in
     return np.argsort(rng.random((batch_size, size)), axis=1)[:, :take]
 
 
-class AssociativeRecall:
+class AssociativeRecall(Task):
     """Multi-query associative recall (this project's extension; see the module docstring)."""
 
     name = "associative_recall"
     level = "ext"
-    permutation_invariant = False
     in_dape_table = False
-    termination_class = None
     min_length = 3
     min_causal_length = 4
 
@@ -83,14 +82,6 @@ class AssociativeRecall:
     def output_classes(self) -> int:
         return self.num_values
 
-    @property
-    def placeholder_id(self) -> int:
-        return self.input_vocab_size
-
-    @property
-    def model_vocab_size(self) -> int:
-        return self.input_vocab_size + 1
-
     # ---------------------------------------------------------------------------------- encoder form
 
     def counts(self, n: int) -> Tuple[int, int]:
@@ -100,9 +91,6 @@ class AssociativeRecall:
 
     def output_length(self, n: int) -> int:
         return self.counts(n)[1]
-
-    def input_length(self, n: int) -> int:
-        return n
 
     def _pairs_and_queries(self, rng: np.random.Generator, batch_size: int, pairs: int, queries: int):
         if pairs > self.num_keys:
@@ -120,7 +108,8 @@ class AssociativeRecall:
                 np.take_along_axis(values, which, axis=1))
 
     def sample(self, rng: np.random.Generator, length: int, batch_size: int) -> Batch:
-        _check(length, batch_size, self.min_length)
+        """As `Task.sample`, but the answers are drawn with the strings rather than labelled after them."""
+        check_request(length, batch_size, self.min_length)
         n, batch_size = int(length), int(batch_size)
         pairs, queries = self.counts(n)
         keys, values, q_keys, answers = self._pairs_and_queries(rng, batch_size, pairs, queries)
@@ -132,7 +121,7 @@ class AssociativeRecall:
 
     def label(self, inputs):
         """Targets of given encoder-form strings (the value class of each query)."""
-        x = _as_tokens(inputs)
+        x = as_tokens(inputs)
         pairs, queries = self.counts(x.shape[1])
         out = np.zeros((x.shape[0], queries), dtype=np.int64)
         for b, row in enumerate(x.tolist()):
@@ -149,7 +138,7 @@ class AssociativeRecall:
         return pairs, slots - pairs
 
     def sample_causal(self, rng: np.random.Generator, length: int, batch_size: int) -> CausalBatch:
-        _check(length, batch_size, self.min_causal_length)
+        check_request(length, batch_size, self.min_causal_length)
         t, batch_size = int(length), int(batch_size)
         pairs, queries = self.causal_counts(t)
         trailing = (t + 1) % 2  # one unanswered query key fills an odd stream

@@ -123,14 +123,16 @@ def train_lengths(rng: np.random.Generator, batch: int, max_length: int = TRAIN_
     return rng.integers(min_length, max_length + 1, size=batch, dtype=np.int64)
 
 
-def _check(length: int, batch_size: int, min_length: int = 1) -> None:
+def check_request(length: int, batch_size: int, min_length: int = 1) -> None:
+    """A ValueError unless `length` is an integer >= `min_length` and `batch_size` a positive integer."""
     if int(length) != length or length < min_length:
         raise ValueError(f"length must be an integer >= {min_length}, got {length!r}")
     if int(batch_size) != batch_size or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
 
 
-def _as_tokens(inputs) -> np.ndarray:
+def as_tokens(inputs) -> np.ndarray:
+    """Given strings as an int64 [B, n] array (one string [n] becomes [1, n])."""
     x = np.asarray(inputs, dtype=np.int64)
     if x.ndim == 1:
         x = x[None, :]
@@ -196,7 +198,7 @@ class Task:
         return self.input_vocab_size + 1
 
     def sample(self, rng: np.random.Generator, length: int, batch_size: int) -> Batch:
-        _check(length, batch_size, self.min_length)
+        check_request(length, batch_size, self.min_length)
         inputs = self._sample_inputs(rng, int(length), int(batch_size))
         targets, mask = self.label(inputs)
         return Batch(inputs, targets, mask)
@@ -227,7 +229,7 @@ class EvenPairs(Task):
         return rng.integers(0, 2, size=(batch_size, n), dtype=np.int64)
 
     def label(self, inputs):
-        x = _as_tokens(inputs)
+        x = as_tokens(inputs)
         odd = (x[:, 1:] != x[:, :-1]).sum(axis=1) % 2
         return self._all_true(odd[:, None])
 
@@ -250,7 +252,7 @@ class ModularArithmetic(Task):
         return x
 
     def label(self, inputs):
-        x = _as_tokens(inputs).copy()
+        x = as_tokens(inputs).copy()
         if x.shape[1] % 2 != 1:
             raise ValueError("modular_arithmetic expressions have odd length")
         mod = self.modulus
@@ -279,7 +281,7 @@ class ParityCheck(Task):
         return rng.integers(0, 2, size=(batch_size, n), dtype=np.int64)
 
     def label(self, inputs):
-        x = _as_tokens(inputs)
+        x = as_tokens(inputs)
         return self._all_true((x.sum(axis=1) % 2)[:, None])
 
 
@@ -293,7 +295,7 @@ class CycleNavigation(Task):
         return rng.integers(0, 3, size=(batch_size, n), dtype=np.int64)
 
     def label(self, inputs):
-        x = _as_tokens(inputs)
+        x = as_tokens(inputs)
         return self._all_true(((x - 1).sum(axis=1) % 5)[:, None])
 
 
@@ -319,7 +321,7 @@ class StackManipulation(Task):
         return np.where(np.arange(n)[None, :] < stack_len[:, None], bits, actions)
 
     def label(self, inputs):
-        x = _as_tokens(inputs)
+        x = as_tokens(inputs)
         n = x.shape[1]
         out = np.zeros((x.shape[0], n + 1), dtype=np.int64)
         for b, row in enumerate(x.tolist()):
@@ -348,7 +350,7 @@ class ReverseString(Task):
         return rng.integers(0, 2, size=(batch_size, n), dtype=np.int64)
 
     def label(self, inputs):
-        return self._all_true(_as_tokens(inputs)[:, ::-1])
+        return self._all_true(as_tokens(inputs)[:, ::-1])
 
 
 @contextmanager
@@ -468,7 +470,7 @@ class ModularArithmeticBrackets(Task):
     IDS = {"+": 5, "-": 6, "*": 7, "(": 8, ")": 9}  # 10 is the original's reserved (unused) 'x'
 
     def sample(self, rng, length, batch_size):
-        _check(length, batch_size)
+        check_request(length, batch_size)
         n, batch_size = int(length), int(batch_size)
         draws = rng.random((batch_size, n)).tolist()
         x = np.empty((batch_size, n), dtype=np.int64)
@@ -480,7 +482,7 @@ class ModularArithmeticBrackets(Task):
         return Batch(x, y, np.ones(y.shape, dtype=bool))
 
     def label(self, inputs):
-        x = _as_tokens(inputs)
+        x = as_tokens(inputs)
         y = [[_evaluate_tokens(row, self.modulus, self.IDS)] for row in x.tolist()]
         return self._all_true(np.array(y, dtype=np.int64).reshape(len(y), 1))
 
@@ -494,7 +496,7 @@ class SolveEquation(Task):
     X, EQ = 9, 10
 
     def sample(self, rng, length, batch_size):
-        _check(length, batch_size)
+        check_request(length, batch_size)
         n, batch_size = int(length), int(batch_size)
         if n < 3:  # the original's degenerate case: all-zero inputs, label 0
             return Batch(np.zeros((batch_size, n), np.int64), np.zeros((batch_size, 1), np.int64),
@@ -514,7 +516,7 @@ class SolveEquation(Task):
         return Batch(x, y, np.ones(y.shape, dtype=bool))
 
     def label(self, inputs):
-        x = _as_tokens(inputs)
+        x = as_tokens(inputs)
         if x.shape[1] < 3:
             return self._all_true(np.zeros((x.shape[0], 1), dtype=np.int64))
         y = []
@@ -544,7 +546,7 @@ class DuplicateString(Task):
         return rng.integers(0, 2, size=(batch_size, n), dtype=np.int64)
 
     def label(self, inputs):
-        x = _as_tokens(inputs)
+        x = as_tokens(inputs)
         return self._all_true(np.concatenate([x, x], axis=1))
 
 
@@ -566,7 +568,7 @@ class MissingDuplicateString(Task):
         return np.concatenate([ww, pad], axis=1)
 
     def label(self, inputs):
-        x = _as_tokens(inputs)
+        x = as_tokens(inputs)
         n = x.shape[1]
         if n == 1:
             return self._all_true(np.ones((x.shape[0], 1), dtype=np.int64))
@@ -591,7 +593,7 @@ class OddsFirst(Task):
         return rng.integers(0, 2, size=(batch_size, n), dtype=np.int64)
 
     def label(self, inputs):
-        x = _as_tokens(inputs)
+        x = as_tokens(inputs)
         return self._all_true(np.concatenate([x[:, 1::2], x[:, ::2]], axis=1))
 
 
@@ -621,7 +623,7 @@ class _BinaryOperation(Task):
         raise NotImplementedError
 
     def label(self, inputs):
-        x = _as_tokens(inputs)
+        x = as_tokens(inputs)
         n = x.shape[1]
         out_len = self.output_length(n)
         out = np.zeros((x.shape[0], out_len), dtype=np.int64)
@@ -679,7 +681,7 @@ class ComputeSqrt(Task):
         return _nonzero_bits(rng, batch_size, n)
 
     def label(self, inputs):
-        x = _as_tokens(inputs)
+        x = as_tokens(inputs)
         out_len = self.output_length(x.shape[1])
         out = np.zeros((x.shape[0], out_len), dtype=np.int64)
         for b, row in enumerate(x.tolist()):
@@ -699,7 +701,7 @@ class BucketSort(Task):
         return rng.integers(0, 5, size=(batch_size, n), dtype=np.int64)
 
     def label(self, inputs):
-        return self._all_true(np.sort(_as_tokens(inputs), axis=1))
+        return self._all_true(np.sort(as_tokens(inputs), axis=1))
 
 
 TASKS: Dict[str, Task] = {

@@ -14,7 +14,6 @@ Parquet, the row index for a saved dataset).
 
 from __future__ import annotations
 
-import glob
 import gzip
 import io
 import json
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from .sources import glob_root
+from .raw_inputs import expand_path, load_saved_dataset
 
 FORMATS = ("auto", "text", "jsonl", "parquet", "hf_disk")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -77,14 +76,10 @@ def _is_saved_dataset(path: Path) -> bool:
     return path.is_dir() and any((path / marker).is_file() for marker in HF_DISK_MARKERS)
 
 
-def _folder_files(folder: Path, patterns: tuple[str, ...]) -> list[Path]:
-    found = {p for pattern in patterns for p in folder.glob(pattern) if p.is_file()}
-    if not found:
-        suffixes = sorted({p.suffix or p.name for p in folder.rglob("*") if p.is_file()})[:12]
-        raise FileNotFoundError(f"input {folder}: no file matches {', '.join(patterns)} (the folder holds "
-                                f"{', '.join(suffixes) or 'no files'}); name the files with a pattern, "
-                                "e.g. '**/*.md'")
-    return sorted(found)
+def _no_file_in(folder: Path, patterns: tuple[str, ...]) -> FileNotFoundError:
+    suffixes = sorted({p.suffix or p.name for p in folder.rglob("*") if p.is_file()})[:12]
+    return FileNotFoundError(f"input {folder}: no file matches {', '.join(patterns)} (the folder holds "
+                             f"{', '.join(suffixes) or 'no files'}); name the files with a pattern, e.g. '**/*.md'")
 
 
 def expand_inputs(inputs: list[str], patterns: tuple[str, ...] | None = None,
@@ -101,20 +96,16 @@ def expand_inputs(inputs: list[str], patterns: tuple[str, ...] | None = None,
         if _is_saved_dataset(path) or (input_format == "hf_disk" and path.is_dir()):
             sources.append(Source(path, "hf_disk", ""))
             continue
-        if path.is_file():
-            root, files = path.parent, [path]
-        elif path.is_dir():
-            root, files = path, _folder_files(path, patterns or DEFAULT_PATTERNS)
-        elif glob.has_magic(spec):
-            root = glob_root(path)
-            files = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
-            if not files:
-                raise FileNotFoundError(f"input glob {spec!r} matches no file")
-        else:
+        found = expand_path(spec, patterns or DEFAULT_PATTERNS)
+        if found.kind == "missing":
             raise FileNotFoundError(f"input {path} does not exist")
-        for file in files:
+        if not found.files:
+            if found.kind == "folder":
+                raise _no_file_in(path, patterns or DEFAULT_PATTERNS)
+            raise FileNotFoundError(f"input glob {spec!r} matches no file")
+        for file in found.files:
             kind = detect_format(file) if input_format == "auto" else input_format
-            sources.append(Source(file, kind, file.relative_to(root).as_posix()))
+            sources.append(Source(file, kind, file.relative_to(found.root).as_posix()))
     return sources
 
 
@@ -236,25 +227,8 @@ def read_parquet(source: Source, field: str, separator: str | None) -> Iterator[
             row += 1
 
 
-def _load_saved_dataset(path: Path, split: str):
-    try:
-        import datasets
-    except ImportError as error:
-        raise ImportError(f"input {path} is a saved Hugging Face dataset, which needs the 'datasets' package: "
-                          "pip install datasets") from error
-    loaded = datasets.load_from_disk(str(path))
-    if isinstance(loaded, datasets.DatasetDict):
-        if split not in loaded:
-            raise ValueError(f"input {path}: no split {split!r} in the saved dataset; it has: {', '.join(loaded)}")
-        loaded = loaded[split]
-    return loaded
-
-
 def read_hf_disk(source: Source, field: str, separator: str | None, split: str) -> Iterator[Piece]:
-    dataset = _load_saved_dataset(source.path, split)
-    if field not in dataset.column_names:
-        raise ValueError(f"input {source.path}: no column {field!r} (columns: {', '.join(dataset.column_names)}); "
-                         "name it with text_field")
+    dataset = load_saved_dataset(source.path, split, field)
     total_rows, size, row = max(1, len(dataset)), source.disk_bytes, 0
     for batch in dataset.select_columns([field]).iter(batch_size=1024):
         for value in batch[field]:

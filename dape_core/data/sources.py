@@ -8,7 +8,6 @@ A token file is memory-mapped and never read whole: a 100 GB file costs no RAM.
 from __future__ import annotations
 
 import functools
-import glob
 import hashlib
 import sysconfig
 import warnings
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import DataConfig
+from .raw_inputs import expand_path, import_datasets, load_saved_dataset
 
 Document = tuple[str, bytes]
 FULL_HASH_LIMIT = 256 << 20  # bytes of token file hashed whole; larger files are hashed by samples
@@ -46,32 +46,14 @@ def stdlib_documents(cfg: DataConfig) -> list[Document]:
 
 def text_files(cfg: DataConfig) -> tuple[Path, list[Path]]:
     """(root the keys are relative to, files in sorted order) for a file, a folder or a glob."""
-    path = Path(cfg.path).expanduser()
-    if path.is_file():
-        return path.parent, [path]
-    if path.is_dir():
-        files = sorted(p for p in path.glob(cfg.pattern) if p.is_file())
-        where = f"folder {path} (data.pattern {cfg.pattern!r})"
-        root = path
-    elif glob.has_magic(cfg.path):
-        files = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
-        where = f"glob {cfg.path!r}"
-        root = glob_root(path)
-    else:
-        raise FileNotFoundError(f"data.path: {path} does not exist")
-    if not files:
+    found = expand_path(cfg.path, (cfg.pattern,))
+    if found.kind == "missing":
+        raise FileNotFoundError(f"data.path: {found.root} does not exist")
+    if not found.files:
+        where = (f"folder {found.root} (data.pattern {cfg.pattern!r})" if found.kind == "folder"
+                 else f"glob {cfg.path!r}")
         raise FileNotFoundError(f"data.path: no files match in {where}")
-    return root, files
-
-
-def glob_root(pattern: Path) -> Path:
-    """The part of a glob before its first wildcard: document keys are relative to it."""
-    fixed = []
-    for part in pattern.parts:
-        if glob.has_magic(part):
-            break
-        fixed.append(part)
-    return Path(*fixed) if fixed else Path(".")
+    return found.root, found.files
 
 
 def _split_on(key: str, content: bytes, separator: str | None) -> list[Document]:
@@ -107,23 +89,11 @@ def text_documents(cfg: DataConfig) -> list[Document]:
 
 
 def hf_disk_documents(cfg: DataConfig) -> list[Document]:
-    try:
-        import datasets
-    except ImportError as error:
-        raise ImportError("data.source 'hf_disk' needs the Hugging Face 'datasets' package, which is not installed: "
-                          "pip install datasets (or pip install 'dape-orchestrator[hf]')") from error
     path = Path(cfg.path).expanduser()
+    import_datasets(path)  # first: a missing package is the problem to fix first
     if not path.exists():
         raise FileNotFoundError(f"data.path: no saved dataset at {path} (write one with Dataset.save_to_disk)")
-    loaded = datasets.load_from_disk(str(path))
-    if isinstance(loaded, datasets.DatasetDict):
-        if cfg.hf_split not in loaded:
-            raise ValueError(f"data.hf_split {cfg.hf_split!r} is not in the dataset at {path}; "
-                             f"it has: {', '.join(loaded)}")
-        loaded = loaded[cfg.hf_split]
-    if cfg.text_field not in loaded.column_names:
-        raise ValueError(f"data.text_field {cfg.text_field!r} is not a column of the dataset at {path}; "
-                         f"columns: {', '.join(loaded.column_names)}")
+    loaded = load_saved_dataset(path, cfg.hf_split, cfg.text_field, settings="data.")
     rows = len(loaded) if cfg.max_files is None else min(len(loaded), cfg.max_files)
     column = loaded.select(range(rows))[cfg.text_field]
     documents = []

@@ -5,7 +5,8 @@ only: the interpreter is far too slow to time), block (training: `attention_bloc
 memory budget; evaluation: the automatic block path) and direct (the full T x T maps). Median of a few steps
 after warm-ups, in this process, one case after the other; ratios to Kerple from the same run. On a GPU the
 125M shape (batch 16 x 512, evaluation at 8192), on CPU a tiny model, so that it ends in seconds.
-(tests/benchmarks/bench_attention.py measures the same and more, against the papers' formulation too.)
+(tests/benchmarks/bench_attention.py measures the same and more, against the papers' formulation too, with
+this module's builder, steps and timing: tests/benchmarks/model_tables.py.)
 """
 
 from __future__ import annotations
@@ -62,20 +63,28 @@ def not_applicable(variant: str, device: torch.device) -> str | None:
         return None
     if device.type != "cuda":
         return "the fused kernels run on CUDA (on CPU only in Triton's interpreter, far too slow to time)"
-    from dape_core import fused
+    import dape_core.fused as fused
 
     return fused.cannot_run(device)
 
 
 def build(variant: str, setting: Setting, device: torch.device, training: bool) -> torch.nn.Module:
-    from dape_core import ModelConfig, build_model
+    return build_variant(variant, device, training, preset=setting.preset, vocab_size=setting.vocab_size,
+                         block_rows=setting.block_rows, train_length=setting.train_length)
+
+
+def build_variant(variant: str, device: torch.device, training: bool, *, preset: str, vocab_size: int,
+                  block_rows: int, **fields) -> torch.nn.Module:
+    """The model of `variant` (a name of VARIANTS; the same weights for every variant), on its path, in training
+    or evaluation mode. `fields`: other ModelConfig fields (train_length)."""
+    from dape_core.config import ModelConfig
+    from dape_core.model import build_model
 
     processor = {"processor": "none"} if variant == "Kerple" else {"processor": "dapev2", "kernel_size": 3}
     blocks = variant.endswith("block")
-    cfg = ModelConfig(preset=setting.preset, vocab_size=setting.vocab_size, pos_encoding="kerple", d_dape=32,
-                      train_length=setting.train_length,
-                      attention_block_size=setting.block_rows if blocks and training else None,
-                      eval_block_size=None if variant.endswith("direct") else 128, **processor)
+    cfg = ModelConfig(preset=preset, vocab_size=vocab_size, pos_encoding="kerple", d_dape=32,
+                      attention_block_size=block_rows if blocks and training else None,
+                      eval_block_size=None if variant.endswith("direct") else 128, **processor, **fields)
     torch.manual_seed(0)
     model = build_model(cfg).to(device)
     if variant != "Kerple":
@@ -84,31 +93,65 @@ def build(variant: str, setting: Setting, device: torch.device, training: bool) 
     return model.train(training)
 
 
-def _autocast(setting: Setting, device: torch.device):
-    if setting.dtype == torch.float32:
+def autocast(dtype: torch.dtype, device: torch.device):
+    """bfloat16 or float16: autocast over the float32 weights (how the project trains); float32: nothing."""
+    if dtype == torch.float32:
         return nullcontext()
-    return torch.autocast(device.type, dtype=setting.dtype)
+    return torch.autocast(device.type, dtype=dtype)
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def measure(step, setting: Setting, device: torch.device) -> tuple[float, int | None]:
-    """(median seconds of `setting.reps` steps after `setting.warmup`, peak CUDA bytes of the timed steps)."""
-    for _ in range(setting.warmup):
+def warm_up(step, warmup: int, device: torch.device) -> None:
+    for _ in range(warmup):
         step()
-    _sync(device)
+    sync(device)
+
+
+def time_steps(step, reps: int, device: torch.device) -> tuple[float, int | None]:
+    """(median seconds of `reps` steps, peak CUDA bytes of those steps: None on another device)."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     times = []
-    for _ in range(setting.reps):
+    for _ in range(reps):
         start = time.perf_counter()
         step()
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times), torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+
+
+def measure(step, setting: Setting, device: torch.device) -> tuple[float, int | None]:
+    """(median seconds of `setting.reps` steps after `setting.warmup`, peak CUDA bytes of the timed steps)."""
+    warm_up(step, setting.warmup, device)
+    return time_steps(step, setting.reps, device)
+
+
+def train_step(runner, optimizer: torch.optim.Optimizer, tokens: torch.Tensor, dtype: torch.dtype,
+               device: torch.device):
+    """One training step of `runner` (the model, or its compiled form) on `tokens` [B, T + 1], as a function."""
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(dtype, device):
+            _, loss = runner(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def eval_step(runner, tokens: torch.Tensor, dtype: torch.dtype, device: torch.device):
+    """One forward of `runner` on `tokens` without gradients, as a function."""
+
+    def step():
+        with torch.no_grad(), autocast(dtype, device):
+            runner(tokens)
+
+    return step
 
 
 def training_step(variant: str, setting: Setting, device: torch.device):
@@ -116,28 +159,14 @@ def training_step(variant: str, setting: Setting, device: torch.device):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     generator = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, setting.vocab_size, (setting.batch, setting.train_length + 1), generator=generator)
-    tokens = tokens.to(device)
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        with _autocast(setting, device):
-            _, loss = model(tokens[:, :-1], tokens[:, 1:])
-        loss.backward()
-        optimizer.step()
-
-    return step
+    return train_step(model, optimizer, tokens.to(device), setting.dtype, device)
 
 
 def evaluation_step(variant: str, setting: Setting, device: torch.device):
     model = build(variant, setting, device, training=False)
     generator = torch.Generator().manual_seed(2)
     tokens = torch.randint(0, setting.vocab_size, (1, setting.eval_length), generator=generator).to(device)
-
-    def step():
-        with torch.no_grad(), _autocast(setting, device):
-            model(tokens)
-
-    return step
+    return eval_step(model, tokens, setting.dtype, device)
 
 
 def run(device: torch.device, setting: Setting | None = None, progress=lambda row: None) -> list[Row]:
@@ -158,13 +187,19 @@ def run(device: torch.device, setting: Setting | None = None, progress=lambda ro
 
 
 def _guarded(phase: str, variant: str, case) -> Row:
+    figures, note = guarded(case)
+    return Row(phase, variant, *figures) if figures is not None else Row(phase, variant, note=note)
+
+
+def guarded(case, limit: int = 200) -> tuple[object, str]:
+    """(what `case()` returns, "") or (None, why it failed: out of memory, an error of its path, in at most
+    `limit` characters), the device's memory freed after: one failing case leaves the others' figures."""
     try:
-        seconds, peak = case()
-        return Row(phase, variant, seconds, peak)
+        return case(), ""
     except torch.OutOfMemoryError:
-        return Row(phase, variant, note="out of memory")
+        return None, "out of memory"
     except Exception as error:  # noqa: BLE001 - reported in the table, the other cases still run
-        return Row(phase, variant, note=f"{type(error).__name__}: {error}"[:200].replace("\n", " "))
+        return None, f"{type(error).__name__}: {error}"[:limit].replace("\n", " ")
     finally:
         gc.collect()
         if torch.cuda.is_available():

@@ -43,7 +43,7 @@ def cases(device: torch.device) -> list[Case]:
 
 
 def run(device: torch.device, chosen: list[Case] | None = None) -> list[Outcome]:
-    from dape_core import fused
+    import dape_core.fused as fused
 
     problem = fused.cannot_run(device)
     if problem is not None:
@@ -52,7 +52,8 @@ def run(device: torch.device, chosen: list[Case] | None = None) -> list[Outcome]
 
 
 def check(case: Case, device: torch.device) -> Outcome:
-    from dape_core import ModelConfig, fused
+    import dape_core.fused as fused
+    from dape_core.config import ModelConfig
     from dape_core.attention import CausalSelfAttention
     from dape_core.fused import selfcheck
     from dape_core.position import build_position_encoding

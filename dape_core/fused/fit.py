@@ -20,7 +20,10 @@ import torch
 from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources
 
-from . import launch, selfcheck
+# The modules themselves, not the package (whose `_run` imports this one): the tests patch their attributes.
+import dape_core.fused.launch as launch
+import dape_core.fused.selfcheck as selfcheck
+
 from .launch import Spec, Tiles
 
 try:  # Triton's common base class (PTXASError and the rest), where this Triton has one

@@ -23,17 +23,10 @@ from pathlib import Path
 
 import torch
 
+from .checkpoint_file import CheckpointMismatchError, CheckpointUnreadable, check_header, write_atomically
+
 FORMAT = 2  # 2: the batch source's state under rng/batches, and tokens_seen
 REQUIRED_KEYS = frozenset({"format", "fingerprint", "step", "model", "optimizer", "scaler", "rng"})
-
-
-class CheckpointUnreadable(RuntimeError):
-    """The checkpoint file cannot be used to resume: damaged, not a checkpoint of this trainer, or another
-    config's (CheckpointMismatchError)."""
-
-
-class CheckpointMismatchError(CheckpointUnreadable):
-    """The checkpoint on disk was written by a different model/data/train config."""
 
 
 class CheckpointStore:
@@ -64,16 +57,10 @@ class CheckpointStore:
         self.sharded.remove()
 
     def save(self, state: dict) -> Path:
-        """Write to a temporary file of this process, then rename over the previous one: a crash leaves the
-        old one whole, and two processes never write into one temporary file."""
+        """Write atomically (`write_atomically`): a crash leaves the previous checkpoint whole."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(f"{self.FILE}.{os.getpid()}.tmp")
-        with temporary.open("wb") as handle:
-            torch.save({"format": FORMAT, "fingerprint": self.fingerprint, **state}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
-        return self.path
+        record = {"format": FORMAT, "fingerprint": self.fingerprint, **state}
+        return write_atomically(self.path, lambda handle: torch.save(record, handle))
 
     def load(self, device: torch.device) -> dict:
         """The checkpoint's state. Raises CheckpointUnreadable (CheckpointMismatchError for another config's)."""
@@ -84,13 +71,7 @@ class CheckpointStore:
         if not isinstance(state, dict) or not REQUIRED_KEYS <= state.keys():
             raise CheckpointUnreadable(f"checkpoint {self.path} is not a checkpoint of this trainer (its keys: "
                                        f"{sorted(state)[:8] if isinstance(state, dict) else type(state).__name__})")
-        if state.get("format") != FORMAT:
-            raise CheckpointMismatchError(f"{self.path}: checkpoint format {state.get('format')!r}, expected {FORMAT}")
-        if state.get("fingerprint") != self.fingerprint:
-            raise CheckpointMismatchError(
-                f"{self.path} was written by a different model/data/train config (fingerprint "
-                f"{state.get('fingerprint')} != {self.fingerprint}); use another checkpoint directory or start fresh"
-            )
+        check_header(state, self.path, FORMAT, self.fingerprint)
         return state
 
     def set_aside(self) -> Path:

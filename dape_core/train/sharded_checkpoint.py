@@ -19,25 +19,16 @@ and importing DCP for that would cost it two seconds.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from .checkpoint_file import check_header, write_atomically
 from .distributed import World, unwrap
 
 FORMAT = 1
-
-
-def _write_atomically(path: Path, save) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    with temporary.open("wb") as handle:
-        save(handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
 
 
 class ShardedCheckpoints:
@@ -70,13 +61,13 @@ class ShardedCheckpoints:
         world.barrier()
         model_state, optimizer_state = get_state_dict(model, optimizer)
         dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(folder))
-        _write_atomically(folder / f"rng_rank{world.rank}.pt", lambda handle: torch.save(rank_state, handle))
+        write_atomically(folder / f"rng_rank{world.rank}.pt", lambda handle: torch.save(rank_state, handle))
         if world.is_main:
             record = {"format": FORMAT, "fingerprint": self.fingerprint, "world_size": world.size, **meta}
-            _write_atomically(folder / "meta.pt", lambda handle: torch.save(record, handle))
+            write_atomically(folder / "meta.pt", lambda handle: torch.save(record, handle))
         world.barrier()  # every rank's part is on disk
         if world.is_main:
-            _write_atomically(self.pointer, lambda handle: handle.write(folder.name.encode()))
+            write_atomically(self.pointer, lambda handle: handle.write(folder.name.encode()))
             for old in self.directory.glob("step_*"):
                 if old != folder:
                     shutil.rmtree(old, ignore_errors=True)
@@ -90,16 +81,9 @@ class ShardedCheckpoints:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-        from .checkpoint import CheckpointMismatchError
-
         folder = self.latest()
         meta = torch.load(folder / "meta.pt", weights_only=True)
-        if meta.get("format") != FORMAT:
-            raise CheckpointMismatchError(f"{folder}: sharded checkpoint format {meta.get('format')!r}, expected {FORMAT}")
-        if meta.get("fingerprint") != self.fingerprint:
-            raise CheckpointMismatchError(
-                f"{folder} was written by a different model/data/train config (fingerprint {meta.get('fingerprint')} "
-                f"!= {self.fingerprint}); use another checkpoint directory or start fresh")
+        check_header(meta, folder, FORMAT, self.fingerprint, kind="sharded checkpoint")
         model_state, optimizer_state = get_state_dict(model, optimizer)  # templates: this world's shapes
         state = {"model": model_state, "optimizer": optimizer_state}
         dcp.load(state, checkpoint_id=str(folder))

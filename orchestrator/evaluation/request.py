@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import dape_core.metric_names as names
+
 from ..tracking.store import WEIGHTS_TAG
 from ..trial.protocol import ISOLATED_PREFIX
 
@@ -93,8 +95,8 @@ def weights_path(tags: dict[str, str]) -> str | None:
 
 
 def missing_lengths(lengths: list[int], metrics: dict, suffix: str) -> list[int]:
-    return [length for length in lengths if f"ppl_{length}{suffix}" not in metrics]
+    return [length for length in lengths if names.per_length(names.PPL, length) + suffix not in metrics]
 
 
 def timed(metrics: dict) -> bool:
-    return f"{ISOLATED_PREFIX}ms_per_step" in metrics
+    return ISOLATED_PREFIX + names.MS_PER_STEP in metrics

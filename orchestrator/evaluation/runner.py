@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import dape_core.metric_names as names
+
 from ..errors import StudyInterrupted, UserInputError
 from ..study import Study
 from ..tracking.recorder import series
@@ -105,7 +107,7 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
                          eval_section=request.eval_section(own, later), threads=max(1, int(study.resources.cpus)),
                          precision=tags.get("precision"), device=tags.get("device"), visualise=request.visualise,
                          time=time_it, warmup=request.time_warmup, repeats=request.time_repeats,
-                         timed_lengths=sorted(set(own["lengths"]) | set(lengths) | set(series(metrics, "ppl_"))))
+                         timed_lengths=sorted(set(own["lengths"]) | set(lengths) | set(series(metrics, names.PPL))))
         if shorter:
             task.notes.append(f"lengths {shorter} are below its training length {seq_len}: not evaluated")
         tasks.append(task)
@@ -120,7 +122,7 @@ def che_task(study: Study, run, config: dict, request: EvalRequest, outcome: Eva
     later = study.report.later_lengths(che["train_max_length"], own)
     wanted = sorted(set(request.lengths) or set(later))
     lengths = [length for length in wanted if (request.again and request.lengths)
-               or f"acc_{length}" not in run.data.metrics]
+               or names.per_length(names.ACC, length) not in run.data.metrics]
     if not lengths:
         outcome.skipped.append(name)
         return None

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import dape_core.metric_names as names
+
 from ..trial.protocol import WEIGHTS_FOLDER
 
 
@@ -99,7 +101,7 @@ def _che(stored, task: dict, device, started: float, began: float) -> dict:
     precision = resolve_precision((task.get("precision") if same_kind else None) or stored.config.train.precision,
                                   device)
     accuracy = evaluate_stored_che(stored.model, stored.config, task["lengths"], precision.name)
-    return {"metrics": {f"acc_{length}": value for length, value in accuracy.items()}, "artifacts": [],
+    return {"metrics": {names.per_length(names.ACC, length): value for length, value in accuracy.items()}, "artifacts": [],
             "device": str(device), "precision": precision.name, "seconds": time.perf_counter() - started,
             "threads": torch.get_num_threads(), "began": began, "ended": time.time(), "pid": os.getpid()}
 
@@ -114,9 +116,9 @@ def _named(scored: dict, lengths: list[int], suffix: str) -> dict[str, float]:
     not taken alone (use --time), and would sit beside in-training `ms_forward_<L>` as if alike."""
     out = {}
     for length in lengths:
-        out[f"ppl_{length}{suffix}"] = scored["perplexity"][length]
+        out[names.per_length(names.PPL, length) + suffix] = scored["perplexity"][length]
         if length in scored["delta_p"]:
-            out[f"delta_p_{length}{suffix}"] = scored["delta_p"][length]
+            out[names.per_length(names.DELTA_P, length) + suffix] = scored["delta_p"][length]
     return out
 
 
@@ -131,13 +133,13 @@ def _isolated(model, cfg, corpus, precision, task: dict) -> dict[str, float]:
     warmup, repeats = task.get("warmup", 5), task.get("repeats", 20)
     out = {}
     step = time_training_step(model, cfg, corpus, precision, warmup, repeats)
-    out.update({f"{ISOLATED_PREFIX}ms_per_step{_part(key)}": step[key] for key in ("median", "q1", "q3")})
+    out.update({f"{ISOLATED_PREFIX}{names.MS_PER_STEP}{_part(key)}": step[key] for key in ("median", "q1", "q3")})
     lengths = task.get("timed_lengths") or cfg.eval.lengths
     timed_cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, lengths=sorted(lengths)))
     windows = protocol_windows(timed_cfg, corpus)  # what is timed is the batch's shape, not which text it holds
     own = {length: windows[length] for length in lengths}
     for length, figures in time_forward(model.eval(), own, cfg, precision, max(1, warmup // 2), repeats).items():
-        out.update({f"{ISOLATED_PREFIX}ms_forward_{length}{_part(key)}": figures[key]
+        out.update({f"{ISOLATED_PREFIX}{names.per_length(names.MS_FORWARD, length)}{_part(key)}": figures[key]
                     for key in ("median", "q1", "q3")})
     out[f"{ISOLATED_PREFIX}repeats"] = repeats
     return out

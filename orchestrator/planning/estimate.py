@@ -35,10 +35,8 @@ def count_parameters(cfg: ModelConfig) -> int:
 
 
 def processor_in_channels(cfg: ModelConfig) -> int:
-    """Channels the score processor reads: [S, B] (2H) in the concatenating forms with a bias encoding;
-    S + B (add_residual), B alone (bias_only) or S alone (no bias encoding): H."""
-    reads_both = cfg.has_bias and cfg.form in ("concat_residual", "concat")
-    return (2 if reads_both else 1) * cfg.n_head
+    """Channels the score processor reads (`dape_core.config.processor_in_channels`, the processor's own rule)."""
+    return cfg.processor_in_channels
 
 
 def forward_flops_per_sequence(cfg: ModelConfig, length: int, parameters: int) -> float:

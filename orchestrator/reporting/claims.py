@@ -28,7 +28,7 @@ import pandas as pd
 from ..study import Study
 from ..study.claim_checks import Check, Term, claim_checks, later_columns, study_rows
 from ..trial.protocol import ISOLATED_PREFIX
-from .metrics import is_timing
+from .families import is_timing
 from .stats import ALPHA, MIN_SEEDS, compare, format_p, holm
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dape_core.encodings import ENCODINGS
+
 SETTINGS = {
     "lr": "learning rate", "d_dape": "DAPE width", "kernel_size": "kernel size", "pos_encoding": "position encoding",
     "processor": "score processor", "preset": "model size", "seq_len": "training length",
@@ -16,8 +18,7 @@ SETTINGS = {
 }
 VALUES = {
     "processor": {"none": "no processor", "dape": "DAPE", "dapev2": "DAPE V2"},
-    "pos_encoding": {"nope": "NoPE", "rope": "RoPE", "alibi": "ALiBi", "kerple": "Kerple", "kerple_power": "Kerple (power)",
-                     "fire": "FIRE", "t5": "T5 bias", "yarn": "YaRN", "rope_random": "randomized RoPE"},
+    "pos_encoding": {name: encoding.label for name, encoding in ENCODINGS.items()},  # dape_core/encodings.py
     "form": {"concat_residual": "concat + residual", "concat": "concat", "add_residual": "add + residual",
              "bias_only": "bias only"},
 }

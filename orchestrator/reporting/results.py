@@ -24,7 +24,7 @@ from ..tracking.uri import choose_store
 from ..trial.trials import StoredIdentities, Trial, expand, shared_rows
 from .layout import row_layout
 from .columns import CONFIG_PREFIX, IDENTITY_COLUMNS, MISSING, SERIES_METRICS, metric_columns
-from .metrics import higher_is_better
+from .families import higher_is_better
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .metrics import Family, headline_first
+from .families import Family, headline_first
 from .stats import MIN_SEEDS, Comparison, Summary, apply_holm, compare_arrays, summarise_array
 
 

@@ -7,7 +7,7 @@
 - load.py: reading, profiles, and every check below gathered into one StudyError;
 - trial_checks.py: every resolved trial (rows, search values) with its trial size validated by dape_core,
   duplicate identities (the size left out), run names; sweeps.py: exclude, seeds and variant keys that a sweep would silently ignore or overwrite;
-  search_checks.py: searcher, ASHA and report metrics against what the trials log (metrics.py);
+  search_checks.py: searcher, ASHA and report metrics against what the trials log (trial_metrics.py);
 - data_paths.py: data files and tokenizers that do not exist (run, plan, validate);
 - expect.py: the `expect:` claims; claim_checks.py: each claim as checks on the rows (validation, verdicts);
 - problems.py: StudyError and how pydantic's errors become field-path messages;

@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import dape_core.metric_names as names
+
 from .expect import Best, Bound, Compare, Length, LengthRatio, Order, Trend, length_tokens
+from .trial_metrics import periodic_metrics, result_shape
 
 if TYPE_CHECKING:
     from .model import Study
@@ -106,18 +109,10 @@ def length_of(row: Row, length: Length) -> int:
 
 def row_metrics(row: Row) -> tuple[set[str], dict[str, list[int]]]:
     """(single metrics, length family -> lengths) that a finished trial of this row logs."""
-    cfg = row.config
-    single = {"train_loss", "train_seconds", "eval_seconds", "tokens_seen", "num_parameters", "flops_per_token",
-              "peak_memory_mb", "ms_per_step"}
-    if cfg.train.eval_every:
-        single.add("val_loss")
-    if cfg.che is not None:
-        return single | {"che_acc_train", "che_acc_test"}, {"acc": list(cfg.che.test_lengths)}
-    lengths = list(cfg.eval.lengths)
-    families = {"ppl": lengths, "delta_p": lengths}
-    if cfg.eval.timing:
-        families["ms_forward"] = lengths
-    return single, families
+    shape = result_shape(row.config)
+    single = set(names.result_scalars(che=row.config.che is not None)) | periodic_metrics(row.config)
+    families = names.result_families(**shape)
+    return single, {prefix.removesuffix("_"): lengths for prefix, lengths in families.items()}
 
 
 def metric_column(row: Row, metric: str, length: Length | None) -> str:

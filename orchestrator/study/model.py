@@ -35,7 +35,7 @@ from .overrides import resolve
 from .rows import Cell, comparisons, study_cells
 
 SECTIONS = ("model", "data", "train", "eval", "che", "distributed")  # dape_core.ExperimentConfig's sections
-# The report's metric families (orchestrator.reporting.metrics.FAMILIES), by the prefix of their columns.
+# The report's metric families (orchestrator.reporting.families.FAMILIES), by the prefix of their columns.
 ReportMetric = Literal["ppl", "delta_p", "accuracy", "time"]
 LaterLength = Annotated[Any, AfterValidator(later_length), WithJsonSchema(  # report.lengths: 4096 or "16x"
     {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^\d+(\.\d+)?x$"}]})]

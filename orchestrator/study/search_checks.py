@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .metrics import FAMILY_COLUMNS, listing, logged_metrics, periodic_metrics
+from .trial_metrics import FAMILY_COLUMNS, listing, logged_metrics, periodic_metrics
 
 if TYPE_CHECKING:
     from .model import Study

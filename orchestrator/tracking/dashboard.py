@@ -25,6 +25,8 @@ import urllib.parse
 import zlib
 from dataclasses import dataclass
 
+import dape_core.metric_names as names
+
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 TRAINING_KIND = "custom_model_development"  # the UI's "Machine learning" kind
 WORKFLOW = "machine_learning"  # the page's workflowType parameter
@@ -33,11 +35,11 @@ VIEW_KEY = "orchestrator-study"
 VIEW_NAME = "Study dashboard (orchestrator)"
 TRIAL_FILTER = "tags.`orchestrator.role` = 'trial'"
 SECTION = "Model metrics"  # MLflow's section for metrics without a "group/" prefix
-SERIES = {"ppl_by_length": "perplexity by evaluation length (x: L)",
-          "delta_p_by_length": "ΔP by evaluation length (x: L)",
-          "acc_by_length": "accuracy by test length (x: L)"}
+_SERIES_WORDS = {names.PPL: "perplexity by evaluation length (x: L)", names.DELTA_P: "ΔP by evaluation length (x: L)",
+                 names.ACC: "accuracy by test length (x: L)"}
+SERIES = {name: _SERIES_WORDS[prefix] for name, prefix in names.SERIES.items()}  # the recorder's series
 SWEPT = "swept."  # store.SWEPT_TAG_PREFIX (not imported: this module must not load MLflow)
-CURVES = {"train_loss": "training loss", "val_loss": "validation loss"}
+CURVES = {names.TRAIN_LOSS: "training loss", names.VAL_LOSS: "validation loss"}
 
 
 @dataclass(frozen=True)
@@ -60,19 +62,18 @@ def study_metrics(runs: list[tuple[set[str], dict[str, str]]]) -> StudyMetrics:
 
 def headline_metric(metric_keys: list[str]) -> str | None:
     """ppl_<longest L>, else che_acc_test: the one number per trial a study is usually read by."""
-    lengths = [int(key[4:]) for key in metric_keys if key.startswith("ppl_") and key[4:].isdigit()]
+    lengths = [length for key in metric_keys if (length := names.length_of(key, names.PPL)) is not None]
     if lengths:
-        return f"ppl_{max(lengths)}"
-    return "che_acc_test" if "che_acc_test" in metric_keys else None
+        return names.per_length(names.PPL, max(lengths))
+    return names.CHE_ACC_TEST if names.CHE_ACC_TEST in metric_keys else None
 
 
 def per_length(metric_keys: list[str]) -> list[str]:
     """The per-length metrics (ppl_<L>, else acc_<L>) by length: the view's table columns."""
-    for prefix in ("ppl_", "acc_"):
-        lengths = sorted(int(key[len(prefix):]) for key in metric_keys
-                         if key.startswith(prefix) and key[len(prefix):].isdigit())
+    for prefix in (names.PPL, names.ACC):
+        lengths = sorted(length for key in metric_keys if (length := names.length_of(key, prefix)) is not None)
         if lengths:
-            return [f"{prefix}{length}" for length in lengths]
+            return [names.per_length(prefix, length) for length in lengths]
     return []
 
 
@@ -117,7 +118,7 @@ def view_state(metrics: StudyMetrics) -> dict:
         columns.append(f"metrics.`{metrics.headline}`")
     order, ascending = ("tags.`mlflow.runName`", True)
     if metrics.headline:  # a leaderboard: best first (perplexity: lowest; accuracy: highest)
-        order, ascending = f"metrics.`{metrics.headline}`", metrics.headline.startswith("ppl_")
+        order, ascending = f"metrics.`{metrics.headline}`", metrics.headline.startswith(names.PPL)
     return {
         "searchFilter": TRIAL_FILTER, "orderByKey": order, "orderByAsc": ascending,
         "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",

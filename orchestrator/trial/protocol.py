@@ -8,10 +8,11 @@ result carrying FINAL_FLAG: its metrics (ppl_<L>, delta_p_<L>, ms_per_step, ...)
 
 from __future__ import annotations
 
-# The timings `orchestrator evaluate --time` takes of a stored model alone (one at a time, nothing else on the
-# device): isolated_ms_per_step, isolated_ms_forward_<L> (+ _q1, _q3), isolated_repeats. Read where both sides of a
-# timing claim have them (reporting/claims.py) and in the time table (reporting/timing_source.py).
-ISOLATED_PREFIX = "isolated_"
+import dape_core.metric_names as names
+
+# The isolated timings' prefix (dape_core.metric_names), read where both sides of a timing claim have them
+# (reporting/claims.py) and in the time table (reporting/timing_source.py).
+ISOLATED_PREFIX = names.ISOLATED_PREFIX
 
 FINAL_FLAG = "final"
 LOG_KEY = "trial_log"  # the trial's log (text), with the final result or a last progress result before an error
@@ -22,7 +23,7 @@ ENVIRONMENT_KEY = "environment"
 WEIGHTS_KEY = "weights"
 WEIGHTS_FOLDER = "model"
 # Logged step by step as they arrive (and so not again with the final result).
-PERIODIC_KEYS = ("train_loss", "lr", "val_loss")
+PERIODIC_KEYS = names.PERIODIC
 # A progress result's text, sent once when the trial found its checkpoint unreadable and started over: a tag.
 CHECKPOINT_SET_ASIDE_KEY = "checkpoint_set_aside"
 # Final-result values that are text: logged as tags.
@@ -30,7 +31,7 @@ STRING_RESULT_KEYS = ("data_hash", "device", "precision", "attention_kernels", "
                       "error")
 # Series logged by the driver from the final per-length metrics, their step being the length (evaluation or
 # test length): name -> the prefix of the per-length metrics they are made of.
-SERIES = {"ppl_by_length": "ppl_", "delta_p_by_length": "delta_p_", "acc_by_length": "acc_"}
+SERIES = names.SERIES
 # Bookkeeping of the protocol and of Ray Tune, never metrics.
 BOOKKEEPING_KEYS = frozenset({FINAL_FLAG, "step", "total_steps", "training_iteration", "timestamp",
                               "time_this_iter_s", "time_total_s", "pid", "time_since_restore",
@@ -45,8 +46,8 @@ def final_metrics(result: dict) -> dict[str, float]:
 
 
 def perplexity_by_length(metrics: dict[str, float]) -> dict[int, float]:
-    return {int(key[4:]): value for key, value in metrics.items() if key.startswith("ppl_") and key[4:].isdigit()}
+    return names.by_length(metrics, names.PPL)
 
 
 def accuracies(metrics: dict[str, float]) -> dict[str, float]:
-    return {name: value for name, value in metrics.items() if name.startswith(("che_acc_", "acc_"))}
+    return {name: value for name, value in metrics.items() if name.startswith(names.ACCURACY_PREFIXES)}

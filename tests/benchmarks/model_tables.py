@@ -8,21 +8,18 @@ Variants (all Kerple biases, D = 32, the same weights for a given seed):
   (`attention_block_size`; on CUDA the rows come from a memory budget) and its fused Triton path.
 - papers' formulation: every layer's attention replaced by `reference_formulation.reference_attention`
   (concat, tril, two Conv2d over the full T x T map), as the authors compute it.
-Weights stay float32; a bfloat16 or float16 `--dtype` runs under autocast (how the project trains).
+Weights stay float32; a bfloat16 or float16 `--dtype` runs under autocast (how the project trains). The models,
+steps and timing are `orchestrator doctor`'s benchmark's (dape_core/doctor/benchmark.py), which this extends.
 """
 
 from __future__ import annotations
 
-import gc
-import statistics
-import time
-from contextlib import nullcontext
 from functools import partial
 
 import torch
 from tabulate import tabulate
 
-from dape_core import ModelConfig, build_model
+from dape_core.doctor import benchmark
 from reference_formulation import reference_attention
 
 TRAIN_VARIANTS = ("Kerple", "DAPE1x3 direct", "DAPE1x3 block", "DAPE1x3 fused", "papers' formulation")
@@ -32,103 +29,52 @@ GIB, MIB = 2**30, 2**20
 
 def fused_possible(device: torch.device) -> str | None:
     """Why the fused variant cannot run here, or None."""
-    from dape_core import fused
-
-    if device.type != "cuda":
-        return "fused: CUDA only (on CPU Triton's interpreter is far too slow to time)"
-    return fused.cannot_run(device)
+    return benchmark.not_applicable("DAPE1x3 fused", device)
 
 
-def build(args, label: str) -> torch.nn.Module:
-    overrides = {"processor": "none"} if label == "Kerple" else {"processor": "dapev2", "kernel_size": 3}
-    cfg = ModelConfig(preset=args.model_preset, vocab_size=50257, pos_encoding="kerple", d_dape=32,
-                      attention_block_size=args.block_size if label.endswith("block") else None, **overrides)
-    torch.manual_seed(0)
-    model = build_model(cfg).to(args.device)
-    for block in model.blocks:
-        attn = block.attn
-        if label != "Kerple":
-            attn.fused = label.endswith("fused")
-        if label == "papers' formulation":
-            attn.forward = partial(lambda layer, x, positions: reference_attention(layer, x), attn)
+def build(args, label: str, training: bool) -> torch.nn.Module:
+    """`orchestrator doctor`'s benchmark model of the variant (dape_core.doctor.benchmark), or the papers'
+    formulation: the direct path's model with every layer's attention replaced."""
+    variant = "DAPE1x3 direct" if label == "papers' formulation" else label
+    model = benchmark.build_variant(variant, args.device, training, preset=args.model_preset, vocab_size=50257,
+                                    block_rows=args.block_size)
+    if label == "papers' formulation":
+        for block in model.blocks:
+            block.attn.forward = partial(lambda layer, x, positions: reference_attention(layer, x), block.attn)
     return model
-
-
-def autocast(args):
-    if args.dtype == torch.float32:
-        return nullcontext()
-    return torch.autocast(args.device.type, dtype=args.dtype)
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def measure(step, args, peak_memory) -> dict:
     """Median seconds of `args.model_reps` steps after `args.model_warmup` (compilation happens there); on
     CUDA also the peak allocated memory of the timed steps (weights and optimizer state included)."""
-    for _ in range(args.model_warmup):
-        step()
-    _sync(args.device)
+    benchmark.warm_up(step, args.model_warmup, args.device)
     if peak_memory is not None:  # the memory process (CPU): one step, peak resident size above the start
         return {"peak": peak_memory(step)}
-    if args.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(args.model_reps):
-        start = time.perf_counter()
-        step()
-        _sync(args.device)
-        times.append(time.perf_counter() - start)
-    result = {"time": statistics.median(times)}
-    if args.device.type == "cuda":
-        result["peak"] = torch.cuda.max_memory_allocated()
-    return result
+    seconds, peak = benchmark.time_steps(step, args.model_reps, args.device)
+    return {"time": seconds, **({"peak": peak} if peak is not None else {})}
 
 
 def train_case(args, batch: int, length: int, label: str, compiled: bool, peak_memory=None) -> dict:
-    model = build(args, label).train()
+    model = build(args, label, training=True)
     runner = torch.compile(model) if compiled else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens = torch.randint(0, 50257, (batch, length + 1), generator=torch.Generator().manual_seed(length))
-    tokens = tokens.to(args.device)
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        with autocast(args):
-            _, loss = runner(tokens[:, :-1], tokens[:, 1:])
-        loss.backward()
-        optimizer.step()
-
-    return measure(step, args, peak_memory)
+    return measure(benchmark.train_step(runner, optimizer, tokens.to(args.device), args.dtype, args.device), args,
+                   peak_memory)
 
 
 def eval_case(args, length: int, label: str, compiled: bool = False, peak_memory=None) -> dict:
-    model = build(args, label).eval()
+    model = build(args, label, training=False)
     runner = torch.compile(model) if compiled else model
     tokens = torch.randint(0, 50257, (1, length), generator=torch.Generator().manual_seed(length)).to(args.device)
-
-    def step():
-        with torch.no_grad(), autocast(args):
-            runner(tokens)
-
-    return measure(step, args, peak_memory)
+    return measure(benchmark.eval_step(runner, tokens, args.dtype, args.device), args, peak_memory)
 
 
 def guarded(case, *arguments, **options) -> dict:
     """A case's result, or why it has none (out of memory, a failure of its path), with the device's memory
     freed after: one failing case leaves the others' figures."""
-    try:
-        return case(*arguments, **options)
-    except torch.OutOfMemoryError:
-        return {"error": "out of memory"}
-    except Exception as error:  # noqa: BLE001 - reported in the table, the run goes on
-        return {"error": f"{type(error).__name__}: {error}"[:160].replace("\n", " ")}
-    finally:
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+    result, note = benchmark.guarded(lambda: case(*arguments, **options), limit=160)
+    return result if result is not None else {"error": note}
 
 
 def run(args, peak_memory=None, progress=print) -> dict[str, dict]:

@@ -9,6 +9,8 @@ from typing import Callable
 
 import pandas as pd
 
+import dape_core.metric_names as names
+
 from .columns import metric_columns
 
 
@@ -33,56 +35,54 @@ class Family:
         return sorted(found, key=self.order)
 
 
-def _length(prefix: str) -> re.Pattern:
-    return re.compile(rf"^{prefix}(\d+)$")
-
-
-_PPL, _DELTA_P, _MS_FORWARD = _length("ppl_"), _length("delta_p_"), _length("ms_forward_")
-_ACCURACY = re.compile(r"^(che|acc)_")
-_SECONDS = ("train_seconds", "eval_seconds")
+_PPL, _DELTA_P = names.per_length_pattern(names.PPL), names.per_length_pattern(names.DELTA_P)
+_MS_FORWARD = names.per_length_pattern(names.MS_FORWARD)
+_ACCURACY = re.compile("^(" + "|".join(names.ACCURACY_PREFIXES) + ")")
+_SECONDS = (names.TRAIN_SECONDS, names.EVAL_SECONDS)
 
 
 def _time_header(column: str) -> str:
-    if column == "ms_per_step":
+    if column == names.MS_PER_STEP:
         return "ms/step"
     if match := _MS_FORWARD.match(column):
         return f"ms/fwd L={match.group(1)}"
     if column in _SECONDS:
         return column.replace("_seconds", " s")
-    return column.removeprefix("ms_").replace("_", " ") + " ms"
+    return column.removeprefix(names.TIMING_PREFIX).replace("_", " ") + " ms"
 
 
 def _time_order(column: str) -> tuple:
-    if column == "ms_per_step":
+    if column == names.MS_PER_STEP:
         return (0, 0, column)
     if match := _MS_FORWARD.match(column):
         return (1, int(match.group(1)), column)
-    if column.startswith("ms_"):
+    if column.startswith(names.TIMING_PREFIX):
         return (2, 0, column)
     return (3, _SECONDS.index(column) if column in _SECONDS else 9, column)
 
 
 def _time_reference(columns: list[str]) -> str:
-    for preferred in ("ms_per_step", "train_seconds"):
+    for preferred in (names.MS_PER_STEP, names.TRAIN_SECONDS):
         if preferred in columns:
             return preferred
     return columns[0]
 
 
 def _accuracy_header(column: str) -> str:
-    name = _ACCURACY.sub("", column)
-    return name.removeprefix("acc_").replace("_", " ")
+    return _ACCURACY.sub("", column).replace("_", " ")
 
 
 FAMILIES = (
     Family("perplexity", "Perplexity by evaluation length",
            "Perplexity on the last K tokens of held-out windows of each evaluation length L. Lower is better.",
-           match=lambda c: bool(_PPL.match(c)), header=lambda c: f"L={c[4:]}", order=lambda c: (int(c[4:]),),
+           match=lambda c: bool(_PPL.match(c)), header=lambda c: f"L={names.length_of(c, names.PPL)}",
+           order=lambda c: (names.length_of(c, names.PPL),),
            lower_is_better=True, decimals=3, compare="ratio", significance=True, metric="ppl", by_length=True),
     Family("delta_p", "ΔP (information gain) by evaluation length",
            "ΔP(L) = perplexity with the last T_train tokens as context minus perplexity with all L tokens, on "
            "the same scored tail. Above 0: the model uses context beyond its training length. Higher is better.",
-           match=lambda c: bool(_DELTA_P.match(c)), header=lambda c: f"L={c[8:]}", order=lambda c: (int(c[8:]),),
+           match=lambda c: bool(_DELTA_P.match(c)), header=lambda c: f"L={names.length_of(c, names.DELTA_P)}",
+           order=lambda c: (names.length_of(c, names.DELTA_P),),
            lower_is_better=False, decimals=3, compare="difference", significance=True, metric="delta_p",
            by_length=True),
     Family("accuracy", "Accuracy",
@@ -93,7 +93,7 @@ FAMILIES = (
            "Milliseconds per training step and per forward pass (median after warm-up) where measured, and "
            "wall-clock seconds of training and evaluation. Lower is better; hardware as in the device column "
            "of the trials table.",
-           match=lambda c: c.startswith("ms_") or c in _SECONDS, header=_time_header, order=_time_order,
+           match=lambda c: c.startswith(names.TIMING_PREFIX) or c in _SECONDS, header=_time_header, order=_time_order,
            lower_is_better=True, decimals=2, compare="ratio", significance=False, metric="time",
            reference=_time_reference),
 )
@@ -103,7 +103,7 @@ FAMILIES = (
 
 def is_timing(column: str) -> bool:
     """A per-step or per-forward time in milliseconds (ms_per_step, ms_forward_<L>)."""
-    return column.startswith("ms_")
+    return column.startswith(names.TIMING_PREFIX)
 
 
 def headline_first(metric: str) -> list[Family]:
