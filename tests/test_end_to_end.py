@@ -10,7 +10,7 @@ from orchestrator import parse_study
 from orchestrator.execution.runner import run_study
 from orchestrator.tracking.store import TRIAL_ID_TAG
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 TINY = {
     "name": "tiny_e2e",

@@ -29,7 +29,7 @@ from orchestrator.study.model import ReportMetric
 from orchestrator.tracking.store import StudyNotFound, StudyStore
 from report_study import BASELINE, LABELS, LENGTHS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the first test runs the module's study
 
 
 @pytest.fixture(scope="module")
