@@ -63,10 +63,7 @@ def write_store(study: Study, tracking_uri: str) -> StudyStore:
     store = StudyStore.create(tracking_uri, study.name)
     store.start_parent({"description": study.description[:4000], "code_version": "synthetic"})
     recorder = MLflowRecorder(store, {"code_version": "synthetic", "study": study.name})
-    try:
-        from orchestrator.trial.trials import distinct  # one trial per identity
-    except ImportError:  # code from before rows could share a trial (a benchmark's reference)
-        distinct = list
+    from orchestrator.trial.trials import distinct  # one trial per identity
     now = 1_700_000_000_000
     for trial in distinct(expand(study)):
         recorder.trial_started(TrialStarted(trial, trial.trial_id))

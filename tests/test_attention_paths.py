@@ -13,15 +13,7 @@ from dape_core.position import build_position_encoding
 
 TOL = 1e-4  # the issue's bound for float32, on logits and on every gradient
 
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one thread is several times faster than two on a shared, busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny tensors: see tests/conftest.py
 
 
 PROCESSORS = [

@@ -1,21 +1,11 @@
 """CHE trainer/evaluator (`dape_core.che.experiment`) and its path through `run_experiment`."""
 
 import pytest
-import torch
 from pydantic import ValidationError
 
 from dape_core import CheConfig, ExperimentConfig, ModelConfig, TrainConfig, run_che, run_experiment
 from dape_core.che import TASKS
 from dape_core.train import TrainerCallback
-
-
-@pytest.fixture
-def one_thread():
-    """One thread: on the shared 2-core machine more threads only contend (and the tests time one run)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("fields,named", [
@@ -72,7 +62,7 @@ def test_encoder_model_config_fits_every_task():
 
 
 @pytest.mark.slow
-def test_small_encoder_learns_cycle_navigation_on_training_lengths(one_thread):
+def test_small_encoder_learns_cycle_navigation_on_training_lengths(one_torch_thread):
     # Chance is 1/5. A 2-layer Kerple encoder reached 0.94-0.98 after 400 steps (seeds 0, 1, 2) and
     # 0.98-1.0 after 600 (seeds 0, 1) on lengths 1..10.
     cfg = CheConfig(task="cycle_navigation", train_max_length=10, test_lengths=[11, 20], steps=600, batch_size=64,
@@ -84,7 +74,7 @@ def test_small_encoder_learns_cycle_navigation_on_training_lengths(one_thread):
 
 
 @pytest.mark.slow
-def test_dape_conv_lets_nope_do_associative_recall(one_thread):
+def test_dape_conv_lets_nope_do_associative_recall(one_torch_thread):
     # docs/method.md §8 (this project's extension): a causal NoPE LM with a 1x3 DAPE V2 kernel recalls the queried
     # values; chance is 1/32. 150 steps already gave 1.0 on lengths 4..16 and 0.997 at 32 and 64.
     cfg = CheConfig(task="associative_recall", form="causal", train_max_length=16, test_lengths=[32], steps=200,
@@ -95,7 +85,7 @@ def test_dape_conv_lets_nope_do_associative_recall(one_thread):
     assert result.acc_test > 0.5, result.accuracy
 
 
-def test_run_experiment_che_path_returns_accuracy_metrics(one_thread):
+def test_run_experiment_che_path_returns_accuracy_metrics(one_torch_thread):
     cfg = ExperimentConfig(model={"preset": "tiny", "pos_encoding": "kerple", "processor": "dapev2", "d_dape": 8},
                            che={"task": "reverse_string", "train_max_length": 8, "test_lengths": [9, 16],
                                 "steps": 20, "batch_size": 16, "eval_batches": 1, "eval_batch_size": 16},
@@ -117,7 +107,7 @@ def test_run_experiment_che_path_returns_accuracy_metrics(one_thread):
 
 
 @pytest.mark.parametrize("task", sorted(TASKS) + ["associative_recall"])
-def test_every_task_trains_and_scores_on_the_encoder(task, one_thread):
+def test_every_task_trains_and_scores_on_the_encoder(task, one_torch_thread):
     # Shapes and masks of every task through training and evaluation (2 steps; nothing is learnt).
     cfg = CheConfig(task=task, train_max_length=6, test_lengths=[7, 9], steps=2, batch_size=4, eval_batches=1,
                     eval_batch_size=4)
@@ -152,7 +142,7 @@ def _recall_experiment(**train) -> ExperimentConfig:
                             train={"log_every": 1, **train})
 
 
-def test_a_killed_che_trial_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_one(tmp_path, one_thread):
+def test_a_killed_che_trial_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_one(tmp_path, one_torch_thread):
     cfg = _recall_experiment(eval_every=7)
     straight = _Recorder()
     reference = run_experiment(cfg, straight, threads=1)

@@ -98,6 +98,7 @@ def judged(built, tmp_path_factory):
     return study, report, {result.claim.id: result for result in report.claims}
 
 
+@pytest.mark.slow
 def test_verdicts_hold_fail_and_inconclusive(judged):
     _, _, results = judged
     assert results["dape_flat_to_4x"].verdict == "holds"
@@ -108,6 +109,7 @@ def test_verdicts_hold_fail_and_inconclusive(judged):
     assert missing.verdict == "inconclusive" and "DAPE1x5-Kerple · s0 MISSING" in missing.reason
 
 
+@pytest.mark.slow
 def test_the_paired_test_and_holm_match_scipy(judged, built):
     _, _, results = judged
     frame = load_results(built.study, built.tracking_uri)
@@ -124,6 +126,7 @@ def test_the_paired_test_and_holm_match_scipy(judged, built):
     assert math.isnan(results["needs_four_seeds"].p_holm)
 
 
+@pytest.mark.slow
 def test_claims_section_comes_first_with_measured_values(judged):
     _, report, results = judged
     text = report.markdown
@@ -136,6 +139,7 @@ def test_claims_section_comes_first_with_measured_values(judged):
     assert '<tr class="claim-fails">' in html
 
 
+@pytest.mark.slow
 def test_verdicts_are_tags_and_metrics_of_the_parent_run(judged, built):
     study, _, _ = judged
     client = MlflowClient(built.tracking_uri)
@@ -148,6 +152,7 @@ def test_verdicts_are_tags_and_metrics_of_the_parent_run(judged, built):
     assert "claim.dape_flat_to_4x.p_holm" in parent.data.metrics
 
 
+@pytest.mark.slow
 def test_a_verdict_on_fewer_than_three_seeds_never_reads_like_a_tested_one(judged, built):
     """The stored 3-seed study judged on its seed 0 alone: the same claims hold and fail on the means, but
     every word says no test ran, in the report's table, its details, the command line's count and the tag."""
@@ -176,6 +181,7 @@ def test_a_verdict_on_fewer_than_three_seeds_never_reads_like_a_tested_one(judge
             metrics["claims_failing_untested"]) == (0, 1, 0, 1)
 
 
+@pytest.mark.slow
 def test_strict_claims_sets_the_exit_code(built, tmp_path):
     study_file = tmp_path / "tiny_report.yaml"
     runner = CliRunner()
@@ -216,6 +222,7 @@ def test_measured_durations_override_the_analytic_order():
     assert [t.label for t in ordered] == ["DAPE-Kerple", "DAPE1x7-Kerple", "DAPE1x5-Kerple", "DAPE1x3-Kerple", "Kerple"]
 
 
+@pytest.mark.slow
 def test_tune_starts_the_longest_trials_first(built):
     """In the real study the 1x3 trials (the costlier) were handed to Tune first: the first two runs it
     started (2 slots) are 1x3 runs, and every 1x3 run started before the last 1x1 run."""
@@ -227,6 +234,7 @@ def test_tune_starts_the_longest_trials_first(built):
     assert labels[:2] == ["DAPE1x3-Kerple", "DAPE1x3-Kerple"], labels
 
 
+@pytest.mark.slow
 def test_plan_quotes_measured_ms_per_step_of_matching_runs(built, tmp_path):
     measured = load_measured(built.tracking_uri)
     study = parse_study(_study([], name="tiny_plan"))

@@ -26,7 +26,7 @@ from mlflow.tracking import MlflowClient
 
 from cluster_support import BIN, MlflowServer, Postgres, RayNode, cluster_env, loopback_network_namespace
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # PostgreSQL and two Ray nodes start in the first
 
 BASE = {
     "model": {"preset": "tiny", "pos_encoding": "kerple", "d_dape": 8},
@@ -139,6 +139,7 @@ def test_study_runs_on_both_nodes_logs_to_the_server_and_reports_from_it(cluster
     connection.close()
 
 
+@pytest.mark.timeout(900)  # its run is bounded at 600 s
 def test_a_two_worker_trial_spans_both_nodes(cluster, tmp_path):
     """A multi-worker trial is a Ray Train run inside its Tune trial: with one CPU per node and per worker,
     its two workers can only start on different nodes, and still make one trial run with rank 0's results."""

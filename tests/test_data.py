@@ -234,6 +234,7 @@ def test_token_file_errors_are_clear(tmp_path):
         load_corpus(DataConfig(source="tokens", path=str(matrix)))
 
 
+@pytest.mark.slow
 def test_a_huge_token_file_costs_no_ram(tmp_path):
     """A 512 MiB sparse token file (2^28 ids): the corpus loads, is checked and yields batches while the
     process's peak memory grows by a small fraction of the file size."""

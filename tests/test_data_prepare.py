@@ -275,6 +275,7 @@ def test_a_data_section_that_disagrees_with_the_file_names_every_value_to_set(pr
 
 # Interrupted, concurrent, impossible -----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_killed_preparation_leaves_the_previous_output_intact(tmp_path, texts):
     small, big = _folder(tmp_path / "small", dict(list(texts.items())[:8])), tmp_path / "big"
     big.mkdir()

@@ -67,6 +67,7 @@ def two_workers(checkpoint_root):
 
 
 @pytest.mark.parametrize("parallelism", ["ddp", "fsdp"])
+@pytest.mark.slow
 def test_two_workers_follow_the_one_worker_loss_curve(one_worker, two_workers, parallelism):
     rank0, rank1 = two_workers[parallelism]
     assert len(rank0["losses"]) == CONFIG["train"]["steps"]
@@ -103,6 +104,7 @@ def resumed(two_workers, checkpoint_root):
     return {"killed": killed[0], "from_one_worker": {"ddp": from_one_ddp[0], "fsdp": from_one_fsdp[0]}}
 
 
+@pytest.mark.slow
 def test_killed_two_worker_run_resumes_from_its_sharded_checkpoint(two_workers, checkpoint_root, resumed):
     step = checkpoint_root / "for_one_worker" / "sharded" / "step_000006"  # the folder as the crash left it
     assert (step.parent / "latest").read_text() == step.name  # the last complete checkpoint
@@ -119,6 +121,7 @@ def test_killed_two_worker_run_resumes_from_its_sharded_checkpoint(two_workers, 
 
 
 @pytest.mark.parametrize("parallelism", ["ddp", "fsdp"])
+@pytest.mark.slow
 def test_two_workers_resume_a_one_worker_checkpoint(two_workers, resumed, parallelism):
     """The full tensors of `trainer.pt` load into replicated (DDP) and sharded (FSDP) workers alike."""
     rank0, uninterrupted = resumed["from_one_worker"][parallelism], two_workers[parallelism][0]
@@ -127,6 +130,7 @@ def test_two_workers_resume_a_one_worker_checkpoint(two_workers, resumed, parall
     assert max_abs_difference({k: uninterrupted["losses"][k] for k in rank0["losses"]}, rank0["losses"]) < LOSS_TOLERANCE
 
 
+@pytest.mark.slow
 def test_one_worker_resumes_a_two_worker_checkpoint(two_workers, one_worker, checkpoint_root):
     """DCP reshards on load: the two ranks' FSDP shards load into one unsharded model and optimizer."""
     resumed = run_job(CONFIG, checkpoint_dir=str(checkpoint_root / "for_one_worker"), checkpoint_every=CHECKPOINT_EVERY)
@@ -139,6 +143,7 @@ def test_one_worker_resumes_a_two_worker_checkpoint(two_workers, one_worker, che
     assert not (checkpoint_root / "for_one_worker" / "sharded").exists()
 
 
+@pytest.mark.slow
 def test_a_ddp_checkpoint_holds_the_trained_model(two_workers, checkpoint_root):
     """DDP's replicated state, written once through DCP, loads into one worker: resuming the finished run
     trains nothing and evaluates the same model."""

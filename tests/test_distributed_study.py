@@ -87,6 +87,7 @@ def test_plan_of_the_paper_model_sizes_fits_every_size_with_its_workers(tmp_path
     assert "do not fit" not in result.output
 
 
+@pytest.mark.slow
 def test_a_study_mixes_one_and_two_worker_trials(tmp_path, local_ray, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = {"name": "mixed_sizes", "base": BASE,

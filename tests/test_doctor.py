@@ -32,6 +32,7 @@ def _closed_port() -> int:
 
 
 @on_cpu_only
+@pytest.mark.slow
 def test_doctor_on_this_cpu_machine(tmp_path):
     """The command in a fresh process: every section's lines, the interpreter checks passing, the GPU checks
     said not to have run; an unreachable --address fails (fast, bounded) and makes the exit code 1, while the
@@ -59,6 +60,7 @@ def test_doctor_on_this_cpu_machine(tmp_path):
 
 
 @on_cpu_only
+@pytest.mark.slow
 def test_a_wrong_kernel_fails_the_doctor(monkeypatch):
     """A kernel off by a relative 1e-3 past its first tile (fault injection, as in tests/test_fused_attention.py)
     fails the exactness check: FAIL lines naming the self-check, exit code 1."""
@@ -95,6 +97,7 @@ def test_the_environment_follows_the_shared_contract():
     assert package_version("no-such-package-here") == "absent"
 
 
+@pytest.mark.slow
 def test_the_benchmark_table_and_what_does_not_apply():
     """Ratios to Kerple of the same phase; a case without figures says why; on CPU the fused variant does not
     run (it would in the interpreter, far too slow to time) and the rest do, at a tiny size."""
@@ -150,6 +153,7 @@ def test_reaching_stores_is_bounded_and_says_what_failed(tmp_path):
     # suite's local Ray, which the next test covers).
 
 
+@pytest.mark.slow
 def test_a_process_already_on_ray_is_left_on_it(local_ray):
     outcome = reach.ray_cluster(f"127.0.0.1:{_closed_port()}", timeout=3)
     assert outcome.status == SKIP and "already initialized" in outcome.detail

@@ -11,7 +11,7 @@ from orchestrator.execution.context import RunContext
 from orchestrator.run import run_and_report
 from orchestrator.tracking.store import TRIAL_ID_TAG
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 TINY = {
     "name": "tiny_e2e",

@@ -94,6 +94,7 @@ def test_a_length_evaluated_later_is_exactly_what_the_trial_would_have_logged(tm
     assert len(values) == 2 and values[0] == values[1]
 
 
+@pytest.mark.slow
 def test_evaluate_trains_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path, uri = _train(tmp_path, "frozen", [32])
@@ -117,6 +118,7 @@ def test_evaluate_trains_nothing(tmp_path, monkeypatch):
     assert len(list((tmp_path / "reports" / "frozen" / "plots").glob("attention_*.png"))) == 2
 
 
+@pytest.mark.slow
 def test_bad_inputs_are_named_and_the_other_trials_go_on(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path, uri = _train(tmp_path, "faults", [32])
@@ -148,6 +150,7 @@ def test_bad_inputs_are_named_and_the_other_trials_go_on(tmp_path, monkeypatch):
     assert _runs(uri, "faults")["DAPE1x3"].data.metrics == metrics
 
 
+@pytest.mark.slow
 def test_an_interrupted_evaluation_resumes_with_what_is_missing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path, uri = _train(tmp_path, "resumed", [32])
@@ -175,6 +178,7 @@ def test_an_interrupted_evaluation_resumes_with_what_is_missing(tmp_path, monkey
     assert all("ppl_64" in run.data.metrics for run in _runs(uri, "resumed").values())
 
 
+@pytest.mark.slow
 def test_a_trial_still_running_is_left_alone(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path, uri = _train(tmp_path, "busy", [32])

@@ -289,6 +289,7 @@ def test_which_layers_take_the_fused_path(monkeypatch):
             layer.attend(q, k, v, positions)
 
 
+@pytest.mark.slow
 def test_a_compiled_model_calls_the_kernels_outside_its_graphs():
     """Under torch.compile the fused call is left out of the graphs (the wrapper made on its first use): the
     compiled model's logits and gradients equal the eager model's on the fused path."""
@@ -375,6 +376,7 @@ def test_tiles_a_gpu_cannot_launch_give_way_to_smaller_ones_then_to_the_other_pa
                                  "passed (worst output at ")
 
 
+@pytest.mark.slow
 def test_a_run_reports_what_the_fused_kernels_did(monkeypatch):
     """run_experiment's result (a trial's `attention_kernels` tag) says which tiles the kernels trained and
     evaluated with (why they did not launch: the test above), and is empty where they were not tried."""

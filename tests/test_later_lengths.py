@@ -66,6 +66,7 @@ def test_bad_report_lengths_are_named_each_with_its_field():
     assert "'16y'" in text
 
 
+@pytest.mark.slow
 def test_a_claim_at_a_later_length_waits_for_evaluate_then_is_judged(tmp_path, monkeypatch):
     from orchestrator.execution.context import RunContext
     from orchestrator.run import run_and_report
@@ -134,6 +135,7 @@ def _che_spec(name: str, test_lengths: list[int], later: list | None = None, cla
     return spec
 
 
+@pytest.mark.slow
 def test_che_trials_keep_weights_and_are_scored_at_new_test_lengths(tmp_path, monkeypatch):
     """A CHE trial keeps its model; `orchestrator evaluate` scores a test length it was not trained to report,
     exactly as a trial with that length in che.test_lengths logs it (and its own lengths again, identically);

@@ -17,13 +17,7 @@ WIDE_KERNELS = [3, 5, (2, 3), (3, 5)]  # wider than one key: leak without the tr
 NARROW_KERNELS = [1, (3, 1)]  # one key wide: nothing to the right of the diagonal is read
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one thread is several times faster than two on a shared, busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny tensors: see tests/conftest.py
 
 
 def _perturbed_future(tokens: torch.Tensor, t: int, vocab: int) -> torch.Tensor:

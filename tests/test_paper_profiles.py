@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a trial takes about a minute here
 
 STUDIES = Path(__file__).parents[1] / "studies"
 VOCAB = 1024

@@ -120,6 +120,7 @@ def ran(tmp_path_factory, local_ray):
     return root, uri, client, trial, parent, outcome
 
 
+@pytest.mark.slow
 def test_parent_and_trial_runs_carry_mlflows_source_tags(ran):
     _, _, _, trial, parent, _ = ran
     expected = code_source()
@@ -138,6 +139,7 @@ def test_parent_and_trial_runs_carry_mlflows_source_tags(ran):
     assert ("uncommitted.diff" in artifacts) == expected.dirty
 
 
+@pytest.mark.slow
 def test_every_environment_field_is_on_the_trial_run_as_the_trial_used_it(ran):
     root, _, _, trial, _, outcome = ran
     tags = trial.data.tags
@@ -159,6 +161,7 @@ def test_every_environment_field_is_on_the_trial_run_as_the_trial_used_it(ran):
     assert "torch threads per trial" in html and here["device_model"] in html
 
 
+@pytest.mark.slow
 def test_trial_config_is_resolved_and_reruns_bit_identically(ran, tmp_path):
     _, uri, client, trial, _, _ = ran
     folder = client.download_artifacts(trial.info.run_id, "trial_config.yaml", str(tmp_path))

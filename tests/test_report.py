@@ -30,7 +30,7 @@ from orchestrator.tracking.lookup import StudyNotFound
 from orchestrator.tracking.store import StudyStore
 from report_study import BASELINE, LABELS, LENGTHS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the first test runs the module's study
 
 
 @pytest.fixture(scope="module")

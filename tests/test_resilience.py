@@ -12,7 +12,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # each test waits up to 300 s for a study
 
 BASE = {
     "model": {"preset": "tiny", "pos_encoding": "alibi", "processor": "none"},

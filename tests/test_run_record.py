@@ -23,7 +23,7 @@ from orchestrator.tracking.readers import ClientReader, SQLiteReader
 from orchestrator.tracking.store import TRIAL_ID_TAG
 from orchestrator.tracking.uri import sqlite_path
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the first test runs the module's study
 
 ENCODING_CLASSES = {"NoPE": "nope", "KerpleLog": "kerple"}
 

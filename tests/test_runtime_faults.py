@@ -195,6 +195,7 @@ def test_an_unreachable_ray_address_fails_within_the_timeout_before_any_run_is_c
     ("resources.gpus=0.5", "set resources.gpus: 0 (the trials then run on CPU)"),
     ("resources.cpus=64", "set resources.cpus to at most {cpus}"),
 ])
+@pytest.mark.slow
 def test_resources_no_node_has_are_refused_before_launch(override, advice, tmp_path, capsys, local_ray):
     # In this process, on the session's local Ray: the same check as after `orchestrator run` starts its own.
     cpus = int(local_ray.cluster_resources()["CPU"])
@@ -225,6 +226,7 @@ def test_the_placement_check_reads_one_node_at_a_time_and_refuses_what_none_can_
             cluster.live_nodes = original
 
 
+@pytest.mark.slow
 def test_an_unreadable_trial_checkpoint_is_named_set_aside_and_the_trial_starts_over(tmp_path):
     study = _study(tmp_path, "ckpt")
     trial = expand(parse_study(yaml.safe_load(study.read_text())))[0]

@@ -93,6 +93,7 @@ def test_help_reflows_and_flags_have_no_type():
     assert "<bool>" not in CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
 
 
+@pytest.mark.slow
 def test_the_shared_baseline_trains_once_and_old_stores_resume(tmp_path):
     study = parse_study(SPEC)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -23,7 +23,7 @@ import yaml
 from cluster_support import BIN, loopback_network_namespace, processes_in_namespace
 from slurm_support import Slurm
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # 94-130 s a test here, daemons' start-up included
 
 BASE = {
     "model": {"preset": "tiny", "pos_encoding": "kerple", "d_dape": 8},

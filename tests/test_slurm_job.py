@@ -147,6 +147,7 @@ def test_node_helpers_read_what_slurm_granted():
     assert "--head" in node.ray_start_argv("head", "6379", "/tmp/r", "10.1.0.7", {})
 
 
+@pytest.mark.slow
 def test_the_wait_for_nodes_is_bounded_and_names_who_joined(local_ray):
     said: list[str] = []
     alive = lambda: [n["NodeManagerAddress"] for n in local_ray.nodes() if n["Alive"]]  # noqa: E731

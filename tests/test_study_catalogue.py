@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1000)]  # the study's own run is bounded at 900 s
 
 STUDY = Path(__file__).parents[1] / "studies" / "leakage.yaml"
 

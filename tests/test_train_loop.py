@@ -212,6 +212,7 @@ def test_non_finite_loss_stops_the_trial_with_a_clear_reason(corpus):
         train(model, TrainStream(corpus.stream_regions(), 32, seed=0), cfg, _PoisonWeights(model, 3))
 
 
+@pytest.mark.slow
 def test_mixed_precision_trains_and_evaluates_within_tolerance(corpus):
     """fp16 with loss scaling and bf16 autocast, on CPU here (on GPU they are the default): the loss curve
     and the perplexity stay close to float32's."""

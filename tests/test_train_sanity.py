@@ -12,7 +12,7 @@ import torch
 
 from dape_core import ExperimentConfig, run_experiment
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # two models trained in the first test
 
 LENGTHS = [32, 64, 128, 256]
 

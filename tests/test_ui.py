@@ -21,7 +21,7 @@ import report_study
 from orchestrator.cli import app
 from typer.testing import CliRunner
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a study, then Chromium (240 s bounds)
 INSTALL_HINT = "Chromium is needed to render the HTML report: apt-get update && apt-get install -y chromium"
 HEADLESS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",

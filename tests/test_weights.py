@@ -87,6 +87,7 @@ def _run_study(tmp_path, name: str, keep: str) -> tuple[str, list]:
     return uri, client.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'trial'")
 
 
+@pytest.mark.slow
 def test_a_finished_trial_keeps_its_model_in_its_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     uri, (run,) = _run_study(tmp_path, "kept", "final")
@@ -111,6 +112,7 @@ def test_a_finished_trial_keeps_its_model_in_its_run(tmp_path, monkeypatch):
     assert run.data.metrics["concurrent_trials_max"] == 1  # --local: one trial at a time
 
 
+@pytest.mark.slow
 def test_keep_weights_none_keeps_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     uri, (run,) = _run_study(tmp_path, "not_kept", "none")

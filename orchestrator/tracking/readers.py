@@ -7,15 +7,27 @@ tables for experiments, runs, tags, params and metrics have kept their shape sin
 MLflow's client (tests/test_run_record.py's `test_sqlite_reader_returns_what_mlflows_client_returns`
 compares the two on a real store). Every write still goes through
 MLflow's client, and a tracking server is read through it too.
+
+Those tables are MLflow's private schema, which a later MLflow may migrate. So `reader_for` reads the store's
+schema revision first (alembic's `alembic_version` table, which MLflow's migrations keep) and reads directly
+only a store of a revision in `TESTED_REVISIONS`; any other store is read through MLflow's client, with one
+line saying so, and MLflow then says for itself whether it can read that store.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import sqlite3
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# The schema revisions SQLiteReader is tested with (tests/test_readers.py): the one MLflow 3.17 creates and
+# migrates stores to. Add a revision here only with the tests passing on a store of it.
+TESTED_REVISIONS = frozenset({"dc11669786a5"})
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -62,10 +74,15 @@ class SQLiteReader:
         with closing(sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=60)) as db:
             return db.execute(sql, args).fetchall()
 
+    def revision(self) -> str | None:
+        """The store's schema revision (the row of alembic's `alembic_version` table), None if it holds none."""
+        rows = self._query("SELECT version_num FROM alembic_version")
+        return str(rows[0][0]) if len(rows) == 1 else None
+
     def experiment_ids(self) -> list[str]:
-        """Every active experiment of the store."""
+        """Every active experiment of the store, newest first (the order of MLflow's search_experiments)."""
         return [str(row[0]) for row in self._query("SELECT experiment_id FROM experiments WHERE lifecycle_stage = "
-                                                   "'active' ORDER BY experiment_id")]
+                                                   "'active' ORDER BY creation_time DESC, experiment_id")]
 
     def experiment(self, name: str) -> tuple[str, dict[str, str]] | None:
         """(experiment id, tags) of the experiment of that name, or None."""
@@ -136,13 +153,37 @@ class ClientReader:
         return self.client.get_metric_history(run_id, key)
 
 
-def reader_for(tracking_uri: str) -> SQLiteReader | ClientReader:
-    """The store's reader: an embedded SQLite store read directly, anything else through MLflow's client."""
+def reader_for(tracking_uri: str, client=None) -> SQLiteReader | ClientReader:
+    """The store's reader: an embedded SQLite store of a tested schema revision read directly, anything else
+    through MLflow's client (`client` where the caller has one). Raises StoreUnusable where MLflow cannot read
+    a SQLite store of another revision either (an older one it wants upgraded, say): nothing is changed."""
     from .uri import sqlite_path
 
     path = sqlite_path(tracking_uri)
-    if path is not None:
-        return SQLiteReader(path)
+    if path is None:
+        from mlflow.tracking import MlflowClient
+
+        return ClientReader(client or MlflowClient(tracking_uri))
+    direct = SQLiteReader(path)
+    revision = direct.revision()
+    if revision in TESTED_REVISIONS:
+        return direct
+    _log.warning("The tracking store %s has MLflow schema revision %s, not %s that the direct reader is tested "
+                 "with: reading it through MLflow's client (slower).", path, revision, " or ".join(sorted(TESTED_REVISIONS)))
+    return ClientReader(_sqlite_client(tracking_uri, path, client))
+
+
+def _sqlite_client(tracking_uri: str, path: Path, client=None):
+    """MLflow's client on the SQLite store; StoreUnusable where MLflow refuses the store (it checks the schema
+    revision when it opens one, and wants an older store upgraded)."""
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    return ClientReader(MlflowClient(tracking_uri))
+    from .sqlite_file import unusable
+
+    try:
+        client = client or MlflowClient(tracking_uri)
+        client.search_experiments(max_results=1)
+    except MlflowException as error:
+        raise unusable(path, f"MLflow's client refuses it too: {error.message.rstrip('.')}") from None
+    return client

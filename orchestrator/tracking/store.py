@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import ForeignExperiment, StoreUnusable
 from . import dashboard
 from .lookup import no_experiment, require_store
-from .readers import ClientReader, SQLiteReader
+from .readers import ClientReader, reader_for
 from .sqlite_file import check_folder_writable, check_readable, check_writable, store_lock
 from .uri import is_server, sqlite_path
 
@@ -73,7 +73,7 @@ class StudyStore:
             store = cls._create_experiment(tracking_uri, study_name, _client(tracking_uri))
         # Reads straight from the file (readers.py: what MLflow's client returns, without its ORM: a study of
         # a thousand trials is read in a second rather than in several); writes still go through MLflow.
-        store.reader = SQLiteReader(path)
+        store.reader = reader_for(tracking_uri, store.client)  # the client where the schema is not the tested one
         return store
 
     @classmethod
@@ -115,9 +115,9 @@ class StudyStore:
             existing = reader.experiment(study_name)
         else:
             client = None
-            reader = SQLiteReader(path)
             with store_lock(path, exclusive=False):  # a store being created is read once it is whole
                 check_readable(path)
+                reader = reader_for(tracking_uri)  # directly, or through MLflow's client (readers.py)
                 existing = reader.experiment(study_name)
         if existing is None:
             raise no_experiment(tracking_uri, study_name, chosen)
