@@ -20,7 +20,7 @@ from ..tracking.store import SWEPT_TAG_PREFIX
 from . import cells
 from .names import setting, value
 from .names import point as point_words
-from .plots import MAX_LINES, Plot, _save, _subplots
+from .plots import MAX_LINES, Frame, Plot, _save
 from .tables import Table
 
 MAX_HEATMAP_VARIANTS = 8  # rows of heat maps (two each) in one figure
@@ -106,8 +106,12 @@ def heatmaps(study: Study, table: Table, finished: pd.DataFrame, folder: Path) -
     variants = list(dict.fromkeys(finished.sort_values("row_index")["variant"]))
     shown = variants[:MAX_HEATMAP_VARIANTS]
     x_values, y_values = study.axes[axes[0]], study.axes[axes[1]]
-    size = ((3.0 + 0.35 * len(x_values)) * len(columns), (1.2 + 0.3 * len(y_values)) * len(shown))
-    fig, grid = _subplots(len(shown), len(columns), figsize=size, squeeze=False, sharex=True, sharey=True)
+    # Laid out in inches (plots.Frame): one colour bar right of each column, in the gap before the next one;
+    # shared axes, so tick labels only under the last line and left of the first column.
+    bar = 0.12 + 0.15 + 1.0  # gap, bar, its tick labels and name
+    frame = Frame(len(shown), len(columns), (1.6 + 0.3 * len(x_values), 0.6 + 0.3 * len(y_values)), left=0.9,
+                  bottom=0.95 if len(x_values) > 5 else 0.65, top=0.35, hgap=0.35, wgap=bar + 0.35, right=bar)
+    fig, grid = frame.figure(sharex=True, sharey=True)
     lower = table.family.lower_is_better
     for j, (column, header) in enumerate(columns):
         maps = {variant: _grid(finished[finished["variant"] == variant], column, x_key, y_key, rest, x_values,
@@ -126,12 +130,17 @@ def heatmaps(study: Study, table: Table, finished: pd.DataFrame, folder: Path) -
                 ax.set_yticks(range(len(y_values)), [value(axes[1], v) for v in y_values], fontsize=7)
                 ax.set_ylabel(setting(axes[1]), fontsize=8)
             baseline = bool(finished.loc[finished["variant"] == variant, "baseline"].any())
-            ax.set_title(f"{variant}{' (baseline)' if baseline else ''}: {header}", fontsize=9)
+            ax.set_title(f"{variant}{' (baseline)' if baseline else ''}: {header}", fontsize=9, y=1.0)
             if maps[variant].size <= ANNOTATE_CELLS:
+                shade = image.cmap(image.norm(maps[variant]))[..., :3] @ [0.299, 0.587, 0.114]  # cell brightness
                 for (y, x), cell in np.ndenumerate(maps[variant]):
-                    if math.isfinite(cell):
-                        ax.text(x, y, f"{cell:.4g}", ha="center", va="center", fontsize=6, color="white")
-        fig.colorbar(image, ax=[grid[i][j] for i in range(len(shown))], shrink=0.8, label=header)
+                    if math.isfinite(cell):  # dark text on bright cells, white on dark ones
+                        ax.text(x, y, f"{cell:.4g}", ha="center", va="center", fontsize=6,
+                                color="black" if shade[y, x] > 0.5 else "white")
+        first, last = grid[0][j].get_position(), grid[-1][j].get_position()
+        width = frame.size()[0]
+        colour_bar = fig.add_axes((first.x1 + 0.12 / width, last.y0, 0.15 / width, first.y1 - last.y0))
+        fig.colorbar(image, cax=colour_bar, label=header)
     name = f"{table.family.key}_heatmaps"
     others = (f"; each cell is the best over {', '.join(setting(k.removeprefix(SWEPT_TAG_PREFIX)) for k in rest)}"
               if rest else "")
