@@ -203,3 +203,43 @@ def test_figures_are_laid_out_without_measuring_and_nothing_overlaps(tmp_path, m
     assert [t.get_text() for t in legend.get_texts()][0] == "Kerple (baseline)"
     assert "Only the first 8 of the 9 grid points are drawn" in (tmp_path / "reports" / study.name / "report.md").read_text()
 
+
+def _listing_document(tracking_uri: str):
+    import pandas as pd
+
+    from orchestrator.reporting.document import ReportDocument
+
+    trials = pd.DataFrame({"label": ["Kerple", "DAPE"], "seed": [0, 0], "status": ["FINISHED", "SCHEDULED"],
+                           "run_name": ["Kerple · s0", None], "run_id": ["0123456789abcdef0123456789abcdef", None],
+                           "trial_id": ["aaaa", "bbbb"]})
+    return ReportDocument(study_name="links", description="", tracking_uri=tracking_uri, experiment_id="7",
+                          value_text="final value", trials=trials, outside=trials.iloc[:0])
+
+
+@pytest.mark.parametrize("uri, address", [
+    ("http://mlflow.example.org:8080", "http://mlflow.example.org:8080/#/experiments/7/runs/"),
+    ("sqlite:////tmp/somewhere/mlflow.db", "http://127.0.0.1:5000/#/experiments/7/runs/"),
+])
+def test_run_ids_link_to_the_runs_page_in_the_mlflow_ui(uri, address):
+    """In the trials table each run id links to its run's page in MLflow's UI: on a tracking server, or where
+    `orchestrator ui` serves a SQLite store (the note says it must be running); a trial without a run has none."""
+    from orchestrator.reporting import render_html, render_md
+
+    document = _listing_document(uri)
+    run_id = "0123456789abcdef0123456789abcdef"
+    html = render_html.render(document)
+    assert f'<a href="{address}{run_id}">{run_id}</a>' in html
+    assert html.count("<a href=\"http") == 1  # the trial that has no run has no link
+    markdown = render_md.render(document)
+    assert f"[{run_id}]({address}{run_id})" in markdown
+    server = uri.startswith("http")
+    assert ("orchestrator ui STUDY" in markdown) is not server and ("<code>orchestrator ui STUDY</code>" in html) is not server
+    assert ("tracking server" in markdown) is server
+
+
+def test_no_run_links_for_a_store_the_ui_does_not_serve():
+    from orchestrator.reporting import render_html, render_md
+
+    document = _listing_document("file:///tmp/somewhere/mlruns")
+    assert "0123456789abcdef0123456789abcdef" in render_md.render(document)
+    assert "<a href=\"http" not in render_html.render(document) and "Run ids link" not in render_md.render(document)
