@@ -199,6 +199,10 @@ def test_figures_are_laid_out_without_measuring_and_nothing_overlaps(tmp_path, m
                     area = ax.get_window_extent()
                     overlap = min(box.x1, area.x1) - max(box.x0, area.x0), min(box.y1, area.y1) - max(box.y0, area.y0)
                     assert min(overlap) <= 1, (name, text, "covers another panel")
+    legends = [t.get_text() for fig in figures.values() for legend in fig.legends for t in legend.get_texts()]
+    assert "DAPE width 4, kernel size 5, DAPE V2" in legends  # a line of perplexity_vs_train_lr, in words
+    assert "DAPE width 4, no processor (baseline)" in legends  # the baseline's line there
+    assert not [text for text in legends if "nan" in text or re.search(r"\d\.0\b", text)]  # no unset value, no "5.0"
     legend = figures["perplexity_vs_length"].legends[0]
     assert [t.get_text() for t in legend.get_texts()][0] == "Kerple (baseline)"
     assert "Only the first 8 of the 9 grid points are drawn" in (tmp_path / "reports" / study.name / "report.md").read_text()

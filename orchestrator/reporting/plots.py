@@ -272,10 +272,11 @@ def versus_swept(key: str, table: Table, finished: pd.DataFrame, folder: Path) -
         groups = with_key.groupby([with_key[k].astype(str) for k in others], dropna=False) if others else [((), with_key)]
         for group_key, group in groups:
             stats = group.groupby(key)[column].agg(["mean", "std"]).reindex([v for v in values if v in set(group[key])])
-            label_parts = [assignment(k.removeprefix(SWEPT_TAG_PREFIX), v) for k, v in
-                           zip(others, group_key if isinstance(group_key, tuple) else (group_key,)) if v not in ("nan", "None")]
+            label_parts = [assignment(k.removeprefix(SWEPT_TAG_PREFIX), _grouped_value(v)) for k, v in
+                           zip(others, group_key if isinstance(group_key, tuple) else (group_key,)) if not _unset(v)]
             x = [position[v] for v in stats.index]
-            _line(ax, x, stats["mean"].to_numpy(float), stats["std"].to_numpy(float), ", ".join(label_parts) or "mean over seeds", False)
+            label = (", ".join(label_parts) or "mean over seeds") + (" (baseline)" if group["baseline"].all() else "")
+            _line(ax, x, stats["mean"].to_numpy(float), stats["std"].to_numpy(float), label, False)
         for label, rows in without.groupby("label"):  # rows that do not set this value: reference lines
             is_base = bool(rows["baseline"].iloc[0])
             ax.axhline(rows[column].mean(), color="black" if is_base else "grey", linestyle="--", linewidth=1,
@@ -293,6 +294,20 @@ def versus_swept(key: str, table: Table, finished: pd.DataFrame, folder: Path) -
     caption = (f"{table.family.title.split(' by ')[0]} at the shortest and the longest evaluation length against "
                f"{words} ({name_of}); mean over seeds, ± 1 std band; dashed: rows that do not set it.")
     return _plot(name, f"vs {words}", caption, _save(fig, folder, name))
+
+
+def _unset(grouped) -> bool:
+    """A swept value a row does not set, as grouping by text leaves it (pandas 3 keeps it missing)."""
+    return grouped is None or (isinstance(grouped, float) and math.isnan(grouped)) or grouped in ("nan", "None", "<NA>")
+
+
+def _grouped_value(grouped):
+    """A swept value grouped by its text, as a number again where it is one ("3.0" -> 3): named in words."""
+    try:
+        number = float(grouped)
+    except (TypeError, ValueError):
+        return grouped
+    return int(number) if number.is_integer() else number
 
 
 def training_curves(history: pd.DataFrame, rows: list[tuple[str, bool, str, str]], folder: Path) -> Plot | None:
