@@ -28,6 +28,31 @@ SIZES = {240: (6, 10), 1000: (10, 25)}  # trials: (variants, learning rates); x 
 PHASES = ("results", "tables", "plots", "render", "write+attach", "total", "unchanged re-run")
 
 
+def yardstick() -> float:
+    """Seconds of a fixed workload that no version of the orchestrator changes (matplotlib and pandas alone:
+    a figure of 8 panels of 6 lines drawn to PNG and SVG, a group-by of 200,000 rows), timed in the process
+    that measures the report, just before it: on a shared machine, `total / yardstick` compares runs made
+    under different loads."""
+    import io
+
+    import numpy as np
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    begin = time.perf_counter()
+    fig = Figure(figsize=(14, 6))
+    for index, ax in enumerate(fig.subplots(2, 4).flat):
+        for line in range(6):
+            ax.plot(np.arange(10), np.cos(np.arange(10) / (index + line + 1)), marker="o", label=f"line {line}")
+        ax.set_title(f"panel {index}")
+    fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="upper right")
+    fig.savefig(io.BytesIO(), format="png", dpi=110)
+    fig.savefig(io.BytesIO(), format="svg")
+    frame = pd.DataFrame({"key": np.arange(200_000) % 997, "value": np.arange(200_000, dtype=float)})
+    frame.groupby("key")["value"].agg(["mean", "std", "count"])
+    return time.perf_counter() - begin
+
+
 def study_spec(trials: int) -> dict:
     variants, rates = SIZES[trials]
     names = [("Kerple", {"model.processor": "none"})] + [
@@ -84,6 +109,7 @@ def measure(trials: int, folder: Path) -> dict:
     for renderer in (render_md, render_html, render_latex):
         renderer.render = timer("render", renderer.render)
     reports = folder / "reports"
+    phases["yardstick"] = yardstick()
     begin = time.perf_counter()
     build_module.build_report(study, store, reports)
     phases["total"] = time.perf_counter() - begin
@@ -129,11 +155,14 @@ def main() -> None:
               f"{mine['store_write_s']:.0f} s)" + (f"; reference: {theirs['runs']} runs, {theirs['png']} PNG" if theirs else ""))
         header = f"{'phase':<18}{'this code':>10}" + (f"{'reference':>11}{'ratio':>8}" if theirs else "")
         print(header)
-        for phase in PHASES:
-            value = mine["phases"][phase]
+        rows = [(phase, mine["phases"][phase], theirs["phases"][phase] if theirs else None) for phase in PHASES]
+        if "yardstick" in mine["phases"]:  # a fixed workload, timed in the same process (yardstick())
+            stick = [("yardstick", mine["phases"]["yardstick"], theirs["phases"].get("yardstick") if theirs else None)]
+            rows += stick + [("total / yardstick", mine["phases"]["total"] / stick[0][1],
+                              theirs["phases"]["total"] / stick[0][2] if theirs and stick[0][2] else None)]
+        for phase, value, reference in rows:
             line = f"{phase:<18}{value:>10.2f}"
-            if theirs:
-                reference = theirs["phases"][phase]
+            if theirs and reference is not None:
                 line += f"{reference:>11.2f}{value / reference if reference else float('nan'):>8.2f}"
             print(line)
 
