@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..planning.trials import Trial
+from ..planning.trials import StoredIdentities, Trial, expand
 from ..study import Study
 from ..tracking.leases import LeaseBook
 from ..tracking.store import StudyStore
@@ -37,6 +37,7 @@ def run_leased(study: Study, todo: list[Trial], store: StudyStore, leases: Lease
     Returns early when Ctrl-C stopped the batch (interrupt.requested())."""
     pending = {trial.trial_id: trial for trial in todo}
     shared = Shared()
+    stored = StoredIdentities(expand(study))  # the identities older versions tagged the trials' runs with
     while pending:
         leases.acquire(set(pending))
         # `todo` was read before the leases were: a trial another orchestrator finished, then gave back, in
@@ -47,7 +48,8 @@ def run_leased(study: Study, todo: list[Trial], store: StudyStore, leases: Lease
         mine = [trial for trial_id, trial in pending.items() if trial_id in leases.held]
         if mine:
             ids = {trial.trial_id for trial in mine}
-            store.mark_stale_runs(ids)  # runs of these trials left RUNNING by an orchestrator that died
+            # Runs of these trials left RUNNING by an orchestrator that died, of this version or an older one.
+            store.mark_stale_runs(ids | _unheld_older_tags(mine, stored, leases))
             try:
                 shared.concurrency = max(shared.concurrency, run_batch(mine))
             finally:
@@ -61,6 +63,13 @@ def run_leased(study: Study, todo: list[Trial], store: StudyStore, leases: Lease
             for trial_id in _done_elsewhere(study, store, leases, set(pending)):
                 shared.by_others.append(pending.pop(trial_id))
     return shared
+
+
+def _unheld_older_tags(trials: list[Trial], stored: StoredIdentities, leases: LeaseBook) -> set[str]:
+    """The older identities runs of these trials may carry, but those a live orchestrator holds (one of the
+    version that tags runs so leases the trials under them)."""
+    older = {tag for trial in trials for tag in stored.candidates(trial)} - {trial.trial_id for trial in trials}
+    return older - set(leases.holding(older)) if older else set()
 
 
 def _wait_for_holders(leases: LeaseBook, trial_ids: set[str], say: Callable[[str], None], poll_s: float) -> None:
