@@ -134,7 +134,7 @@ def test_a_resumed_trial_says_from_which_step():
 LAYOUT_SPEC = {
     **SPEC, "name": "layout_grid",
     "axes": {"model.d_dape": [4, 8, 16], "train.lr": [0.001, 0.002, 0.004]},
-    "variants": [*SPEC["variants"], {"label": "DAPE kernel size 5",
+    "variants": [*SPEC["variants"], {"label": "DAPE V2 with a kernel of size 5 (wider)",
                                      "set": {"model.processor": "dapev2", "model.kernel_size": 5}}],
 }
 

@@ -95,8 +95,17 @@ class Plot:
         return [self.path] + ([self.vector] if self.vector and self.vector.is_file() else [])
 
 
-def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
-    ax.set_title(title, fontsize=11, y=1.0)  # placed, not moved clear of top ticks (there are none): no measuring
+def fit_title(ax, text: str, fontsize: float) -> None:
+    """The axes' title, placed (not moved clear of top ticks: there are none, and that costs a measuring pass)
+    and smaller where it would be wider than its panel (a point of several axes), so that it never runs into
+    the neighbour's: a character is about 0.6 of the font size wide."""
+    inches = ax.get_position().width * ax.figure.get_figwidth()
+    fits = inches * 72 / (0.6 * fontsize)
+    ax.set_title(text, fontsize=max(6.0, fontsize * min(1.0, fits / max(len(text), 1))), y=1.0)
+
+
+def _style(ax, text: str, xlabel: str, ylabel: str) -> None:
+    fit_title(ax, text, 11)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3, linewidth=0.6)

@@ -20,7 +20,7 @@ from ..tracking.store import SWEPT_TAG_PREFIX
 from . import cells
 from .names import setting, value
 from .names import point as point_words
-from .plots import MAX_LINES, Frame, Plot, _save
+from .plots import MAX_LINES, Frame, Plot, _save, fit_title
 from .tables import Table
 
 MAX_HEATMAP_VARIANTS = 8  # rows of heat maps (two each) in one figure
@@ -130,7 +130,7 @@ def heatmaps(study: Study, table: Table, finished: pd.DataFrame, folder: Path) -
                 ax.set_yticks(range(len(y_values)), [value(axes[1], v) for v in y_values], fontsize=7)
                 ax.set_ylabel(setting(axes[1]), fontsize=8)
             baseline = bool(finished.loc[finished["variant"] == variant, "baseline"].any())
-            ax.set_title(f"{variant}{' (baseline)' if baseline else ''}: {header}", fontsize=9, y=1.0)
+            fit_title(ax, f"{variant}{' (baseline)' if baseline else ''}: {header}", 9)
             if maps[variant].size <= ANNOTATE_CELLS:
                 shade = image.cmap(image.norm(maps[variant]))[..., :3] @ [0.299, 0.587, 0.114]  # cell brightness
                 for (y, x), cell in np.ndenumerate(maps[variant]):
