@@ -338,7 +338,7 @@ def training_curves(history: pd.DataFrame, rows: list[tuple[str, bool, str, str]
             per_step = mine.groupby("step")["value"].agg(["mean", "std"])
             _line(ax, per_step.index.to_numpy(), per_step["mean"].to_numpy(float), per_step["std"].to_numpy(float),
                   variant if in_blocks else label, is_baseline)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))  # steps: a few round numbers
         _style(ax, point_words(block) if in_blocks else "Training loss", "step", "train loss (nats/token)")
     if in_blocks:
         fig.suptitle("Training loss, one panel per grid point", fontsize=11)

@@ -106,12 +106,13 @@ def heatmaps(study: Study, table: Table, finished: pd.DataFrame, folder: Path) -
     variants = list(dict.fromkeys(finished.sort_values("row_index")["variant"]))
     shown = variants[:MAX_HEATMAP_VARIANTS]
     x_values, y_values = study.axes[axes[0]], study.axes[axes[1]]
-    # Laid out in inches (plots.Frame): one colour bar right of each column, in the gap before the next one;
-    # shared axes, so tick labels only under the last line and left of the first column.
+    # Laid out in inches (plots.Frame): one colour bar right of each column, in the gap before the next one.
+    # Every map has the same cells, so the axes are named once: under the last line and left of the first
+    # column; the other maps have no ticks at all (not hidden ones: ticks are most of a figure's artists).
     bar = 0.12 + 0.15 + 1.0  # gap, bar, its tick labels and name
     frame = Frame(len(shown), len(columns), (1.6 + 0.3 * len(x_values), 0.6 + 0.3 * len(y_values)), left=0.9,
                   bottom=0.95 if len(x_values) > 5 else 0.65, top=0.35, hgap=0.35, wgap=bar + 0.35, right=bar)
-    fig, grid = frame.figure(sharex=True, sharey=True)
+    fig, grid = frame.figure()
     lower = table.family.lower_is_better
     for j, (column, header) in enumerate(columns):
         maps = {variant: _grid(finished[finished["variant"] == variant], column, x_key, y_key, rest, x_values,
@@ -122,13 +123,17 @@ def heatmaps(study: Study, table: Table, finished: pd.DataFrame, folder: Path) -
             ax = grid[i][j]
             image = ax.imshow(maps[variant], cmap="viridis_r" if lower else "viridis", vmin=limits[0], vmax=limits[1],
                               aspect="auto", origin="lower")
-            if i == len(shown) - 1:  # shared axes: named under the last row and left of the first column
+            if i == len(shown) - 1:
                 ax.set_xticks(range(len(x_values)), [value(axes[0], v) for v in x_values], fontsize=7,
                               rotation=45 if len(x_values) > 5 else 0)
                 ax.set_xlabel(setting(axes[0]), fontsize=8)
+            else:
+                ax.set_xticks([])
             if j == 0:
                 ax.set_yticks(range(len(y_values)), [value(axes[1], v) for v in y_values], fontsize=7)
                 ax.set_ylabel(setting(axes[1]), fontsize=8)
+            else:
+                ax.set_yticks([])
             baseline = bool(finished.loc[finished["variant"] == variant, "baseline"].any())
             fit_title(ax, f"{variant}{' (baseline)' if baseline else ''}: {header}", 9)
             if maps[variant].size <= ANNOTATE_CELLS:
