@@ -128,3 +128,123 @@ def test_a_resumed_trial_says_from_which_step():
     events.result(trial, {FINAL_FLAG: 1, "step": 3, "total_steps": 3, "resumed_from_step": 2, "ppl_32": 10.0})
     events.ended(trial)
     assert f"[1/1] {trial.run_name}: resumed from step 2" in out.getvalue()
+
+
+# A grid of 3 variants x 3 widths x 3 learning rates (27 rows: capped small multiples, heat maps), its store
+# written through the recorder with synthetic results (tests/synthetic_store.py): no training.
+LAYOUT_SPEC = {
+    **SPEC, "name": "layout_grid",
+    "axes": {"model.d_dape": [4, 8, 16], "train.lr": [0.001, 0.002, 0.004]},
+    "variants": [*SPEC["variants"], {"label": "DAPE V2 with a kernel of size 5 (wider)",
+                                     "set": {"model.processor": "dapev2", "model.kernel_size": 5}}],
+}
+
+
+def _text_boxes(fig):
+    """(owner axes, window extent) of every visible, non-empty text of a figure, and the figure's box."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)  # tick labels exist (and sit where they are drawn) once drawn
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    ticks = {id(label) for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
+             for tick in axis.majorTicks + axis.minorTicks for label in (tick.label1, tick.label2)}
+    drawn = [label for ax in axes for axis in (ax.xaxis, ax.yaxis)  # the ticks in view, as Axis.draw picks them
+             for tick in axis._update_ticks() for label in (tick.label1, tick.label2)]
+    texts = [t for t in fig.findobj(Text) if id(t) not in ticks and (t.axes is None or t.axes.get_visible())]
+    texts = [t for t in texts + drawn if t.get_visible() and t.get_text().strip()]
+    return [(t.axes, t.get_window_extent(renderer), t.get_text()) for t in texts], fig.bbox, renderer
+
+
+def test_figures_are_laid_out_without_measuring_and_nothing_overlaps(tmp_path, monkeypatch):
+    """The report's figures are laid out in inches before they are drawn (plots.Frame), not by tight_layout
+    and a tight crop: the PNG is the figure's own size, and still every text lies inside it, no two texts
+    overlap (titles, tick labels, axis names, legend entries, heat-map values) and no text covers another
+    panel's plot area."""
+    import synthetic_store
+
+    from orchestrator.reporting import plots, sweeps
+
+    study = parse_study(LAYOUT_SPEC)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = synthetic_store.write_store(study, uri)
+    figures = {}
+    original = plots._save
+
+    def keep(fig, folder, name, tight=False):
+        figures[name] = fig
+        assert not tight  # the report's own figures are never cropped
+        return original(fig, folder, name, tight)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(sweeps, "_save", keep)
+    build_report(study, store, tmp_path / "reports", attach=False)
+    assert {"perplexity_heatmaps", "perplexity_vs_length", "delta_p_vs_length", "training_curves"} <= set(figures)
+    from PIL import Image
+
+    for name, fig in figures.items():
+        width, height = fig.get_size_inches() * plots.DPI
+        with Image.open(tmp_path / "reports" / study.name / "plots" / f"{name}.png") as png:
+            assert abs(png.size[0] - width) <= 1 and abs(png.size[1] - height) <= 1, name  # not cropped
+        boxes, figure_box, _ = _text_boxes(fig)
+        for _, box, text in boxes:
+            assert figure_box.x0 - 1 <= box.x0 and box.x1 <= figure_box.x1 + 1, (name, text)
+            assert figure_box.y0 - 1 <= box.y0 and box.y1 <= figure_box.y1 + 1, (name, text)
+        for i, (owner, box, text) in enumerate(boxes):
+            for other_owner, other, other_text in boxes[i + 1:]:
+                overlap = min(box.x1, other.x1) - max(box.x0, other.x0), min(box.y1, other.y1) - max(box.y0, other.y0)
+                assert min(overlap) <= 1, (name, text, other_text)
+            for ax in fig.axes:
+                if ax is not owner and ax.get_visible():
+                    area = ax.get_window_extent()
+                    overlap = min(box.x1, area.x1) - max(box.x0, area.x0), min(box.y1, area.y1) - max(box.y0, area.y0)
+                    assert min(overlap) <= 1, (name, text, "covers another panel")
+    legends = [t.get_text() for fig in figures.values() for legend in fig.legends for t in legend.get_texts()]
+    assert "DAPE width 4, kernel size 5, DAPE V2" in legends  # a line of perplexity_vs_train_lr, in words
+    assert "DAPE width 4, no processor (baseline)" in legends  # the baseline's line there
+    assert not [text for text in legends if "nan" in text or re.search(r"\d\.0\b", text)]  # no unset value, no "5.0"
+    legend = figures["perplexity_vs_length"].legends[0]
+    assert [t.get_text() for t in legend.get_texts()][0] == "Kerple (baseline)"
+    assert "Only the first 8 of the 9 grid points are drawn" in (tmp_path / "reports" / study.name / "report.md").read_text()
+
+
+def _listing_document(tracking_uri: str):
+    import pandas as pd
+
+    from orchestrator.reporting.document import ReportDocument
+
+    trials = pd.DataFrame({"label": ["Kerple", "DAPE"], "seed": [0, 0], "status": ["FINISHED", "SCHEDULED"],
+                           "run_name": ["Kerple · s0", None], "run_id": ["0123456789abcdef0123456789abcdef", None],
+                           "trial_id": ["aaaa", "bbbb"]})
+    return ReportDocument(study_name="links", description="", tracking_uri=tracking_uri, experiment_id="7",
+                          value_text="final value", trials=trials, outside=trials.iloc[:0])
+
+
+@pytest.mark.parametrize("uri, address", [
+    ("http://mlflow.example.org:8080", "http://mlflow.example.org:8080/#/experiments/7/runs/"),
+    ("sqlite:////tmp/somewhere/mlflow.db", "http://127.0.0.1:5000/#/experiments/7/runs/"),
+])
+def test_run_ids_link_to_the_runs_page_in_the_mlflow_ui(uri, address):
+    """In the trials table each run id links to its run's page in MLflow's UI: on a tracking server, or where
+    `orchestrator ui` serves a SQLite store (the note says it must be running); a trial without a run has none."""
+    from orchestrator.reporting import render_html, render_md
+
+    document = _listing_document(uri)
+    run_id = "0123456789abcdef0123456789abcdef"
+    html = render_html.render(document)
+    assert f'<a href="{address}{run_id}">{run_id}</a>' in html
+    assert html.count("<a href=\"http") == 1  # the trial that has no run has no link
+    markdown = render_md.render(document)
+    assert f"[{run_id}]({address}{run_id})" in markdown
+    server = uri.startswith("http")
+    assert ("orchestrator ui STUDY" in markdown) is not server and ("<code>orchestrator ui STUDY</code>" in html) is not server
+    assert ("tracking server" in markdown) is server
+
+
+def test_no_run_links_for_a_store_the_ui_does_not_serve():
+    from orchestrator.reporting import render_html, render_md
+
+    document = _listing_document("file:///tmp/somewhere/mlruns")
+    assert "0123456789abcdef0123456789abcdef" in render_md.render(document)
+    assert "<a href=\"http" not in render_html.render(document) and "Run ids link" not in render_md.render(document)

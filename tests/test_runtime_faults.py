@@ -290,7 +290,7 @@ def test_a_trial_finished_and_given_back_before_the_claim_is_not_run_again(tmp_p
 
     ran = []
     with LeaseBook(second, heartbeat_s=1) as second_leases:
-        shared = run_leased(study, todo, second, second_leases, lambda batch: ran.extend(batch) or 1, print)
+        shared = run_leased(study, expand(study), todo, second, second_leases, lambda batch: ran.extend(batch) or 1, print)
     assert ran == [left]
     assert shared.by_others == [done_by_first]
 

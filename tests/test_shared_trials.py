@@ -139,3 +139,34 @@ def test_the_shared_baseline_trains_once_and_old_stores_resume(tmp_path):
     again = load_results(study, uri)
     assert list(again["status"]) == ["FINISHED"] * 4
     assert list(again["run_id"]) == list(frame["run_id"])
+
+
+def test_a_run_of_the_older_identity_left_running_is_closed_as_stale(tmp_path):
+    """An orchestrator of an older version (runs tagged with the legacy identity) was killed mid-trial, so its
+    run stays RUNNING. The next `run` closes it as KILLED and stale, as it does a run of the current identity,
+    and trains that trial again; the finished trials are not retrained. (The store: every trial recorded
+    through the recorder with synthetic results, tests/synthetic_store.py; the trial trained again is real.)"""
+    import synthetic_store
+
+    from orchestrator.tracking.store import STALE_TAG
+
+    study = parse_study(SPEC)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = synthetic_store.write_store(study, uri)
+    client = MlflowClient(uri)
+    trials = distinct(expand(study))
+    run_of = {run.data.tags[TRIAL_ID_TAG]: run.info.run_id for run in store.trial_runs()}
+    for trial in trials:  # the store of the older version
+        client.set_tag(run_of[trial.trial_id], TRIAL_ID_TAG, trial.legacy_id)
+    victim = next(trial for trial in trials if trial.variant == "DAPE")
+    client.update_run(run_of[victim.trial_id], status="RUNNING")  # its orchestrator was killed
+
+    outcome = run_study(study, uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state", local=True)
+    assert outcome.ok, outcome.failed
+    assert [trial.trial_id for trial in outcome.trials if trial not in outcome.skipped] == [victim.trial_id]
+    left = client.get_run(run_of[victim.trial_id])
+    assert left.info.status == "KILLED" and left.data.tags.get(STALE_TAG) == "true"
+    runs = client.search_runs([store.experiment_id], "tags.`orchestrator.role` = 'trial'")
+    assert sorted(run.info.status for run in runs) == ["FINISHED"] * len(trials) + ["KILLED"]
+    again = [run for run in runs if run.data.tags[TRIAL_ID_TAG] == victim.trial_id]
+    assert [run.info.status for run in again] == ["FINISHED"]  # trained again, under the current identity

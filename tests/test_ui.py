@@ -165,6 +165,18 @@ def test_orchestrator_ui_serves_the_study(built, chromium, tmp_path):
             assert title in text, title
         assert "ms_per_step" not in text
 
+        # A run id of the report's trials table links to that run's page in the UI `orchestrator ui` serves
+        # (at its default port there; here the test's port): MLflow's web app shows that run.
+        html = (built.report_dir / "report.html").read_text()
+        link, run_id = re.search(r'<a href="http://127\.0\.0\.1:5000(/#/experiments/[^"]+/runs/([0-9a-f]{32}))">\2</a>',
+                                 html).groups()
+        assert "orchestrator ui STUDY" in html
+        run_name = next(run["info"]["run_name"] for run in runs if run["info"]["run_id"] == run_id)
+        run_page = _chromium(chromium, tmp_path / "profile3", "--virtual-time-budget=30000", "--window-size=1600,1200",
+                             "--dump-dom", base + link, timeout=240)
+        text = _page_text(run_page.stdout)
+        assert run_name in text and run_id in text and "Parameters" in text, text[:3000]
+
         # For a tracking server, `orchestrator ui` names the study's page there.
         remote = CliRunner().invoke(app, ["ui", str(built.study_file), "--tracking-uri", base])
         assert remote.exit_code == 0, remote.output

@@ -17,7 +17,7 @@ from typing import Callable
 from ..study import Study
 from ..tracking.leases import LeaseBook
 from ..tracking.store import StudyStore
-from ..trial.trials import Trial
+from ..trial.trials import StoredIdentities, Trial
 from . import interrupt
 
 POLL_S = 5.0
@@ -31,12 +31,13 @@ class Shared:
     concurrency: int = 1  # the most trials this orchestrator ran at once
 
 
-def run_leased(study: Study, todo: list[Trial], store: StudyStore, leases: LeaseBook,
+def run_leased(study: Study, rows: list[Trial], todo: list[Trial], store: StudyStore, leases: LeaseBook,
                run_batch: Callable[[list[Trial]], int], say: Callable[[str], None], poll_s: float = POLL_S) -> Shared:
-    """Run `todo` through `run_batch` (returns how many trials ran at once), each trial only under its lease.
-    Returns early when Ctrl-C stopped the batch (interrupt.requested())."""
+    """Run `todo` (of the study's expanded `rows`) through `run_batch` (returns how many trials ran at once), each
+    trial only under its lease. Returns early when Ctrl-C stopped the batch (interrupt.requested())."""
     pending = {trial.trial_id: trial for trial in todo}
     shared = Shared()
+    stored = StoredIdentities(rows)  # the identities older versions tagged the trials' runs with
     while pending:
         leases.acquire(set(pending))
         # `todo` was read before the leases were: a trial another orchestrator finished, then gave back, in
@@ -47,7 +48,8 @@ def run_leased(study: Study, todo: list[Trial], store: StudyStore, leases: Lease
         mine = [trial for trial_id, trial in pending.items() if trial_id in leases.held]
         if mine:
             ids = {trial.trial_id for trial in mine}
-            store.mark_stale_runs(ids)  # runs of these trials left RUNNING by an orchestrator that died
+            # Runs of these trials left RUNNING by an orchestrator that died, of this version or an older one.
+            store.mark_stale_runs(ids | _unheld_older_tags(mine, stored, leases))
             try:
                 shared.concurrency = max(shared.concurrency, run_batch(mine))
             finally:
@@ -61,6 +63,13 @@ def run_leased(study: Study, todo: list[Trial], store: StudyStore, leases: Lease
             for trial_id in _done_elsewhere(study, store, leases, set(pending)):
                 shared.by_others.append(pending.pop(trial_id))
     return shared
+
+
+def _unheld_older_tags(trials: list[Trial], stored: StoredIdentities, leases: LeaseBook) -> set[str]:
+    """The older identities runs of these trials may carry, but those a live orchestrator holds (one of the
+    version that tags runs so leases the trials under them)."""
+    older = {tag for trial in trials for tag in stored.candidates(trial)} - {trial.trial_id for trial in trials}
+    return older - set(leases.holding(older)) if older else set()
 
 
 def _wait_for_holders(leases: LeaseBook, trial_ids: set[str], say: Callable[[str], None], poll_s: float) -> None:

@@ -125,7 +125,7 @@ def _run_and_close(context: RunContext, running: _Running) -> None:
     try:
         if todo:
             with progress:
-                shared = run_leased(study, todo, store, leases,
+                shared = run_leased(study, context.rows, todo, store, leases,
                                     lambda batch: _run_trials(context, batch, events, progress), progress.message)
             outcome.concurrency = shared.concurrency
             if shared.by_others:

@@ -82,6 +82,23 @@ class ReportDocument:
         """The setup summary at the report's top (setup.py)."""
         return setup_summary(self.trials)
 
+    def run_links(self) -> tuple[list[str | None], str]:
+        """Per trial (trial_listing's rows), the address of its run's page in MLflow's UI (None without a
+        run, or for a store the UI does not serve), and what the trials table says about the links."""
+        from ..tracking import ui
+        from ..tracking.uri import is_server
+
+        ids = self.trials["run_id"] if "run_id" in self.trials else pd.Series([None] * len(self.trials))
+        links = [ui.run_url(self.tracking_uri, self.experiment_id, run_id) if isinstance(run_id, str) and run_id
+                 else None for run_id in ids]
+        if not any(links):
+            return links, ""
+        if is_server(self.tracking_uri):
+            return links, f"Run ids link to each run's page on the tracking server {self.tracking_uri}."
+        return links, (f"Run ids link to each run's page in MLflow's UI at {ui.local_address()}, which "
+                       f"`orchestrator ui STUDY` serves (STUDY: this study's file, or its name in studies/): the "
+                       "links open while it runs.")
+
     def trial_listing(self) -> pd.DataFrame:
         columns = {"label": "variant", "seed": "seed", "status": "status", "run_name": "MLflow run",
                    "run_id": "run id", "device": "device", "num_parameters": "params", "train_seconds": "train s",

@@ -33,12 +33,53 @@ MAX_PANELS = 8  # small multiples per figure: beyond, they are too small to read
 MAX_LINES = 12  # lines of one axes in a metric-vs-swept-value plot
 
 
-def _subplots(*grid: int, **options):
-    """`pyplot.subplots` without pyplot: a Figure of its own (no global figure registry to close, and
-    pyplot's import, most of a second, is left to the figures that need it: Optuna's)."""
-    figure_options = {key: options.pop(key) for key in ("figsize",) if key in options}
-    fig = Figure(**figure_options)
-    return fig, fig.subplots(*grid, **options)
+@dataclass
+class Frame:
+    """A figure's layout in inches, fixed before anything is drawn: the axes (`lines` x `columns` panels of
+    `panel` inches), the room around them for tick labels, axis names and titles, and the legend's column on
+    the right. Laying a figure out by measuring it (tight_layout, a tight crop) costs a drawing pass each; in
+    a 240-trial report that was half the figures' time. The margins hold the report's own labels (tick
+    labels of a few characters, one-line titles)."""
+
+    lines: int
+    columns: int
+    panel: tuple[float, float]
+    left: float = 0.8
+    right: float = 0.25
+    bottom: float = 0.6
+    top: float = 0.4
+    wgap: float = 0.8  # between panels: the next panel's tick labels and axis name
+    hgap: float = 0.85  # between lines of panels: x tick labels, axis name, the next title
+    title: float = 0.0  # a figure title above the panels (suptitle)
+    legend: float = 0.0  # the legend's width, right of the panels
+
+    def size(self) -> tuple[float, float]:
+        width = self.left + self.columns * self.panel[0] + (self.columns - 1) * self.wgap + self.right + self.legend
+        height = self.bottom + self.lines * self.panel[1] + (self.lines - 1) * self.hgap + self.top + self.title
+        return width, height
+
+    def edges(self) -> dict[str, float]:
+        """`subplots_adjust`'s fractions (of the figure) for this layout."""
+        width, height = self.size()
+        return {"left": self.left / width, "right": 1 - (self.right + self.legend) / width,
+                "bottom": self.bottom / height, "top": 1 - (self.top + self.title) / height,
+                "wspace": self.wgap / self.panel[0], "hspace": self.hgap / self.panel[1]}
+
+    def figure(self, **options):
+        """A Figure of this size with its `lines` x `columns` axes placed (always a 2-D array). A Figure of its
+        own, not pyplot's: no global figure registry to close, and pyplot's import (most of a second) is left
+        to the figures that need it (Optuna's)."""
+        fig = Figure(figsize=self.size())
+        axes = fig.subplots(self.lines, self.columns, squeeze=False, gridspec_kw=self.edges(), **options)
+        fig._frame = self  # noqa: SLF001  read by _legend_outside
+        return fig, axes
+
+    def apply(self, fig) -> None:
+        """Resize `fig` to this layout (changed since `figure`), its panels keeping their size in inches."""
+        fig.set_size_inches(*self.size())
+        fig.axes[0].get_subplotspec().get_gridspec().update(**self.edges())  # the panels' own, not the figure's
+        for ax in fig.axes:  # GridSpec.update moves the axes of pyplot's figures only
+            ax.set_position(ax.get_subplotspec().get_position(fig))
 
 
 @dataclass
@@ -54,25 +95,34 @@ class Plot:
         return [self.path] + ([self.vector] if self.vector and self.vector.is_file() else [])
 
 
-def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
-    ax.set_title(title, fontsize=11)
+def fit_title(ax, text: str, fontsize: float) -> None:
+    """The axes' title, placed (not moved clear of top ticks: there are none, and that costs a measuring pass)
+    and smaller where it would be wider than its panel (a point of several axes), so that it never runs into
+    the neighbour's: a character is about 0.6 of the font size wide."""
+    inches = ax.get_position().width * ax.figure.get_figwidth()
+    fits = inches * 72 / (0.6 * fontsize)
+    ax.set_title(text, fontsize=max(6.0, fontsize * min(1.0, fits / max(len(text), 1))), y=1.0)
+
+
+def _style(ax, text: str, xlabel: str, ylabel: str) -> None:
+    fit_title(ax, text, 11)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3, linewidth=0.6)
     ax.spines[["top", "right"]].set_visible(False)
 
 
-def _save(fig, folder: Path, name: str, panels: bool = False) -> Path:
-    """PNG at DPI, cropped to what is drawn ("tight": the legends outside the axes stay in). Only a grid of
-    panels is laid out again first (titles and labels of neighbours would overlap): it costs a drawing pass,
-    and drawing is most of a report's time."""
+def _save(fig, folder: Path, name: str, tight: bool = False) -> Path:
+    """PNG at DPI and the same figure as SVG, each drawn once. The report's own figures are laid out before
+    they are drawn (Frame); `tight`: a figure drawn elsewhere (Optuna's), laid out again and cropped to what is
+    drawn, which costs drawing passes of its own."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.png"
-    if panels:
+    crop = None
+    if tight:
         fig.tight_layout()
-    # What "tight" would measure by drawing the figure once more for each file: measured once, for both.
-    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
-    crop = fig.get_tightbbox(canvas.get_renderer()).padded(0.1)
+        canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
+        crop = fig.get_tightbbox(canvas.get_renderer()).padded(0.1)  # measured once, for both files
     fig.savefig(path, dpi=DPI, bbox_inches=crop)
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # the same figure as vectors, its text as text
         fig.savefig(path.with_suffix(".svg"), bbox_inches=crop)
@@ -84,24 +134,41 @@ def _save(fig, folder: Path, name: str, panels: bool = False) -> Path:
 
 def save_figure(fig, folder: Path, name: str) -> Path:
     """A figure drawn elsewhere (Optuna's plots), saved like the report's own."""
-    return _save(fig, folder, name, panels=True)
+    return _save(fig, folder, name, tight=True)
 
 
 def _legend_outside(fig, ax) -> None:
-    """One legend for the figure, right of the axes: it never covers a line."""
+    """One legend for the figure, right of the axes: it never covers a line. The figure is widened by the
+    legend's measured width (the legend alone is laid out for it, not the figure) and, where the legend is
+    taller than the panels, heightened; the panels keep their size."""
     handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=8, frameon=False)
+    if not handles:
+        return
+    frame: Frame = fig._frame  # noqa: SLF001
+    legend = fig.legend(handles, labels, loc="upper left", fontsize=8, frameon=False, borderaxespad=0)
+    box = legend.get_window_extent(FigureCanvasAgg(fig).get_renderer())
+    frame.legend = box.width / fig.dpi + 0.3
+    frame.bottom += max(0.0, box.height / fig.dpi - (frame.size()[1] - frame.top - frame.title - frame.bottom))
+    frame.apply(fig)
+    width, height = frame.size()
+    legend.set_bbox_to_anchor((1 - (frame.legend - 0.15) / width, 1 - (frame.top + frame.title) / height),
+                              transform=fig.transFigure)
 
 
 def _panels(count: int, width: float = 3.6, height: float = 3.0):
-    """A grid of `count` small axes (one per grid point), four per line; the spare ones hidden."""
+    """A grid of `count` small axes (one per grid point), four per line; the spare ones hidden; room for a
+    figure title above them."""
     columns = min(4, count)
-    lines = math.ceil(count / columns)
-    fig, axes = _subplots(lines, columns, figsize=(width * columns, height * lines), squeeze=False)
+    fig, axes = Frame(math.ceil(count / columns), columns, (width, height), title=0.35).figure()
     for ax in axes.flat[count:]:
         ax.set_visible(False)
     return fig, list(axes.flat[:count])
+
+
+def _single(width: float, height: float):
+    """One axes of `width` x `height` inches (the plot area)."""
+    fig, axes = Frame(1, 1, (width, height)).figure()
+    return fig, axes[0][0]
 
 
 def drawn_blocks(blocks: list[str]) -> list[str]:
@@ -134,7 +201,7 @@ def by_length(table: Table, finished: pd.DataFrame, folder: Path) -> Plot:
     family = table.family
     metric = "perplexity" if family.key == "perplexity" else family.title.split(" by ")[0]
     blocks, capped = _capped(table.blocks or [""])
-    fig, axes = _panels(len(blocks)) if table.blocks else _subplots(figsize=(7.2, 4.4))
+    fig, axes = _panels(len(blocks)) if table.blocks else _single(5.6, 3.4)
     axes = axes if table.blocks else [axes]
     by_block: dict[str, list] = {}
     for row in table.rows:
@@ -154,7 +221,7 @@ def by_length(table: Table, finished: pd.DataFrame, folder: Path) -> Plot:
     per = "one panel per grid point, one line per variant" if table.blocks else "one line per variant"
     caption = (f"{family.title}: {per}, mean over seeds with a ± 1 std band where there are several seeds; "
                f"the baseline dashed.{capped}")
-    return _plot(name, family.title, caption, _save(fig, folder, name, panels=bool(table.blocks)))
+    return _plot(name, family.title, caption, _save(fig, folder, name))
 
 
 def _draw_by_length(ax, table: Table, rows: list, by_variant: bool) -> list[int]:
@@ -209,15 +276,16 @@ def versus_swept(key: str, table: Table, finished: pd.DataFrame, folder: Path) -
     values = _ordered_values(name_of, with_key[key].tolist())
     numeric = all(isinstance(v, (int, float)) for v in values)
     position = {v: (v if numeric else i) for i, v in enumerate(values)}
-    fig, axes = _subplots(1, len(columns), figsize=(4.4 * len(columns), 3.8), squeeze=False)
+    fig, axes = Frame(1, len(columns), (3.5, 2.9), title=0.35).figure()
     for ax, column in zip(axes[0], columns):
         groups = with_key.groupby([with_key[k].astype(str) for k in others], dropna=False) if others else [((), with_key)]
         for group_key, group in groups:
             stats = group.groupby(key)[column].agg(["mean", "std"]).reindex([v for v in values if v in set(group[key])])
-            label_parts = [assignment(k.removeprefix(SWEPT_TAG_PREFIX), v) for k, v in
-                           zip(others, group_key if isinstance(group_key, tuple) else (group_key,)) if v not in ("nan", "None")]
+            label_parts = [assignment(k.removeprefix(SWEPT_TAG_PREFIX), _grouped_value(v)) for k, v in
+                           zip(others, group_key if isinstance(group_key, tuple) else (group_key,)) if not _unset(v)]
             x = [position[v] for v in stats.index]
-            _line(ax, x, stats["mean"].to_numpy(float), stats["std"].to_numpy(float), ", ".join(label_parts) or "mean over seeds", False)
+            label = (", ".join(label_parts) or "mean over seeds") + (" (baseline)" if group["baseline"].all() else "")
+            _line(ax, x, stats["mean"].to_numpy(float), stats["std"].to_numpy(float), label, False)
         for label, rows in without.groupby("label"):  # rows that do not set this value: reference lines
             is_base = bool(rows["baseline"].iloc[0])
             ax.axhline(rows[column].mean(), color="black" if is_base else "grey", linestyle="--", linewidth=1,
@@ -234,7 +302,21 @@ def versus_swept(key: str, table: Table, finished: pd.DataFrame, folder: Path) -
     name = f"{table.family.key}_vs_{name_of.replace('.', '_')}"
     caption = (f"{table.family.title.split(' by ')[0]} at the shortest and the longest evaluation length against "
                f"{words} ({name_of}); mean over seeds, ± 1 std band; dashed: rows that do not set it.")
-    return _plot(name, f"vs {words}", caption, _save(fig, folder, name, panels=len(columns) > 1))
+    return _plot(name, f"vs {words}", caption, _save(fig, folder, name))
+
+
+def _unset(grouped) -> bool:
+    """A swept value a row does not set, as grouping by text leaves it (pandas 3 keeps it missing)."""
+    return grouped is None or (isinstance(grouped, float) and math.isnan(grouped)) or grouped in ("nan", "None", "<NA>")
+
+
+def _grouped_value(grouped):
+    """A swept value grouped by its text, as a number again where it is one ("3.0" -> 3): named in words."""
+    try:
+        number = float(grouped)
+    except (TypeError, ValueError):
+        return grouped
+    return int(number) if number.is_integer() else number
 
 
 def training_curves(history: pd.DataFrame, rows: list[tuple[str, bool, str, str]], folder: Path) -> Plot | None:
@@ -245,7 +327,7 @@ def training_curves(history: pd.DataFrame, rows: list[tuple[str, bool, str, str]
     blocks = list(dict.fromkeys(block for _, _, block, _ in rows))
     in_blocks = len(blocks) > 1
     blocks, capped = _capped(blocks)
-    fig, axes = _panels(len(blocks)) if in_blocks else _subplots(figsize=(7.2, 4.2))
+    fig, axes = _panels(len(blocks)) if in_blocks else _single(5.6, 3.2)
     axes = axes if in_blocks else [axes]
     per_label = {label: group for label, group in history.groupby("label", sort=False)}
     for ax, block in zip(axes, blocks):
@@ -256,13 +338,13 @@ def training_curves(history: pd.DataFrame, rows: list[tuple[str, bool, str, str]
             per_step = mine.groupby("step")["value"].agg(["mean", "std"])
             _line(ax, per_step.index.to_numpy(), per_step["mean"].to_numpy(float), per_step["std"].to_numpy(float),
                   variant if in_blocks else label, is_baseline)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))  # steps: a few round numbers
         _style(ax, point_words(block) if in_blocks else "Training loss", "step", "train loss (nats/token)")
     if in_blocks:
         fig.suptitle("Training loss, one panel per grid point", fontsize=11)
     _legend_outside(fig, axes[0])
     caption = f"Training loss per logged step: one line per variant, mean over seeds with a ± 1 std band.{capped}"
-    return _plot("training_curves", "Training curves", caption, _save(fig, folder, "training_curves", panels=in_blocks))
+    return _plot("training_curves", "Training curves", caption, _save(fig, folder, "training_curves"))
 
 
 def _plot(name: str, title: str, caption: str, path: Path) -> Plot:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 from html import escape
 
 from . import cells, render_claims, render_md, render_search
@@ -99,6 +100,11 @@ def _vector_link(plot) -> str:
     return f' <a href="plots/{escape(plot.vector.name)}">SVG</a>' if plot.vector else ""
 
 
+def _code(text: str) -> str:
+    """Escaped, with `command` spans as <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
+
+
 def render(document: ReportDocument) -> str:
     parts = [f"<h1>Ablation report: {escape(document.study_name)}</h1>"]
     if document.description:
@@ -138,8 +144,13 @@ def render(document: ReportDocument) -> str:
     if outside:
         parts.append("<h2>Runs this study file no longer defines (left out of the tables)</h2><ul>" +
                      "".join(f"<li>{escape(line)}</li>" for line in outside) + "</ul>")
-    listing = document.trial_listing()
-    parts.append("<h2>Trials</h2>" + listing.to_html(index=False, classes="trials", border=0, escape=True))
+    listing = document.trial_listing().map(escape)
+    links, note = document.run_links()
+    if "run id" in listing:  # each run id a link to the run's page in MLflow's UI
+        listing["run id"] = [f'<a href="{escape(link)}">{run_id}</a>' if link else run_id
+                             for run_id, link in zip(listing["run id"], links)]
+    parts.append("<h2>Trials</h2>" + (f'<p class="note">{_code(note)}</p>' if note else "") +
+                 listing.to_html(index=False, classes="trials", border=0, escape=False))
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>Ablation report: {escape(document.study_name)}</title><style>{STYLE}</style></head>"

@@ -107,7 +107,11 @@ def render(document: ReportDocument) -> str:
         out += ["## Runs this study file no longer defines (left out of the tables)", ""]
         out += [f"- {_escape(line)}" for line in outside] + [""]
     listing = document.trial_listing()
-    out += ["## Trials", "", _grid(list(listing.columns), listing.to_numpy().tolist(), numbers=False), ""]
+    links, note = document.run_links()
+    if "run id" in listing:  # each run id a link to the run's page in MLflow's UI
+        listing["run id"] = [f"[{run_id}]({link})" if link else run_id for run_id, link in zip(listing["run id"], links)]
+    out += ["## Trials", ""] + ([f"*{_escape(note)}*", ""] if note else [])
+    out += [_grid(list(listing.columns), listing.to_numpy().tolist(), numbers=False), ""]
     return "\n".join(out)
 
 

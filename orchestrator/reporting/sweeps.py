@@ -20,7 +20,7 @@ from ..tracking.store import SWEPT_TAG_PREFIX
 from . import cells
 from .names import setting, value
 from .names import point as point_words
-from .plots import MAX_LINES, Plot, _save, _subplots
+from .plots import MAX_LINES, Frame, Plot, _save, fit_title
 from .tables import Table
 
 MAX_HEATMAP_VARIANTS = 8  # rows of heat maps (two each) in one figure
@@ -106,8 +106,13 @@ def heatmaps(study: Study, table: Table, finished: pd.DataFrame, folder: Path) -
     variants = list(dict.fromkeys(finished.sort_values("row_index")["variant"]))
     shown = variants[:MAX_HEATMAP_VARIANTS]
     x_values, y_values = study.axes[axes[0]], study.axes[axes[1]]
-    size = ((3.0 + 0.35 * len(x_values)) * len(columns), (1.2 + 0.3 * len(y_values)) * len(shown))
-    fig, grid = _subplots(len(shown), len(columns), figsize=size, squeeze=False, sharex=True, sharey=True)
+    # Laid out in inches (plots.Frame): one colour bar right of each column, in the gap before the next one.
+    # Every map has the same cells, so the axes are named once: under the last line and left of the first
+    # column; the other maps have no ticks at all (not hidden ones: ticks are most of a figure's artists).
+    bar = 0.12 + 0.15 + 1.0  # gap, bar, its tick labels and name
+    frame = Frame(len(shown), len(columns), (1.6 + 0.3 * len(x_values), 0.6 + 0.3 * len(y_values)), left=0.9,
+                  bottom=0.95 if len(x_values) > 5 else 0.65, top=0.35, hgap=0.35, wgap=bar + 0.35, right=bar)
+    fig, grid = frame.figure()
     lower = table.family.lower_is_better
     for j, (column, header) in enumerate(columns):
         maps = {variant: _grid(finished[finished["variant"] == variant], column, x_key, y_key, rest, x_values,
@@ -118,20 +123,29 @@ def heatmaps(study: Study, table: Table, finished: pd.DataFrame, folder: Path) -
             ax = grid[i][j]
             image = ax.imshow(maps[variant], cmap="viridis_r" if lower else "viridis", vmin=limits[0], vmax=limits[1],
                               aspect="auto", origin="lower")
-            if i == len(shown) - 1:  # shared axes: named under the last row and left of the first column
+            if i == len(shown) - 1:
                 ax.set_xticks(range(len(x_values)), [value(axes[0], v) for v in x_values], fontsize=7,
                               rotation=45 if len(x_values) > 5 else 0)
                 ax.set_xlabel(setting(axes[0]), fontsize=8)
+            else:
+                ax.set_xticks([])
             if j == 0:
                 ax.set_yticks(range(len(y_values)), [value(axes[1], v) for v in y_values], fontsize=7)
                 ax.set_ylabel(setting(axes[1]), fontsize=8)
+            else:
+                ax.set_yticks([])
             baseline = bool(finished.loc[finished["variant"] == variant, "baseline"].any())
-            ax.set_title(f"{variant}{' (baseline)' if baseline else ''}: {header}", fontsize=9)
+            fit_title(ax, f"{variant}{' (baseline)' if baseline else ''}: {header}", 9)
             if maps[variant].size <= ANNOTATE_CELLS:
+                shade = image.cmap(image.norm(maps[variant]))[..., :3] @ [0.299, 0.587, 0.114]  # cell brightness
                 for (y, x), cell in np.ndenumerate(maps[variant]):
-                    if math.isfinite(cell):
-                        ax.text(x, y, f"{cell:.4g}", ha="center", va="center", fontsize=6, color="white")
-        fig.colorbar(image, ax=[grid[i][j] for i in range(len(shown))], shrink=0.8, label=header)
+                    if math.isfinite(cell):  # dark text on bright cells, white on dark ones
+                        ax.text(x, y, f"{cell:.4g}", ha="center", va="center", fontsize=6,
+                                color="black" if shade[y, x] > 0.5 else "white")
+        first, last = grid[0][j].get_position(), grid[-1][j].get_position()
+        width = frame.size()[0]
+        colour_bar = fig.add_axes((first.x1 + 0.12 / width, last.y0, 0.15 / width, first.y1 - last.y0))
+        fig.colorbar(image, cax=colour_bar, label=header)
     name = f"{table.family.key}_heatmaps"
     others = (f"; each cell is the best over {', '.join(setting(k.removeprefix(SWEPT_TAG_PREFIX)) for k in rest)}"
               if rest else "")

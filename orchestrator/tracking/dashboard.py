@@ -147,6 +147,11 @@ def dashboard_tags(metrics: StudyMetrics, now_ms: int) -> dict[str, str]:
             f"{VIEW_TAG_PREFIX}{VIEW_KEY}": json.dumps(envelope, separators=(",", ":"))}
 
 
+def run_page(base_url: str, experiment_id: str, run_id: str) -> str:
+    """One run's page in the UI (its params, metrics, artifacts)."""
+    return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
 def experiment_page(base_url: str, experiment_id: str) -> str:
     """The study's runs page with its saved view, in the machine-learning workflow."""
     query = urllib.parse.urlencode({"workflowType": WORKFLOW, "viewStateShareKey": VIEW_KEY})

@@ -26,9 +26,10 @@ from typing import Callable
 
 from . import dashboard
 from .lookup import no_experiment, require_store
-from .uri import sqlite_path
+from .uri import is_server, sqlite_path
 
 HOST = "127.0.0.1"
+DEFAULT_PORT = 5000  # `orchestrator ui --port`'s default (cli.py)
 STARTUP_TIMEOUT_S = 120.0
 # Uvicorn's request log and start-up notes, and Starlette's deprecation warning about the WSGI bridge MLflow
 # mounts its Flask app with, say nothing to a researcher; errors still show.
@@ -43,6 +44,21 @@ class UIError(RuntimeError):
 
 def experiment_url(base_url: str, experiment_id: str) -> str:
     return dashboard.experiment_page(base_url, experiment_id)
+
+
+def local_address(port: int = DEFAULT_PORT) -> str:
+    """Where `orchestrator ui` serves a SQLite store."""
+    return f"http://{HOST}:{port}"
+
+
+def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
+    """A run's page in MLflow's UI: on the tracking server, or for a SQLite store where `orchestrator ui`
+    serves it by default (only while it runs); None for any other store."""
+    if is_server(tracking_uri):
+        return dashboard.run_page(tracking_uri, experiment_id, run_id)
+    if sqlite_path(tracking_uri) is not None:
+        return dashboard.run_page(local_address(), experiment_id, run_id)
+    return None
 
 
 def show_on_server(tracking_uri: str, study_name: str) -> str:
@@ -139,7 +155,7 @@ def serve(tracking_uri: str, study_name: str, port: int, on_ready: Callable[[str
     require_store(tracking_uri)
     if not _port_free(port):
         raise UIError(f"port {port} on {HOST} is in use: pass another with --port")
-    base_url = f"http://{HOST}:{port}"
+    base_url = local_address(port)
     # Artifacts of runs whose artifact location is the server's default (never the orchestrator's: its
     # experiments keep theirs beside the SQLite file) would go beside the store, as `mlflow ui` would.
     artifacts = sqlite_path(tracking_uri).parent / "mlartifacts"
