@@ -161,7 +161,7 @@ def test_a_run_of_the_older_identity_left_running_is_closed_as_stale(tmp_path):
     victim = next(trial for trial in trials if trial.variant == "DAPE")
     client.update_run(run_of[victim.trial_id], status="RUNNING")  # its orchestrator was killed
 
-    outcome = run_study(study, uri, reports_dir=tmp_path / "reports", storage_dir=tmp_path / "state", local=True)
+    outcome = run_and_report(RunContext.create(study, uri, storage_dir=tmp_path / "state", local=True), tmp_path / "reports")
     assert outcome.ok, outcome.failed
     assert [trial.trial_id for trial in outcome.trials if trial not in outcome.skipped] == [victim.trial_id]
     left = client.get_run(run_of[victim.trial_id])
