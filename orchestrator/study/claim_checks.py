@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .expect import Best, Bound, Compare, Length, LengthRatio, Order, Trend, length_tokens
+from .trial_checks import resolved_rows
 
 if TYPE_CHECKING:
     from .model import Study
@@ -41,11 +42,9 @@ def later_columns(row: Row) -> set[str]:
 
 
 def study_rows(study: "Study") -> list[tuple["Cell", Row]]:
-    from dape_core import ExperimentConfig
-
     rows = []
-    for cell in study.cells():
-        config = ExperimentConfig(**study.trial_config(cell.overrides))
+    for resolved in resolved_rows(study):  # the rows as the study's validation resolved them
+        cell, config = resolved.cell, resolved.config
         if config.che is not None:
             later = tuple(study.report.later_lengths(config.che.train_max_length, list(config.che.test_lengths)))
         else:

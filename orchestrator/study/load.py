@@ -65,6 +65,8 @@ def study_problems(study: Study) -> tuple[list[str], list[ResolvedTrial]]:
     if row_count(study) > MAX_ROWS:
         return resolved_trials(study)[1], []
     trials, trial_problems = resolved_trials(study)
+    if not trial_problems:  # kept: the claims below, `expand` and the report read them (each row resolved once)
+        study._rows = tuple(trial for trial in trials if trial.cell is not None)
     claims = claim_problems(study) if not trial_problems else []  # claims resolve against valid rows only
     problems = (sweep_problems(study) + trial_problems + identity_problems(trials) + run_name_problems(study)
                 + search_problems(study, trials) + claims)
