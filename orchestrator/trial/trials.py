@@ -8,7 +8,6 @@ the sampled `params`, and `materialize` turns what Tune hands a trial back into 
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -106,9 +105,9 @@ def expand(study: Study) -> list[Trial]:
     resolved once per command: study/trial_checks.py's `resolved_rows`); a seed sets only `train.seed`."""
     trials = []
     for index, row in enumerate(resolved_rows(study)):
-        cell, config = row.cell, row.config.to_dict()
+        cell = row.cell
         for seed in study.seeds:
-            resolved = copy.deepcopy(config)
+            resolved = row.config.to_dict()  # a fresh plain dict per trial
             resolved["train"]["seed"] = seed
             trials.append(Trial(label=cell.label, variant=cell.variant, seed=seed, baseline=cell.baseline,
                                 index=index, config=resolved, swept=cell.swept, overrides=dict(cell.overrides)))
