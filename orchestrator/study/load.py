@@ -4,7 +4,8 @@ trial (trial_checks.py, sweeps.py, search_checks.py), for the chosen profile and
 the file, and, where the caller asks (run, plan, validate), the data the chosen profile's trials would read
 (data_paths.py). Every problem is collected and reported at once (StudyError), each with its field path;
 problems of a profile that was not chosen are prefixed `profiles.<name>:`, and the error of a chosen profile
-names it in its first line.
+names it in its first line. The rows' resolved configs stay with the study returned (trial_checks.py's
+`resolved_rows`): expanding it (trial/trials.py), its claims and its report resolve no row again.
 """
 
 from __future__ import annotations
