@@ -28,7 +28,7 @@ from ..study import Study
 from ..tracking.recorder import series
 from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
 from ..trial.protocol import SERIES
-from ..trial.trials import expand
+from ..trial.trials import Trial, expand
 from .request import EVALUATION_TAG_PREFIX, EvalRequest, TrialTask, missing_lengths, timed, weights_path
 
 
@@ -53,14 +53,14 @@ class EvaluationOutcome:
         return not self.failed
 
 
-def stored_trials(study: Study, store: StudyStore) -> tuple[list, int]:
-    """(the latest FINISHED, not stopped-early run of each of the study's trials, how many trials are not
-    finished). A sampling search: every finished sample of the study."""
+def stored_trials(study: Study, store: StudyStore, trials: list[Trial]) -> tuple[list, int]:
+    """(the latest FINISHED, not stopped-early run of each of the study's trials (`trials`: the study
+    expanded), how many trials are not finished). A sampling search: every finished sample of the study."""
     finished = [run for run in store.trial_runs()
                 if run.info.status == "FINISHED" and run.data.tags.get(STOPPED_EARLY_TAG) != "true"]
     if study.search.algorithm != "grid":
         return sorted(finished, key=lambda run: run.info.start_time or 0), 0
-    ids = [trial.trial_id for trial in expand(study)]
+    ids = [trial.trial_id for trial in trials]
     latest: dict = {}
     for run in sorted(finished, key=lambda run: run.info.start_time or 0):
         latest[run.data.tags.get(TRIAL_ID_TAG)] = run
@@ -68,9 +68,10 @@ def stored_trials(study: Study, store: StudyStore) -> tuple[list, int]:
     return runs, len(set(ids)) - len(runs)
 
 
-def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: EvaluationOutcome) -> list[TrialTask]:
+def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: EvaluationOutcome,
+               trials: list[Trial]) -> list[TrialTask]:
     """What each finished trial still needs; notes trials without weights and those already done."""
-    runs, outcome.not_finished = stored_trials(study, store)
+    runs, outcome.not_finished = stored_trials(study, store, trials)
     tasks = []
     for run in runs:
         tags, metrics, name = run.data.tags, run.data.metrics, run.info.run_name
@@ -231,7 +232,8 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
     started = time.monotonic()
     store = StudyStore.open(tracking_uri, study.name)
     outcome = EvaluationOutcome()
-    tasks = plan_tasks(study, store, request, outcome)
+    trials = expand(study)  # once: the stored runs are matched against these, and the report reads them
+    tasks = plan_tasks(study, store, request, outcome, trials)
     for note in outcome.without_weights:
         say(f"note: {note}")
     check_memory(study, tasks)
@@ -268,7 +270,7 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
             f"by Ctrl-C. {len(outcome.evaluated)} trial(s) were evaluated and their metrics are in {tracking_uri}; "
             "run the same command to evaluate what is missing.") from None
     if outcome.evaluated:
-        report = build_report(study, store, reports_dir, study_path=study_path, rebuild=True)
+        report = build_report(study, store, reports_dir, study_path=study_path, rebuild=True, trials=trials)
         outcome.report_dir, outcome.report_summary = report.folder, render_md.summary(report.document)
     outcome.wall_seconds = time.monotonic() - started
     return outcome

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import dape_core.metric_names as names
 
 from .expect import Best, Bound, Compare, Length, LengthRatio, Order, Trend, length_tokens
+from .trial_checks import resolved_rows
 from .trial_metrics import periodic_metrics, result_shape
 
 if TYPE_CHECKING:
@@ -44,11 +45,9 @@ def later_columns(row: Row) -> set[str]:
 
 
 def study_rows(study: "Study") -> list[tuple["Cell", Row]]:
-    from dape_core import ExperimentConfig
-
     rows = []
-    for cell in study.cells():
-        config = ExperimentConfig(**study.trial_config(cell.overrides))
+    for resolved in resolved_rows(study):  # the rows as the study's validation resolved them
+        cell, config = resolved.cell, resolved.config
         if config.che is not None:
             later = tuple(study.report.later_lengths(config.che.train_max_length, list(config.che.test_lengths)))
         else:

@@ -4,7 +4,8 @@ trial (trial_checks.py, sweeps.py, search_checks.py), for the chosen profile and
 the file, and, where the caller asks (run, plan, validate), the data the chosen profile's trials would read
 (data_paths.py). Every problem is collected and reported at once (StudyError), each with its field path;
 problems of a profile that was not chosen are prefixed `profiles.<name>:`, and the error of a chosen profile
-names it in its first line.
+names it in its first line. The rows' resolved configs stay with the study returned (trial_checks.py's
+`resolved_rows`): expanding it (trial/trials.py), its claims and its report resolve no row again.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def study_problems(study: Study) -> tuple[list[str], list[ResolvedTrial]]:
     if row_count(study) > MAX_ROWS:
         return resolved_trials(study)[1], []
     trials, trial_problems = resolved_trials(study)
+    if not trial_problems:  # kept: the claims below, `expand` and the report read them (each row resolved once)
+        study._rows = tuple(trial for trial in trials if trial.cell is not None)
     claims = claim_problems(study) if not trial_problems else []  # claims resolve against valid rows only
     problems = (sweep_problems(study) + trial_problems + identity_problems(trials) + run_name_problems(study)
                 + search_problems(study, trials) + claims)

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, WithJsonSchema,
+                      field_validator, model_validator)
 
 from dape_core.train import Parallelism
 from dape_core.types import (FiniteFloat, NonEmptyStr, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
@@ -200,6 +200,9 @@ class Study(_Strict):
                                       "identity.")
     expect: list[Claim] = Field(default_factory=list, description="Claims about the results (the paper's), "
                                 "each with its source; the report gives each a verdict.")
+    # Each row's validated config, kept by the validation that resolved them (load.py) so that expanding the
+    # study reads them instead of resolving every row again (trial_checks.py's `resolved_rows`).
+    _rows: tuple | None = PrivateAttr(default=None)
 
     @field_validator("zip")
     @classmethod

@@ -94,6 +94,21 @@ def resolved_trials(study: "Study") -> tuple[list[ResolvedTrial], list[str]]:
     return trials, problems
 
 
+def resolved_rows(study: "Study") -> list[ResolvedTrial]:
+    """Each row's validated config (before seeds), in report order: those the validation resolved (load.py
+    keeps them on the study it returns), else resolved now and kept; ValueError listing the problems of a
+    study whose rows are invalid (one that did not come through `load_study`/`parse_study`)."""
+    if study._rows is None:
+        rows: list[ResolvedTrial] = []
+        problems = []
+        for row, cell in enumerate(study.cells(), 1):
+            problems += _add(rows, cell.where, study, cell.overrides, cell, row)
+        if problems:
+            raise ValueError("; ".join(problems))
+        study._rows = tuple(rows)
+    return list(study._rows)
+
+
 def _add(trials: list[ResolvedTrial], where: str, study: "Study", overrides: dict[str, Any], cell,
          row: int = 0) -> list[str]:
     """Validate one resolved trial config (with its trial size); keep it in `trials` when it is valid."""

@@ -17,6 +17,7 @@ from dape_core import ExperimentConfig
 from ..study.identity import legacy_identity, trial_identity
 from ..study.model import Study
 from ..study.overrides import resolve
+from ..study.trial_checks import resolved_rows
 
 
 @dataclass(frozen=True)
@@ -100,11 +101,14 @@ class StoredIdentities:
 
 
 def expand(study: Study) -> list[Trial]:
+    """One trial per row and seed, from the rows' configs as the study's validation resolved them (each row is
+    resolved once per command: study/trial_checks.py's `resolved_rows`); a seed sets only `train.seed`."""
     trials = []
-    for index, cell in enumerate(study.cells()):
+    for index, row in enumerate(resolved_rows(study)):
+        cell = row.cell
         for seed in study.seeds:
-            config = study.trial_config({**cell.overrides, "train.seed": seed})
-            resolved = ExperimentConfig(**config).to_dict()
+            resolved = row.config.to_dict()  # a fresh plain dict per trial
+            resolved["train"]["seed"] = seed
             trials.append(Trial(label=cell.label, variant=cell.variant, seed=seed, baseline=cell.baseline,
                                 index=index, config=resolved, swept=cell.swept, overrides=dict(cell.overrides)))
     return trials
