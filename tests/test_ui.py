@@ -65,7 +65,12 @@ def test_html_report_renders_in_chromium(built, chromium, tmp_path):
     assert len(images) == 4  # perplexity and ΔP vs length, perplexity vs kernel size, training curves
     for data in images:
         Image.open(io.BytesIO(base64.b64decode(data))).verify()
-    assert not re.search(r'(src|href)="(https?:)?//', html)
+    assert not re.search(r'src="(https?:)?//', html)
+    assert not re.search(r'<link[^>]*href="(https?:)?//', html)
+    # Its only links out are navigation, not resources: each run id to its page in the MLflow UI.
+    links = re.findall(r'<a [^>]*href="((?:https?:)?//[^"]*)"', html)
+    assert links and all(re.fullmatch(r"http://127\.0\.0\.1:\d+/#/experiments/\d+/runs/[0-9a-f]{32}", link)
+                         for link in links), links
 
     shot = tmp_path / "report.png"
     rendered = _chromium(chromium, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,2400",
