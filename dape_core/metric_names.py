@@ -21,6 +21,10 @@ SCALARS = (TRAIN_LOSS, TRAIN_SECONDS, EVAL_SECONDS, TOKENS_SEEN, NUM_PARAMETERS,
 MS_PER_STEP = "ms_per_step"  # where the steps were timed
 WEIGHTS_SECONDS = "weights_seconds"  # where the trained model was kept
 CHE_ACC_TRAIN, CHE_ACC_TEST = "che_acc_train", "che_acc_test"  # CHE: averaged over the training / test lengths
+RESUMED_FROM_STEP = "resumed_from_step"  # where the training went on from a checkpoint: that checkpoint's step
+# Logged by the driver with each final result (orchestrator/tracking/sharing.py): the most, and the mean number
+# of, trials running at once while this one trained, the conditions of its in-training timings.
+CONCURRENT_TRIALS_MAX, CONCURRENT_TRIALS_MEAN = "concurrent_trials_max", "concurrent_trials_mean"
 
 # Per-length metrics: the prefix, then the length (evaluation length, or a CHE task's test length).
 PPL, DELTA_P, MS_FORWARD, ACC = "ppl_", "delta_p_", "ms_forward_", "acc_"
@@ -32,6 +36,23 @@ ACCURACY_PREFIXES = ("che_acc_", ACC)
 # The timings `orchestrator evaluate --time` takes of a stored model alone (one at a time, nothing else on the
 # device): isolated_ms_per_step, isolated_ms_forward_<L> (+ _q1, _q3), isolated_repeats.
 ISOLATED_PREFIX = "isolated_"
+ISOLATED_REPEATS = f"{ISOLATED_PREFIX}repeats"  # the timed repeats each isolated median is of
+QUARTILE_SUFFIXES = ("_q1", "_q3")  # an isolated timing is a median; its quartiles are <name>_q1, <name>_q3
+
+
+def isolated(name: str) -> str:
+    """`isolated(MS_PER_STEP)` -> "isolated_ms_per_step": the timing taken of the stored model alone."""
+    return f"{ISOLATED_PREFIX}{name}"
+
+
+def family(prefix: str) -> str:
+    """The family a study file names a per-length metric by (an `expect:` claim's `metric`): "ppl_" -> "ppl"."""
+    return prefix.removesuffix("_")
+
+
+def family_prefix(name: str) -> str:
+    """The per-length prefix of a family named in a study file: "ppl" -> "ppl_" (`family`'s inverse)."""
+    return f"{name}_"
 
 
 def per_length(prefix: str, length: int) -> str:

@@ -55,10 +55,10 @@ def write_store(study: Study, tracking_uri: str) -> StudyStore:
     calls), the per-length series as the recorder logs them."""
     from mlflow.entities import Metric
 
+    from dape_core.metric_names import by_length as series
     from orchestrator.trial.protocol import SERIES
     from orchestrator.tracking.events import TrialStarted
     from orchestrator.tracking.params import resolved_params
-    from orchestrator.tracking.recorder import series
 
     store = StudyStore.create(tracking_uri, study.name)
     store.start_parent({"description": study.description[:4000], "code_version": "synthetic"})

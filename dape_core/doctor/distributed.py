@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+import dape_core.metric_names as metric_names
+
 from . import FAIL, PASS, SKIP, Outcome
 
 STEPS = 3
@@ -46,8 +48,8 @@ def compare(devices: list[torch.device], backend: str) -> list[Outcome]:
         theirs = runs[parallelism]
         difference = max(abs(one["losses"][step] - theirs["losses"][step]) for step in one["losses"])
         detail = (f"max |Δ loss| {difference:.2g} nats (tolerance {TOLERANCE:g}), final loss "
-                  f"{theirs['losses'][str(STEPS)]:.4f}; ms/step {theirs['ms_per_step']:.1f} vs one device's "
-                  f"{one['ms_per_step']:.1f}")
+                  f"{theirs['losses'][str(STEPS)]:.4f}; ms/step {theirs[metric_names.MS_PER_STEP]:.1f} vs one "
+                  f"device's {one[metric_names.MS_PER_STEP]:.1f}")
         outcomes.append(Outcome(PASS if difference <= TOLERANCE else FAIL, name, detail))
     return outcomes
 
@@ -76,7 +78,7 @@ def curve(device: torch.device, parallelism: str = "ddp") -> dict:
             losses[str(step)] = loss
 
     result = train(model, stream, cfg, Recorder(), precision=precision, world=world)
-    return {"losses": losses, "ms_per_step": result.ms_per_step or 0.0}
+    return {"losses": losses, metric_names.MS_PER_STEP: result.ms_per_step or 0.0}
 
 
 def on_workers(devices: list[torch.device], backend: str) -> dict[str, dict]:

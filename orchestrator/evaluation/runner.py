@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Callable
 
 import dape_core.metric_names as names
+from dape_core.metric_names import by_length as series
 
 from ..errors import StudyInterrupted, UserInputError
 from ..study import Study
-from ..tracking.recorder import series
 from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
 from ..trial.protocol import SERIES
 from ..trial.trials import Trial, expand

@@ -128,22 +128,20 @@ def _isolated(model, cfg, corpus, precision, task: dict) -> dict[str, float]:
     from dape_core.evaluate.isolated import time_forward, time_training_step
     from dape_core.experiment import protocol_windows
 
-    from ..trial.protocol import ISOLATED_PREFIX
-
     warmup, repeats = task.get("warmup", 5), task.get("repeats", 20)
     out = {}
     step = time_training_step(model, cfg, corpus, precision, warmup, repeats)
-    out.update({f"{ISOLATED_PREFIX}{names.MS_PER_STEP}{_part(key)}": step[key] for key in ("median", "q1", "q3")})
+    out.update({names.isolated(names.MS_PER_STEP) + suffix: step[key] for key, suffix in _PARTS.items()})
     lengths = task.get("timed_lengths") or cfg.eval.lengths
     timed_cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, lengths=sorted(lengths)))
     windows = protocol_windows(timed_cfg, corpus)  # what is timed is the batch's shape, not which text it holds
     own = {length: windows[length] for length in lengths}
     for length, figures in time_forward(model.eval(), own, cfg, precision, max(1, warmup // 2), repeats).items():
-        out.update({f"{ISOLATED_PREFIX}{names.per_length(names.MS_FORWARD, length)}{_part(key)}": figures[key]
-                    for key in ("median", "q1", "q3")})
-    out[f"{ISOLATED_PREFIX}repeats"] = repeats
+        out.update({names.isolated(names.per_length(names.MS_FORWARD, length)) + suffix: figures[key]
+                    for key, suffix in _PARTS.items()})
+    out[names.ISOLATED_REPEATS] = repeats
     return out
 
 
-def _part(key: str) -> str:
-    return "" if key == "median" else f"_{key}"
+# The isolated timings' figures and their names' suffixes: the median is the timing, the quartiles beside it.
+_PARTS = {"median": "", "q1": names.QUARTILE_SUFFIXES[0], "q3": names.QUARTILE_SUFFIXES[1]}

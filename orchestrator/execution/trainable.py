@@ -11,6 +11,7 @@ from typing import Callable
 
 # Only torch-free names at import: the driver imports this module (Ray Tune needs the function), but only the
 # trial's process trains, so `execute` imports the training code (torch) when it runs.
+import dape_core.metric_names as names
 from dape_core import ExperimentConfig
 from dape_core.data import anchored
 from dape_core.train.callbacks import TrainerCallback
@@ -36,8 +37,8 @@ class ReportingSink(TrainerCallback):
 
     def on_step(self, step: int, loss: float, lr: float) -> None:
         self.last_step = step
-        self.log.write(f"step {step}/{self.total_steps}  train_loss {loss:.4f}  lr {lr:.3g}")
-        self.report({"step": step, "total_steps": self.total_steps, "train_loss": loss, "lr": lr})
+        self.log.write(f"step {step}/{self.total_steps}  {names.TRAIN_LOSS} {loss:.4f}  {names.LR} {lr:.3g}")
+        self.report({"step": step, "total_steps": self.total_steps, names.TRAIN_LOSS: loss, names.LR: lr})
 
     def on_checkpoint_set_aside(self, note: str) -> None:
         # Becomes a tag of the trial's run and a console line (the driver's recorder and progress).
@@ -47,8 +48,8 @@ class ReportingSink(TrainerCallback):
     def on_validation(self, step: int, val_loss: float) -> None:
         # ASHA and Optuna's pruning read this periodic validation loss.
         self.last_val_loss = val_loss
-        self.log.write(f"step {step}/{self.total_steps}  val_loss {val_loss:.4f}")
-        self.report({"step": step, "total_steps": self.total_steps, "val_loss": val_loss})
+        self.log.write(f"step {step}/{self.total_steps}  {names.VAL_LOSS} {val_loss:.4f}")
+        self.report({"step": step, "total_steps": self.total_steps, names.VAL_LOSS: val_loss})
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         self.log.write(f"checkpoint at step {step}: {path}")
@@ -152,10 +153,10 @@ def _final_result(result, sink: ReportingSink, steps: int, log: TrialLog) -> dic
         final["attention_kernels"] = result.attention_kernels
         log.write(f"fused attention kernels: {result.attention_kernels}")
     if result.resumed_from is not None:
-        final["resumed_from_step"] = result.resumed_from
+        final[names.RESUMED_FROM_STEP] = result.resumed_from
         log.write(f"resumed from step {result.resumed_from} (its last checkpoint)")
     if sink.last_val_loss is not None:
-        final["val_loss"] = sink.last_val_loss  # searchers read the metric from the final result
+        final[names.VAL_LOSS] = sink.last_val_loss  # searchers read the metric from the final result
     # train_loss, ppl_<L>, delta_p_<L>, ms_per_step, ms_forward_<L>, flops_per_token, peak_memory_mb, ...
     metrics = result.metrics()
     final.update(metrics)

@@ -15,6 +15,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+import dape_core.metric_names as names
+
 SHAPE_KEYS = ("model.n_layer", "model.d_model", "model.n_head", "model.mlp_ratio", "model.vocab_size",
               "model.pos_encoding", "model.processor", "model.causal", "model.attention_block_size",
               "train.seq_len", "train.batch_size", "train.precision", "train.grad_accum")
@@ -83,7 +85,7 @@ def load_measured(tracking_uri: str) -> MeasuredSteps:
     measured = MeasuredSteps()
     for experiment_id in reader.experiment_ids():
         for run in reader.runs(experiment_id, ROLE_TAG, "trial"):
-            ms = run.data.metrics.get("ms_per_step")
+            ms = run.data.metrics.get(names.MS_PER_STEP)
             if run.info.status == "FINISHED" and ms is not None and ms > 0:
                 measured.add(shape_key(run.data.params, run.data.tags.get("device", "cpu")), run.info.run_id, ms)
     return measured

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
+import dape_core.metric_names as names
+
 from ..folders import folder_lock
 from ..study import Study
 from ..tracking.store import StudyStore
@@ -148,7 +150,7 @@ def _figures(study: Study, tables: list, trials: pd.DataFrame, store: StudyStore
             for row in order.to_dict("records")]
     drawn = set(plots.drawn_blocks([block for _, _, block, _ in rows]))  # the curves of panels not drawn are not read
     curves_of = finished[finished["block"].fillna("").isin(drawn)] if "block" in finished else finished
-    curves = plots.training_curves(metric_history(store, curves_of, "train_loss"), rows, plot_dir)
+    curves = plots.training_curves(metric_history(store, curves_of, names.TRAIN_LOSS), rows, plot_dir)
     return figures + ([curves] if curves else [])
 
 

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+import dape_core.metric_names as names
+
 from .plots import Plot
 from .results import MISSING
 from .setup import setup_summary
@@ -101,8 +103,8 @@ class ReportDocument:
 
     def trial_listing(self) -> pd.DataFrame:
         columns = {"label": "variant", "seed": "seed", "status": "status", "run_name": "MLflow run",
-                   "run_id": "run id", "device": "device", "num_parameters": "params", "train_seconds": "train s",
-                   "trial_id": "trial id"}
+                   "run_id": "run id", "device": "device", names.NUM_PARAMETERS: "params",
+                   names.TRAIN_SECONDS: "train s", "trial_id": "trial id"}
         present = [c for c in columns if c in self.trials]
         listing = self.trials[present].rename(columns=columns).copy()
         if "train s" in listing:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
+import dape_core.metric_names as names
+
 from ..study import Distribution, Study, StudyError, load_study
 from ..tracking.lookup import StudyNotFound
 from ..tracking.store import SWEPT_TAG_PREFIX, StudyStore
@@ -184,7 +186,7 @@ def grid_comparison(study: Study, study_path: Path | None, store: StudyStore) ->
     frame = study_results(other, grid)
     done = frame[(frame["status"] == "FINISHED") & frame["in_study"]]
     metric = study.search.metric
-    steps = metric_history(other, done, "train_loss").groupby("run_id")["step"].max().sum() if len(done) else 0
+    steps = metric_history(other, done, names.TRAIN_LOSS).groupby("run_id")["step"].max().sum() if len(done) else 0
     if metric not in done or done[metric].isna().all():
         return GridComparison(grid.name, None, None, len(done), int(steps), "no finished grid trial has the metric")
     best = done.loc[done[metric].idxmin() if study.search.mode == "min" else done[metric].idxmax()]

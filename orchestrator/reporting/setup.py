@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+import dape_core.metric_names as names
 from dape_core import PRESETS
 
 from .names import value as value_words
@@ -39,14 +40,14 @@ def setup_summary(trials: pd.DataFrame) -> list[tuple[str, str]]:
     if shapes:
         facts.append(("model", "; ".join(shapes) + (f"; position encoding {encodings}" if encodings else "")
                       + (f"; score processor {processors}" if processors else "")))
-    parameters = _range(frame, "num_parameters", 1e6, "M")
+    parameters = _range(frame, names.NUM_PARAMETERS, 1e6, "M")
     if parameters:
         facts.append(("parameters", parameters))
     sources = []
     for source in _values(frame, "config.data.source"):
         paths = _values(frame[frame["config.data.source"] == source], "config.data.path")
         sources.append(f"{source}" + (f" ({', '.join(map(str, paths))})" if paths else ""))
-    tokens = _range(frame, "tokens_seen", 1e6, "M tokens seen per trial")
+    tokens = _range(frame, names.TOKENS_SEEN, 1e6, "M tokens seen per trial")
     data = sources + ([tokens] if tokens else [])
     if data:
         facts.append(("data", "; ".join(data)))

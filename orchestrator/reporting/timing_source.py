@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..trial.protocol import ISOLATED_PREFIX as ISOLATED
-SHARING = "concurrent_trials_max"
+import dape_core.metric_names as names
+
+ISOLATED = names.ISOLATED_PREFIX
+SHARING = names.CONCURRENT_TRIALS_MAX
+_ISOLATED_TIMINGS = (names.isolated(names.MS_PER_STEP), names.isolated(names.MS_FORWARD))  # and their quartiles
 
 
 def _isolated_columns(frame: pd.DataFrame) -> dict[str, str]:
     """{in-training column: its isolated column} for the medians (not their quartiles)."""
     out = {}
     for column in frame.columns:
-        if column.startswith(ISOLATED) and column.startswith((f"{ISOLATED}ms_per_step", f"{ISOLATED}ms_forward_")) \
-                and not column.endswith(("_q1", "_q3")):
+        if column.startswith(ISOLATED) and column.startswith(_ISOLATED_TIMINGS) \
+                and not column.endswith(names.QUARTILE_SUFFIXES):
             out[column.removeprefix(ISOLATED)] = column
     return out
 
@@ -42,13 +45,14 @@ def prefer_isolated(frame: pd.DataFrame) -> pd.DataFrame:
 def timing_note(frame: pd.DataFrame) -> str:
     """What the time table's ms cells are, row by row: isolated, or how many trials shared the device."""
     finished = frame[frame["status"] == "FINISHED"] if "status" in frame.columns else frame
-    if finished.empty or not any(column.startswith("ms_") for column in finished.columns):
+    if finished.empty or not any(column.startswith(names.TIMING_PREFIX) for column in finished.columns):
         return ""
-    alone_column = f"{ISOLATED}ms_per_step"
+    alone_column = names.isolated(names.MS_PER_STEP)
     alone = finished[alone_column].notna() if alone_column in finished.columns else pd.Series(False, finished.index)
     parts = []
     if alone.any():
-        repeats = finished.loc[alone, f"{ISOLATED}repeats"].dropna() if f"{ISOLATED}repeats" in finished else []
+        repeats = (finished.loc[alone, names.ISOLATED_REPEATS].dropna() if names.ISOLATED_REPEATS in finished
+                   else [])
         times = f"{int(repeats.max())} repeats" if len(repeats) else "repeats"
         labels = sorted(set(finished.loc[alone, "label"]))
         parts.append(f"ms cells of {_names(labels)} are isolated timings (orchestrator evaluate --time: one stored "

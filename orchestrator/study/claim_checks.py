@@ -31,8 +31,9 @@ class Row:
     later: tuple[int, ...] = ()  # the study's report.lengths this row's trials are evaluated at after training
 
 
-LATER_FAMILIES = ("ppl", "delta_p")  # what `orchestrator evaluate` logs at a length evaluated after training
-CHE_LATER_FAMILIES = ("acc",)  # ... for a CHE model: its accuracy at a new test length
+# What `orchestrator evaluate` logs at a length evaluated after training ...
+LATER_FAMILIES = (names.family(names.PPL), names.family(names.DELTA_P))
+CHE_LATER_FAMILIES = (names.family(names.ACC),)  # ... for a CHE model: its accuracy at a new test length
 
 
 def later_families(row: Row) -> tuple[str, ...]:
@@ -41,7 +42,8 @@ def later_families(row: Row) -> tuple[str, ...]:
 
 def later_columns(row: Row) -> set[str]:
     """The results columns of this row that only `orchestrator evaluate` writes (report.lengths)."""
-    return {f"{family}_{length}" for family in later_families(row) for length in row.later}
+    return {names.per_length(names.family_prefix(family), length)
+            for family in later_families(row) for length in row.later}
 
 
 def study_rows(study: "Study") -> list[tuple["Cell", Row]]:
@@ -111,7 +113,7 @@ def row_metrics(row: Row) -> tuple[set[str], dict[str, list[int]]]:
     shape = result_shape(row.config)
     single = set(names.result_scalars(che=row.config.che is not None)) | periodic_metrics(row.config)
     families = names.result_families(**shape)
-    return single, {prefix.removesuffix("_"): lengths for prefix, lengths in families.items()}
+    return single, {names.family(prefix): lengths for prefix, lengths in families.items()}
 
 
 def metric_column(row: Row, metric: str, length: Length | None) -> str:
@@ -131,7 +133,7 @@ def metric_column(row: Row, metric: str, length: Length | None) -> str:
     tokens = length_of(row, length)
     later_family = metric in later_families(row)
     if tokens in families[metric] or (later_family and tokens in row.later):
-        return f"{metric}_{tokens}"
+        return names.per_length(names.family_prefix(metric), tokens)
     later = f", evaluated later (report.lengths): {list(row.later)}" if row.later and later_family else ""
     hint = " or add it to report.lengths and run orchestrator evaluate" if later_family else ""
     section = "che.test_lengths" if row.config.che is not None else "eval.lengths"

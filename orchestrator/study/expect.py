@@ -34,7 +34,6 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-LENGTH_FAMILIES = ("ppl", "delta_p", "ms_forward", "acc")  # metrics logged per length: <family>_<L>
 Length = Union[int, str]  # tokens, or "<N>x": N times the row's training length
 _MULTIPLE = re.compile(r"^(\d+(?:\.\d+)?)x$")
 

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, WithJsonSchema,
                       field_validator, model_validator)
 
+import dape_core.metric_names as names
 from dape_core.train import Parallelism
 from dape_core.types import (FiniteFloat, NonEmptyStr, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
                              Seed, StrictBool)
@@ -133,7 +134,7 @@ class Distribution(_Strict):
 class Search(_Strict):
     algorithm: Literal["grid", "random", "optuna"] = "grid"
     num_samples: PositiveInt = Field(1, description="Configurations sampled (random/optuna).")
-    metric: NonEmptyStr = Field("val_loss", description="Metric the searcher and scheduler optimise "
+    metric: NonEmptyStr = Field(names.VAL_LOSS, description="Metric the searcher and scheduler optimise "
                                 "(validation checks that every trial logs it).")
     mode: Literal["min", "max"] = "min"
     space: dict[SweepKey, Distribution] = Field(default_factory=dict, description="Dotted key -> distribution.")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import dape_core.metric_names as names
+
 from .trial_metrics import FAMILY_COLUMNS, listing, logged_metrics, periodic_metrics
 
 if TYPE_CHECKING:
@@ -45,11 +47,11 @@ def search_problems(study: "Study", trials: list["ResolvedTrial"]) -> list[str]:
 
 def _never_logged(field: str, metric: str, users: str, logged: set[str]) -> str:
     return (f"{field}: the trials never log {metric!r}, so {users} would wait on it for nothing; they log: "
-            f"{listing(logged)}{_val_loss_hint(logged) if metric == 'val_loss' else ''}")
+            f"{listing(logged)}{_val_loss_hint(logged) if metric == names.VAL_LOSS else ''}")
 
 
-def _val_loss_hint(names: set[str]) -> str:
-    return "" if "val_loss" in names else " (val_loss needs train.eval_every)"
+def _val_loss_hint(logged: set[str]) -> str:
+    return "" if names.VAL_LOSS in logged else f" ({names.VAL_LOSS} needs train.eval_every)"
 
 
 def _grace_problems(study: "Study", trials: list["ResolvedTrial"]) -> list[str]:

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+import dape_core.metric_names as names
+
 from ..trial.protocol import CHECKPOINT_SET_ASIDE_KEY, accuracies, final_metrics, perplexity_by_length
 from ..trial.trials import Trial
 from .events import (TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried,
@@ -92,15 +94,15 @@ class ConsoleProgress(TrialListener):
 
     def trial_result(self, event: TrialResult) -> None:
         if event.final:
-            if event.result.get("resumed_from_step") is not None:  # its training went on from a checkpoint
-                self._line(event.trial, f"resumed from step {int(event.result['resumed_from_step'])}")
+            if event.result.get(names.RESUMED_FROM_STEP) is not None:  # its training went on from a checkpoint
+                self._line(event.trial, f"resumed from step {int(event.result[names.RESUMED_FROM_STEP])}")
             if not event.result.get("error"):  # a failure is shown when the trial ends
                 metrics = final_metrics(event.result)
                 self._evaluated(event.trial, perplexity_by_length(metrics), accuracies(metrics))
         elif event.result.get(CHECKPOINT_SET_ASIDE_KEY):
             self.message(f"{event.trial.run_name}: {event.result[CHECKPOINT_SET_ASIDE_KEY]}")
-        elif "train_loss" in event.result:  # validation results carry val_loss only
-            self._step(event.trial, event.step, int(event.result.get("total_steps", 0)), event.result["train_loss"])
+        elif names.TRAIN_LOSS in event.result:  # validation results carry val_loss only
+            self._step(event.trial, event.step, int(event.result.get("total_steps", 0)), event.result[names.TRAIN_LOSS])
 
     def _step(self, trial: Trial, step: int, total_steps: int, loss: float | None) -> None:
         row = self._row(trial)
@@ -122,8 +124,8 @@ class ConsoleProgress(TrialListener):
             cells = "  ".join(f"L={length}: {value:.3f}" for length, value in sorted(perplexity.items()))
             self._line(trial, f"perplexity {cells}")
         elif accuracy:  # a CHE trial: accuracies instead of perplexities
-            if "che_acc_test" in accuracy:
-                row.metric = f"acc test {accuracy['che_acc_test']:.3f}"
+            if names.CHE_ACC_TEST in accuracy:
+                row.metric = f"acc test {accuracy[names.CHE_ACC_TEST]:.3f}"
             self._line(trial, "  ".join(f"{name}: {value:.3f}" for name, value in accuracy.items()))
 
     def trial_finished(self, event: TrialFinished) -> None:

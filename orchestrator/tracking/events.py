@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import dape_core.metric_names as names
+
 from ..trial.protocol import FINAL_FLAG
 from ..trial.trials import Trial
 
@@ -122,8 +124,8 @@ class TrialEvents:
             if result.get("error"):  # the trial ended itself with a reason (e.g. a NaN loss)
                 self.tally.failed[event.key] = str(result["error"])
             else:
-                self.tally.work_seconds[event.key] = (float(result.get("train_seconds", 0.0))
-                                                      + float(result.get("eval_seconds", 0.0)))
+                self.tally.work_seconds[event.key] = (float(result.get(names.TRAIN_SECONDS, 0.0))
+                                                      + float(result.get(names.EVAL_SECONDS, 0.0)))
         self._emit("trial_result", event)
 
     def ended(self, trial: Trial, key: str | None = None) -> None:

@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import dape_core.metric_names as names
 from dape_core import ExperimentConfig
 from dape_core.applicability import unused_settings
 
@@ -34,12 +35,6 @@ from .store import (ENV_TAG_PREFIX, INTERRUPTED_TAG, STOPPED_EARLY_TAG, SWEPT_TA
                     WEIGHTS_TAG, StudyStore)
 
 _TAG_LIMIT = 4000  # MLflow's tag values are bounded; reasons are cut to this
-
-
-def series(metrics: dict[str, float], prefix: str) -> dict[int, float]:
-    """{length: value} of the metrics named <prefix><length>."""
-    return {int(key[len(prefix):]): value for key, value in metrics.items()
-            if key.startswith(prefix) and key[len(prefix):].isdigit()}
 
 
 class MLflowRecorder(TrialListener):
@@ -107,7 +102,7 @@ class MLflowRecorder(TrialListener):
             metrics.update(self.sharing.metrics(event.key))
         self.store.log_metrics(run_id, metrics, step=event.step, timestamp_ms=now)
         for name, prefix in SERIES.items():
-            points = series(metrics, prefix)
+            points = names.by_length(metrics, prefix)
             if points:
                 self.store.log_series(run_id, name, points, timestamp_ms=now)
         self.store.log_params(run_id, resolved_params(result))

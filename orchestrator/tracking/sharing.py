@@ -10,10 +10,9 @@ counted too). `orchestrator evaluate --time` times the stored models one at a ti
 
 from __future__ import annotations
 
-from .events import TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialStarted
+import dape_core.metric_names as names
 
-MAX_METRIC = "concurrent_trials_max"
-MEAN_METRIC = "concurrent_trials_mean"
+from .events import TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialStarted
 
 
 class DeviceSharing(TrialListener):
@@ -49,4 +48,4 @@ class DeviceSharing(TrialListener):
 
     def metrics(self, key: str) -> dict[str, float]:
         samples = self.samples.get(key) or [1]
-        return {MAX_METRIC: max(samples), MEAN_METRIC: sum(samples) / len(samples)}
+        return {names.CONCURRENT_TRIALS_MAX: max(samples), names.CONCURRENT_TRIALS_MEAN: sum(samples) / len(samples)}
