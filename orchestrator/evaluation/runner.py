@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Callable
 
 import dape_core.metric_names as names
-from dape_core.metric_names import by_length as series
 
 from ..errors import StudyInterrupted, UserInputError
 from ..study import Study
@@ -108,7 +107,7 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
                          eval_section=request.eval_section(own, later), threads=max(1, int(study.resources.cpus)),
                          precision=tags.get("precision"), device=tags.get("device"), visualise=request.visualise,
                          time=time_it, warmup=request.time_warmup, repeats=request.time_repeats,
-                         timed_lengths=sorted(set(own["lengths"]) | set(lengths) | set(series(metrics, names.PPL))))
+                         timed_lengths=sorted(set(own["lengths"]) | set(lengths) | set(names.by_length(metrics, names.PPL))))
         if shorter:
             task.notes.append(f"lengths {shorter} are below its training length {seq_len}: not evaluated")
         tasks.append(task)
@@ -203,7 +202,7 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
     store.log_metrics(task.run_id, metrics, step=step, timestamp_ms=now)
     if not task.suffix:
         for name, prefix in SERIES.items():
-            points = series(metrics, prefix)
+            points = names.by_length(metrics, prefix)
             if points:
                 store.log_series(task.run_id, name, points, timestamp_ms=now)
     for path in result.get("artifacts") or []:
@@ -257,7 +256,7 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
         outcome.evaluated.append(task.run_name)
         outcome.task_seconds += result.get("seconds", 0.0)
         shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(result["metrics"].items())
-                          if not k.endswith(("_q1", "_q3")))
+                          if not k.endswith(names.QUARTILE_SUFFIXES))
         say(f"  {task.run_name}: {shown or 'heat maps'} ({result.get('seconds', 0):.1f}s on {result.get('device')})")
 
     try:
