@@ -157,6 +157,7 @@ def _text_boxes(fig):
     return [(t.axes, t.get_window_extent(renderer), t.get_text()) for t in texts], fig.bbox, renderer
 
 
+@pytest.mark.slow
 def test_figures_are_laid_out_without_measuring_and_nothing_overlaps(tmp_path, monkeypatch):
     """The report's figures are laid out in inches before they are drawn (plots.Frame), not by tight_layout
     and a tight crop: the PNG is the figure's own size, and still every text lies inside it, no two texts

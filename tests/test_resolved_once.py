@@ -76,6 +76,7 @@ def test_plan_and_validate_resolve_each_row_once(study_file, resolutions):
     assert _rows_only(resolutions) == {where: 1 for where in ROWS}
 
 
+@pytest.mark.slow
 def test_run_resolves_each_row_once_and_evaluate_expands_once(study_file, resolutions, monkeypatch, tmp_path):
     from orchestrator.evaluation import runner
     from orchestrator.reporting import results

@@ -141,6 +141,7 @@ def test_the_shared_baseline_trains_once_and_old_stores_resume(tmp_path):
     assert list(again["run_id"]) == list(frame["run_id"])
 
 
+@pytest.mark.slow
 def test_a_run_of_the_older_identity_left_running_is_closed_as_stale(tmp_path):
     """An orchestrator of an older version (runs tagged with the legacy identity) was killed mid-trial, so its
     run stays RUNNING. The next `run` closes it as KILLED and stale, as it does a run of the current identity,
