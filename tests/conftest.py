@@ -1,6 +1,6 @@
 """The suite's shared fixtures, and how to run it.
 
-    python -m pytest -m "not slow"    # the inner loop: 1069 of 1179 tests, 101 s of CPU (README, "Tests")
+    python -m pytest -m "not slow"    # the inner loop: 1100 of 1213 tests, 99.9 s on an idle machine (README, "Tests")
     python -m pytest                  # the whole suite: what CI and README's `bash .ci/run` run
 
 The inner loop leaves out the tests marked `slow` (pyproject's marker says which kind): real studies (through
