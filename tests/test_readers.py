@@ -8,19 +8,18 @@ import logging
 import math
 import shutil
 import sqlite3
-import sys
 from contextlib import closing
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from orchestrator import load_study
-from orchestrator.cli import main
 from orchestrator.errors import StoreUnusable
 from orchestrator.tracking import StudyStore, readers
 from orchestrator.tracking.readers import ClientReader, SQLiteReader, reader_for
 from orchestrator.tracking.store import ROLE_TAG, TRIAL_ID_TAG
 from synthetic_store import write_store
+from cli_support import run_cli
 
 STUDY = "studies/leakage.yaml"  # four trials (two encodings, the tril on and off)
 PREVIOUS_REVISION = "75868b020152"  # the down_revision of MLflow 3.17's head (dc11669786a5) in its migrations
@@ -111,20 +110,6 @@ def test_a_store_of_an_untested_revision_is_read_through_mlflows_client_with_the
     assert opened.finished_trial_ids() == direct.finished_trial_ids() and len(direct.finished_trial_ids()) == 4
 
 
-def _cli(capsys, *args) -> tuple[int, str]:
-    argv = sys.argv
-    sys.argv = ["orchestrator", *map(str, args)]
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
-    finally:
-        sys.argv = argv
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
-
-
 def test_a_store_mlflow_wants_upgraded_is_refused_in_one_paragraph_and_left_as_it_was(store, tmp_path, capsys):
     """A store last migrated by an earlier MLflow (its revision row the one before 3.17's): not read directly,
     and MLflow 3.17's client refuses it; every reading command says so, with MLflow's advice, and writes nothing."""
@@ -143,7 +128,7 @@ def test_a_store_mlflow_wants_upgraded_is_refused_in_one_paragraph_and_left_as_i
                               f"Detected out-of-date database schema (found version {PREVIOUS_REVISION}")
     assert "mlflow db upgrade" in message
     for command in ("status", "plan", "report"):
-        code, output = _cli(capsys, command, STUDY, "--tracking-uri", uri, *(
+        code, output = run_cli(capsys, command, STUDY, "--tracking-uri", uri, *(
             ["--reports-dir", tmp_path / "reports"] if command == "report" else []))
         assert code == 2, (command, output)
         assert f"The tracking store {older} cannot be used: MLflow's client refuses it too" in " ".join(output.split())

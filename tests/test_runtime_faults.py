@@ -16,13 +16,13 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestrator import expand, parse_study
-from orchestrator.cli import main
 from orchestrator.execution.cluster import fits, one_worker_bundles, require_placeable
 from orchestrator.execution.leased import run_leased
 from orchestrator.execution.runner import select_trials
 from orchestrator.errors import ForeignExperiment, ResourcesUnavailable
 from orchestrator.tracking import StudyStore
 from orchestrator.tracking.leases import HEARTBEAT_TAG, LeaseBook
+from cli_support import run_cli
 
 BASE = {
     "model": {"preset": "tiny", "pos_encoding": "alibi", "processor": "none"},
@@ -36,21 +36,6 @@ def _study(tmp_path, name="faulty", **extra) -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"name": name, "base": BASE, **extra}))
     return path
-
-
-def _cli(capsys, *args) -> tuple[int, str]:
-    """The `orchestrator` command in this process (its imports are paid once): exit code and output."""
-    argv = sys.argv
-    sys.argv = ["orchestrator", *map(str, args)]
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
-    finally:
-        sys.argv = argv
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
 
 
 def _one_paragraph(output: str) -> None:
@@ -83,7 +68,7 @@ def test_a_damaged_store_is_one_paragraph_for_every_command_and_is_never_rewritt
                 "random bytes": "the file is not an SQLite database"}[damage]
     for command in ("status", "plan", "report", "run"):
         started = time.monotonic()
-        code, output = _cli(capsys, command, study, "--tracking-uri", uri)
+        code, output = run_cli(capsys, command, study, "--tracking-uri", uri)
         assert code == 2, (command, output)
         assert f"The tracking store {recorded_store} cannot be used: {expected}" in " ".join(output.split()), output
         assert "re-run" not in output and "resume" not in output
@@ -94,7 +79,7 @@ def test_a_damaged_store_is_one_paragraph_for_every_command_and_is_never_rewritt
 
 def test_an_unwritable_store_folder_fails_at_once(tmp_path, capsys):
     # /sys refuses new files even to root, like a read-only mount does.
-    code, output = _cli(capsys, "run", _study(tmp_path), "--tracking-uri", "sqlite:////sys/mlflow.db")
+    code, output = run_cli(capsys, "run", _study(tmp_path), "--tracking-uri", "sqlite:////sys/mlflow.db")
     assert code == 2, output
     assert "The tracking store's folder /sys is not writable" in " ".join(output.split())
     _one_paragraph(output)
@@ -106,14 +91,14 @@ def test_an_unwritable_output_folder_fails_before_anything_runs(option, tmp_path
     (tmp_path / "a_file").write_text("")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     for folder, reason in [(tmp_path / "a_file" / "out", "Not a directory"), (Path("/sys/out"), "")]:
-        code, output = _cli(capsys, "run", _study(tmp_path), "--tracking-uri", uri, option, folder)
+        code, output = run_cli(capsys, "run", _study(tmp_path), "--tracking-uri", uri, option, folder)
         assert code == 2, output
         assert f"Invalid option {option}: cannot write into {folder} ({reason}" in " ".join(output.split())
         assert "Nothing was run" in output
         _one_paragraph(output)
     assert not (tmp_path / "mlflow.db").exists()  # no store, no parent run: nothing was launched
     if option == "--reports-dir":
-        code, output = _cli(capsys, "report", _study(tmp_path), "--tracking-uri", uri, option, tmp_path / "a_file")
+        code, output = run_cli(capsys, "report", _study(tmp_path), "--tracking-uri", uri, option, tmp_path / "a_file")
         assert code == 2 and f"cannot write into {tmp_path / 'a_file'}" in " ".join(output.split()), output
 
 
@@ -123,7 +108,7 @@ def test_a_foreign_experiment_of_the_same_name_is_refused_and_left_alone(tmp_pat
     foreign = client.create_experiment("faulty")
     client.create_run(foreign, run_name="someone else's run")
     for command in ("run", "status"):
-        code, output = _cli(capsys, command, _study(tmp_path), "--tracking-uri", uri)
+        code, output = run_cli(capsys, command, _study(tmp_path), "--tracking-uri", uri)
         assert code == 2, output
         text = " ".join(output.split())
         assert f"The tracking store {uri} already has an experiment named 'faulty'" in text
@@ -148,7 +133,7 @@ def test_an_untagged_experiment_is_not_adopted_for_its_runs(tmp_path):
 def test_an_unreachable_tracking_server_fails_at_once(tmp_path, capsys):
     for command in ("run", "status"):
         started = time.monotonic()
-        code, output = _cli(capsys, command, _study(tmp_path), "--tracking-uri", "http://127.0.0.1:9")
+        code, output = run_cli(capsys, command, _study(tmp_path), "--tracking-uri", "http://127.0.0.1:9")
         assert code == 3, output
         assert "MLflow tracking server at http://127.0.0.1:9 is unreachable (" in output
         assert "Connection refused" in output
@@ -200,7 +185,7 @@ def test_resources_no_node_has_are_refused_before_launch(override, advice, tmp_p
     # In this process, on the session's local Ray: the same check as after `orchestrator run` starts its own.
     cpus = int(local_ray.cluster_resources()["CPU"])
     started = time.monotonic()
-    code, output = _cli(capsys, "run", _study(tmp_path), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+    code, output = run_cli(capsys, "run", _study(tmp_path), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
                         override)
     text = " ".join(output.split())
     assert code == 2, output
