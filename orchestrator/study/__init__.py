@@ -16,11 +16,11 @@
 
 from .load import (apply_study_overrides, load_study, parse_study, profile_data_notes, read_study, read_study_yaml,
                    validate_config)
-from .model import SECTIONS, Distribution, ReportSpec, Resources, Scheduler, Search, Study, Variant
+from .model import SECTIONS, Decide, Distribution, ReportSpec, Resources, Scheduler, Search, Study, Variant
 from .overrides import parse_override, resolve, set_dotted
 from .problems import StudyError
 from .rows import Cell
 
-__all__ = ["Cell", "Distribution", "ReportSpec", "Resources", "SECTIONS", "Scheduler", "Search", "Study",
+__all__ = ["Cell", "Decide", "Distribution", "ReportSpec", "Resources", "SECTIONS", "Scheduler", "Search", "Study",
            "StudyError", "Variant", "apply_study_overrides", "load_study", "parse_override", "parse_study",
            "profile_data_notes", "read_study", "read_study_yaml", "resolve", "set_dotted", "validate_config"]

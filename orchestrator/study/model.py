@@ -177,6 +177,36 @@ class ReportSpec(_Strict):
         return sorted(length for length in tokens if length >= train_length and length not in own)
 
 
+class Decide(_Strict):
+    """Seeds added until the claims are decided (`orchestrator run STUDY --decide`, or this section): the rows
+    train `min_seeds` seeds, the claims are judged, and only the rows that undecided claims read get `batch`
+    more seeds, a look at a time, until every claim is decided, `max_seeds` is reached or a budget is spent.
+    The looks are planned (min_seeds, min_seeds + batch, ..., max_seeds), so the decision rule's error rate
+    holds however many of them are taken (docs: "Claims and decisions")."""
+
+    min_seeds: Annotated[int, Field(ge=2)] = Field(2, description="Seeds every row trains before the first look "
+                                                   "(at least 2: one seed says nothing of the seed-to-seed spread).")
+    max_seeds: PositiveInt = Field(10, description="Seeds a row trains at most.")
+    batch: PositiveInt = Field(2, description="Seeds added at each later look to the rows undecided claims read.")
+    budget_trials: PositiveInt | None = Field(None, description="At most this many trials in all (every row's "
+                                              "seeds included); none: no limit.")
+    budget_gpu_hours: PositiveFloat | None = Field(None, description="At most this many GPU-hours, from the plan's "
+                                                   "estimate per trial; none: no limit.")
+    alpha: Annotated[float, Field(gt=0, lt=0.5)] = Field(0.05, description="The study's error rate: the chance "
+                                                         "that any claim is decided wrongly (Holm across claims).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Decide":
+        if self.max_seeds < self.min_seeds:
+            raise ValueError(f"max_seeds ({self.max_seeds}) is below min_seeds ({self.min_seeds})")
+        return self
+
+    def looks(self) -> list[int]:
+        """The planned seed counts at which the claims are judged: min_seeds, then every batch, then max_seeds."""
+        counts = list(range(self.min_seeds, self.max_seeds + 1, self.batch))
+        return counts if counts[-1] == self.max_seeds else [*counts, self.max_seeds]
+
+
 class Study(_Strict):
     name: StudyName = Field(description="Experiment name in MLflow (and its parent run's).")
     description: str = ""
@@ -201,6 +231,9 @@ class Study(_Strict):
                                       "identity.")
     expect: list[Claim] = Field(default_factory=list, description="Claims about the results (the paper's), "
                                 "each with its source; the report gives each a verdict.")
+    decide: Decide | None = Field(None, description="Add seeds until the claims are decided (min_seeds to "
+                                  "max_seeds, a batch at a time, within an optional budget); `run --decide` "
+                                  "applies the defaults to a study without this section.")
     # Each row's validated config, kept by the validation that resolved them (load.py) so that expanding the
     # study reads them instead of resolving every row again (trial_checks.py's `resolved_rows`).
     _rows: tuple | None = PrivateAttr(default=None)
