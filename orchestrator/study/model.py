@@ -206,6 +206,16 @@ class Decide(_Strict):
         counts = list(range(self.min_seeds, self.max_seeds + 1, self.batch))
         return counts if counts[-1] == self.max_seeds else [*counts, self.max_seeds]
 
+    def seed_order(self, seeds: list[int]) -> list[int]:
+        """The seeds a row trains, in the order they are added: the study's `seeds`, then the next integers
+        above them, up to max_seeds in all. A look at n seeds reads the first n of this list."""
+        order = list(seeds[: self.max_seeds])
+        candidate = max(seeds) + 1
+        while len(order) < self.max_seeds:
+            order.append(candidate)
+            candidate += 1
+        return order
+
 
 class Study(_Strict):
     name: StudyName = Field(description="Experiment name in MLflow (and its parent run's).")
