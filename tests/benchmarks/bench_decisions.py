@@ -14,8 +14,10 @@ Prints:
 2. Under effects of 0.5, 1, 2 and 5 seed SDs: the sequential rule's power (the claim declared to hold), the
    mean and 90th percentile of the seeds it trained, against fixed designs of 3, 5 and 10 seeds (the
    two-sided paired t-test at the same alpha).
-3. The first look's weight (decision.FIRST_LOOK_WEIGHT) compared: 1 (Pocock), 2 and 4.
-4. The largest value a scale-invariant e-value for the t-test can take at 2-4 seeds (why the rule is not an
+3. Designs compared: the first look's weight (decision.FIRST_LOOK_WEIGHT: 1 is Pocock's constant level, 2
+   the default, 4) and the looks (decide's min_seeds and batch), for one claim and for 8 claims with Holm.
+4. A study of 8 claims with Holm across them: any false verdict under no effect, seeds per claim under effects.
+5. The largest value a scale-invariant e-value for the t-test can take at 2-4 seeds (why the rule is not an
    e-process): at 2 seeds it stays below 1/alpha = 20 even for an effect of 5 SDs.
 
 The rule is simulated vectorised (every study at once) with the product's calibrated null law
@@ -118,6 +120,46 @@ def rate(hits: int, total: int) -> str:
     return f"{hits / total:.4f} [{low:.4f}, {high:.4f}]"
 
 
+def holm_adjusted(p: np.ndarray) -> np.ndarray:
+    """Holm's adjusted p-values of each row (study) of `p` (studies x claims)."""
+    m = p.shape[1]
+    order = np.argsort(p, axis=1)
+    ranked = np.take_along_axis(p, order, axis=1) * (m - np.arange(m))
+    adjusted = np.minimum(1.0, np.maximum.accumulate(ranked, axis=1))
+    out = np.empty_like(p)
+    np.put_along_axis(out, order, adjusted, axis=1)
+    return out
+
+
+def many_claims(design: Design, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A study of several claims (d: studies x claims x seeds, each claim on its own rows), as `run --decide`
+    runs it: at each look the undecided claims' rows get their seeds, every claim's sequential p (its last
+    look's for the decided ones) is Holm-corrected, and a claim is decided where its adjusted p <= alpha.
+    Returns (verdicts, seeds per claim)."""
+    studies, claims, _ = d.shape
+    null = design.null()
+    verdict = np.zeros((studies, claims), dtype=int)
+    seeds = np.full((studies, claims), design.looks[-1])
+    best_up = np.full((studies, claims), np.inf)
+    best_down = np.full((studies, claims), np.inf)
+    p = np.ones((studies, claims))
+    f_up = np.ones((studies, claims))
+    f_down = np.ones((studies, claims))
+    for n, w in zip(design.looks, design.weights):
+        open_ = verdict == 0
+        x = d[:, :, :n]
+        t = x.mean(axis=2) / (x.std(axis=2, ddof=1) / math.sqrt(n))
+        best_up = np.where(open_, np.minimum(best_up, stdtr(n - 1, -t) / w), best_up)
+        best_down = np.where(open_, np.minimum(best_down, stdtr(n - 1, t) / w), best_down)
+        f_up = (np.searchsorted(null, best_up.ravel(), side="right").reshape(best_up.shape) + 1) / (null.size + 1)
+        f_down = (np.searchsorted(null, best_down.ravel(), side="right").reshape(best_up.shape) + 1) / (null.size + 1)
+        p = np.minimum(1.0, 2 * np.minimum(f_up, f_down))
+        now = open_ & (holm_adjusted(p) <= design.alpha)
+        verdict[now] = np.where(f_up[now] <= f_down[now], 1, -1)
+        seeds[now] = n
+    return verdict, seeds
+
+
 def max_evalue(n: int, effect: float) -> float:
     """The largest likelihood ratio of the scale-invariant statistic (the direction of the sample) between a
     mean of `effect` SDs and 0, at the most favourable sample (every seed equal): any scale-invariant e-value
@@ -155,7 +197,7 @@ def main() -> None:
     print("\n2. Effects (normal): power (declared to hold) and seeds trained")
     print(f"   {'effect':>6}  {'sequential power':>16}  {'mean seeds':>10}  {'p90 seeds':>9}  "
           f"{'fixed 3':>7}  {'fixed 5':>7}  {'fixed 10':>8}  agree")
-    for effect in (0.5, 1.0, 2.0, 5.0):
+    for effect in (0.5, 1.0, 2.0, 5.0, 10.0, 20.0):
         d = draw(args.studies, effect, "normal", rng)
         verdict, seeds = sequential(design, d)
         agree = sum(product(design, d[i]) == (verdict[i], seeds[i]) for i in range(min(300, len(d))))
@@ -164,19 +206,36 @@ def main() -> None:
                                                          for n in (3, 5)) + f"  {(fixed(d, 10) == 1).mean():>8.4f}"
               + f"  {agree}/{min(300, len(d))}")
 
-    print("\n3. The first look's weight: false verdicts under no effect; power / mean seeds at each effect")
-    for weight in (1.0, 2.0, 4.0):
-        other = Design(looks, ALPHA, first_weight=weight)
+    print("\n3. Designs compared (decide: min_seeds, batch; first look's weight): one claim, and a study of 8 "
+          "claims with Holm (section 4); power / mean seeds per claim at each effect")
+    for decide, weight in ((Decide(), 1.0), (Decide(), 2.0), (Decide(), 4.0), (Decide(min_seeds=3), 2.0),
+                           (Decide(min_seeds=3, batch=1), 2.0), (Decide(min_seeds=2, batch=1), 2.0)):
+        other = Design(tuple(decide.looks()), ALPHA, first_weight=weight)
         cells = []
-        for effect in (0.0, 0.5, 1.0, 2.0, 5.0, 10.0):
-            d = draw(args.studies, effect, "normal", np.random.default_rng(11))
-            verdict, seeds = sequential(other, d)
-            cells.append(f"{(verdict != 0).mean():.4f}" if effect == 0 else
-                         f"{effect:g}: {(verdict == 1).mean():.3f}/{seeds.mean():.2f}")
-        print(f"   weight {weight:g}: null {cells[0]}; " + "; ".join(cells[1:]))
+        for effect in (0.0, 1.0, 2.0, 5.0, 20.0):
+            one, seeds = sequential(other, draw(args.studies, effect, "normal", np.random.default_rng(11)))
+            many, many_seeds = many_claims(other, effect + np.random.default_rng(12).standard_normal(
+                (args.studies // 4, 8, MAX_SEEDS)))
+            if effect == 0:
+                cells.append(f"null {(one != 0).mean():.3f} | {(many != 0).any(axis=1).mean():.3f}")
+            else:
+                cells.append(f"{effect:g}: {(one == 1).mean():.2f}/{seeds.mean():.2f} | "
+                             f"{(many == 1).mean():.2f}/{many_seeds.mean():.2f}")
+        print(f"   looks {decide.looks()} weight {weight:g}: " + "; ".join(cells))
+
+    print("\n4. A study of 8 claims, each on its own rows, Holm across them (as kernel_size's 8 claims)")
+    claims = 8
+    d = rng.standard_normal((args.studies, claims, MAX_SEEDS))
+    verdict, seeds = many_claims(design, d)
+    print(f"   no effect: studies with any false verdict {rate(int((verdict != 0).any(axis=1).sum()), args.studies)}, "
+          f"seeds per claim {seeds.mean():.2f}")
+    for effect in (2.0, 5.0, 10.0, 20.0):
+        verdict, seeds = many_claims(design, effect + rng.standard_normal((args.studies, claims, MAX_SEEDS)))
+        print(f"   effect {effect:g} on every claim: claims decided {(verdict == 1).mean():.4f}, seeds per claim mean "
+              f"{seeds.mean():.2f}, p90 {np.percentile(seeds, 90):g}")
 
     if not args.no_evalue:
-        print("\n4. The largest possible scale-invariant e-value (needs >= 20 to decide at alpha 0.05)")
+        print("\n5. The largest possible scale-invariant e-value (needs >= 20 to decide at alpha 0.05)")
         for n in (2, 3, 4):
             print(f"   {n} seeds: " + ", ".join(f"effect {effect:g} SD: {max_evalue(n, effect):.3g}"
                                               for effect in (1.0, 2.0, 5.0)))
