@@ -15,7 +15,7 @@ from scipy import stats
 
 import report_study
 from orchestrator import StudyError, parse_study
-from orchestrator.reporting.claims import claim_decidable, evaluate_claims
+from orchestrator.reporting.claims import claim_decidable, decision_summary, evaluate_claims
 from orchestrator.reporting.decision import Design, claim_p, evidence, one_sided_p
 from orchestrator.study.model import Decide
 
@@ -239,3 +239,14 @@ def test_claims_seeds_cannot_decide_say_why_before_anything_runs():
 def test_decide_refuses_a_maximum_below_the_minimum():
     with pytest.raises(StudyError, match="max_seeds"):
         _study([BELOW], decide={"min_seeds": 4, "max_seeds": 3})
+
+
+def test_the_command_lines_summary_counts_decided_claims_and_their_cost():
+    rng = np.random.default_rng(12)
+    study = _study([BELOW, {**BELOW, "id": "at_64", "at": [64]}],
+                   decide={"min_seeds": 2, "max_seeds": 4, "batch": 2})
+    results = evaluate_claims(study, _frame({"DAPE-Kerple": [6.0, 6.3], "DAPE1x3-Kerple": [5.4, 5.7001]}))
+    assert [r.verdict for r in results] == ["holds", "inconclusive"], [r.reason for r in results]
+    assert decision_summary(results, trials=4) == "1 of 2 claims decided (1 holds, 0 fail) on 4 trials; 1 undecided"
+    one_seed = evaluate_claims(_study([BELOW]), _frame(_pair(0.9, 0.001, 1, rng)))
+    assert decision_summary(one_seed) == "0 of 1 claim decided (0 hold, 0 fail); 1 judged on 1 seed (untested)"

@@ -422,6 +422,25 @@ def headline(results: list[ClaimResult]) -> str:
     return ", ".join(parts)
 
 
+def decision_summary(results: list[ClaimResult], trials: int | None = None) -> str:
+    """How many claims are decided, how, and at what cost, for the command line: e.g. "6 of 8 claims decided
+    (5 hold, 1 fails) on 24 trials; 2 undecided"; verdicts on one seed are counted as untested."""
+    decided = [r for r in results if r.decidable and r.decided]
+    holds, fails = (sum(r.verdict == verdict for r in decided) for verdict in (HOLDS, FAILS))
+    text = (f"{len(decided)} of {len(results)} claim{'s' if len(results) != 1 else ''} decided "
+            f"({holds} hold{'s' if holds == 1 else ''}, {fails} fail{'s' if fails == 1 else ''})")
+    if trials is not None:
+        text += f" on {trials} trial{'s' if trials != 1 else ''}"
+    untested = sum(not r.tested and r.verdict != INCONCLUSIVE for r in results)
+    undecided = sum(r.decidable and not r.decided for r in results) - untested
+    seeds = sum(r.needs_seeds for r in results)
+    rest = [f"{undecided} undecided" + (f" ({seeds} could use more seeds)" if seeds else "") if undecided else "",
+            f"{untested} judged on 1 seed (untested)" if untested else "",
+            f"{len(results) - sum(r.decidable for r in results)} {NOT_DECIDABLE}"
+            if not all(r.decidable for r in results) else ""]
+    return "; ".join([text, *[part for part in rest if part]])
+
+
 def mlflow_record(results: list[ClaimResult]) -> tuple[dict[str, str], dict[str, float]]:
     """Tags (claim.<id> = its words: "holds", "holds on 1 seed, untested", ...; claim.<id>.effect = its effect
     with interval in words) and metrics for the parent run: claims_holding and claims_failing (tested),
