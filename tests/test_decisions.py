@@ -15,7 +15,7 @@ from scipy import stats
 
 import report_study
 from orchestrator import StudyError, parse_study
-from orchestrator.reporting.claims import claim_decidable, decision_summary, evaluate_claims
+from orchestrator.reporting.claims import claim_decidable, decision_summary, evaluate_claims, rows_needing_seeds
 from orchestrator.reporting.decision import Design, claim_p, evidence, one_sided_p
 from orchestrator.study.model import Decide
 
@@ -208,6 +208,7 @@ def test_a_claim_is_judged_at_the_largest_planned_look_its_rows_finished():
     one = _frame({label: v[:1] for label, v in values.items()})
     (waiting,) = evaluate_claims(study, one)
     assert waiting.verdict == "inconclusive" and not waiting.tested and waiting.needs_seeds
+    assert rows_needing_seeds([waiting, stopped]) == {"DAPE-Kerple", "DAPE1x3-Kerple"}
     assert "waiting for seeds" in waiting.reason and "first look is at 2" in waiting.reason
 
 
@@ -250,3 +251,11 @@ def test_the_command_lines_summary_counts_decided_claims_and_their_cost():
     assert decision_summary(results, trials=4) == "1 of 2 claims decided (1 holds, 0 fail) on 4 trials; 1 undecided"
     one_seed = evaluate_claims(_study([BELOW]), _frame(_pair(0.9, 0.001, 1, rng)))
     assert decision_summary(one_seed) == "0 of 1 claim decided (0 hold, 0 fail); 1 judged on 1 seed (untested)"
+
+
+def test_the_interval_intersected_over_the_looks_covers_the_effect():
+    """Over the planned looks taken, the intersected interval misses the true effect at most alpha of the time."""
+    design = Design(LOOKS, ALPHA)
+    d = 0.7 + np.random.default_rng(13).standard_normal((1500, LOOKS[-1]))
+    missed = sum(not (check.low <= 0.7 <= check.high) for check in (evidence(design, row, None, ">") for row in d))
+    assert _within_nominal(missed, len(d))

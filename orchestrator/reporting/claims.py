@@ -422,6 +422,11 @@ def headline(results: list[ClaimResult]) -> str:
     return ", ".join(parts)
 
 
+def rows_needing_seeds(results: list[ClaimResult]) -> set[str]:
+    """The rows `run --decide` adds seeds to: those the claims that more seeds could decide read."""
+    return {row for result in results if result.needs_seeds for row in result.rows}
+
+
 def decision_summary(results: list[ClaimResult], trials: int | None = None) -> str:
     """How many claims are decided, how, and at what cost, for the command line: e.g. "6 of 8 claims decided
     (5 hold, 1 fails) on 24 trials; 2 undecided"; verdicts on one seed are counted as untested."""
