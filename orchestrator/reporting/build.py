@@ -17,6 +17,7 @@ import dape_core.metric_names as names
 
 from ..folders import folder_lock
 from ..study import Study
+from ..study.metric_families import TIME
 from ..tracking.store import StudyStore
 from ..trial.trials import Trial
 from . import fingerprint, plots, render_html, render_latex, render_md, sweeps
@@ -111,7 +112,7 @@ def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.Da
     # claims read the logged columns themselves, so that a check never compares an isolated side with a contended one.
     tables = build_tables(prefer_isolated(tabled), value_text, tail_text, headline=study.report.metric)
     for table in tables:
-        if table.family.key == "time":
+        if table.family.declared is TIME:
             table.tail_text += timing_note(tabled)
     return ReportDocument(study_name=study.name, description=study.description, tracking_uri=store.tracking_uri,
                           experiment_id=store.experiment_id, value_text=value_text, trials=trials, outside=outside,

@@ -32,12 +32,11 @@ from dape_core.types import (FiniteFloat, NonEmptyStr, NonNegativeFloat, NonNega
                              Seed, StrictBool)
 
 from .expect import Claim, later_length, length_tokens
+from .metric_families import PPL, ReportMetric
 from .overrides import resolve
 from .rows import Cell, comparisons, study_cells
 
 SECTIONS = ("model", "data", "train", "eval", "che", "distributed")  # dape_core.ExperimentConfig's sections
-# The report's metric families (orchestrator.reporting.families.FAMILIES), by the prefix of their columns.
-ReportMetric = Literal["ppl", "delta_p", "accuracy", "time"]
 LaterLength = Annotated[Any, AfterValidator(later_length), WithJsonSchema(  # report.lengths: 4096 or "16x"
     {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^\d+(\.\d+)?x$"}]})]
 KeepWeights = Literal["final", "none"]  # what a finished trial keeps of its model (README "Weights kept")
@@ -159,7 +158,7 @@ class Scheduler(_Strict):
 
 
 class ReportSpec(_Strict):
-    metric: ReportMetric = Field("ppl", description="The report's headline metric family, its first table: "
+    metric: ReportMetric = Field(PPL.name, description="The report's headline metric family, its first table: "
                                  "ppl (perplexity by length), delta_p (ΔP by length), accuracy (CHE tasks), "
                                  "time (ms per step, seconds). The other families follow.")
     baseline: str | None = Field(None, description="The rows' baseline: a variant's label (its row at each grid "
