@@ -26,7 +26,7 @@ def search_problems(study: "Study", trials: list["ResolvedTrial"]) -> list[str]:
     logged = set.intersection(*(logged_metrics(cfg) for cfg in configs))
     periodic = set.intersection(*(periodic_metrics(cfg) for cfg in configs))
     problems = []
-    sampling = study.search.algorithm != "grid"
+    sampling = study.search.sampled
     asha = study.scheduler.type == "asha"
     own_metric = study.scheduler.metric is not None
     if sampling and study.search.metric not in logged:
