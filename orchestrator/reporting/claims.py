@@ -162,7 +162,7 @@ def claim_decidable(study: Study, claim: Any, decide: Decide | None = None) -> s
     A `bound` or `length_ratio` on one row is decidable: its per-seed values are tested against the bound
     (a one-sample t-test), as a comparison's per-seed differences are tested against 0."""
     design = decide or study.decide or Decide()
-    if study.search.algorithm != "grid":
+    if study.search.sampled:
         return (f"search.algorithm {study.search.algorithm!r}: its rows are samples the searcher drew, not "
                 "configurations repeated by seed")
     if study.scheduler.type != "none":
