@@ -109,9 +109,6 @@ class ClaimResult:
     def held(self) -> int:
         return sum(check.holds for check in self.checks)
 
-    def measured(self) -> str:
-        return f"{self.held}/{len(self.checks)} checks hold" if self.checks else "–"
-
     @property
     def deciding(self) -> CheckResult | None:
         """The check whose evidence decides the claim: for `fails` the most significant the wrong way, else
@@ -402,24 +399,6 @@ def _group(result: ClaimResult) -> tuple[str, bool]:
 def summary(results: list[ClaimResult]) -> dict[tuple[str, bool], int]:
     """How many claims fall in each of GROUPS."""
     return {group: sum(_group(r) == group for r in results) for group in GROUPS}
-
-
-def headline(results: list[ClaimResult]) -> str:
-    """The verdicts counted, untested ones apart: "1 holds, 1 fails, 0 inconclusive" when every claim had
-    the paired test; else e.g. "0 holds (paired test), 5 hold on 1 seed (untested), 0 fails, 2 fail on 1
-    seed (untested), 0 inconclusive"."""
-    counts = summary(results)
-    untested = any(n for (_, tested), n in counts.items() if not tested)
-    parts = []
-    for (verdict, tested), n in counts.items():
-        if tested:
-            suffix = {HOLDS: " (paired test)", FAILS: f" (on {MIN_TEST_SEEDS}+ seeds)"}.get(verdict, "") if untested else ""
-            parts.append(f"{n} {verdict}{suffix}")
-        elif n:
-            seeds = sorted({r.seeds for r in results if _group(r) == (verdict, tested)})
-            on = _seeds(seeds[0]) if len(seeds) == 1 else f"fewer than {MIN_TEST_SEEDS} seeds"
-            parts.append(f"{n} {verdict if n == 1 else verdict.removesuffix('s')} on {on} (untested)")
-    return ", ".join(parts)
 
 
 def rows_needing_seeds(results: list[ClaimResult]) -> set[str]:
