@@ -1,0 +1,127 @@
+"""The study-file reference page, from the JSON Schema `orchestrator schema` prints
+(`orchestrator.study.schema.study_json_schema()`): one table per object of the format (the study file, then each
+section and claim kind it refers to, in the order they are first reached), one row per field with its type,
+default and the description the model gives it. The guide (guides/study-files.md) explains; this lists."""
+
+from __future__ import annotations
+
+import json
+import re
+
+
+def schema() -> dict:
+    from orchestrator.study.schema import study_json_schema
+
+    return study_json_schema()
+
+
+def _ref_name(ref: str) -> str:
+    return ref.rsplit("/", 1)[-1]
+
+
+def anchor(name: str) -> str:
+    """The heading's id: "Study file" -> "def-study-file"."""
+    return "def-" + re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def _type(node: dict) -> str:
+    """A field's type in words, each object type a link to its table."""
+    if "$ref" in node:
+        name = _ref_name(node["$ref"])
+        return f"[{name}](#{anchor(name)})"
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in node:
+            return " or ".join(dict.fromkeys(_type(option) for option in node[key]))
+    if "const" in node:
+        return f"`{json.dumps(node['const'])}`"
+    if "enum" in node:
+        return " \\| ".join(f"`{json.dumps(value)}`" for value in node["enum"])
+    kind = node.get("type")
+    if kind == "array":
+        items = node.get("items")
+        if isinstance(items, dict) and items:
+            return f"list of {_type(items)}"
+        if "prefixItems" in node:
+            return "[" + ", ".join(_type(item) for item in node["prefixItems"]) + "]"
+        return "list"
+    if kind == "object":
+        values = node.get("additionalProperties")
+        if isinstance(values, dict) and values:
+            return f"map of {_type(values)}"
+        return "map"
+    if isinstance(kind, list):
+        return " or ".join(kind)
+    return kind or "any"
+
+
+def _limits(node: dict) -> str:
+    words = {"minimum": "≥", "exclusiveMinimum": ">", "maximum": "≤", "exclusiveMaximum": "<",
+             "minLength": "length ≥", "maxLength": "length ≤", "minItems": "items ≥", "maxItems": "items ≤"}
+    found = [f"{word} {node[key]}" for key, word in words.items() if key in node]
+    for option in node.get("anyOf", []):
+        found += [f"{word} {option[key]}" for key, word in words.items() if key in option]
+    return ", ".join(dict.fromkeys(found))
+
+
+def _cell(text) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def objects(document: dict) -> list[tuple[str, dict]]:
+    """The schema's objects, the study file first, then each definition in the order it is first referred to
+    (breadth first), then any definition nothing refers to."""
+    definitions = document.get("$defs", {})
+    order = [("Study file", document)]
+    seen = {"Study file"}
+    queue = [document]
+    while queue:
+        node = queue.pop(0)
+        for ref in _refs(node):
+            name = _ref_name(ref)
+            if name not in seen and name in definitions:
+                seen.add(name)
+                order.append((name, definitions[name]))
+                queue.append(definitions[name])
+    order += [(name, node) for name, node in definitions.items() if name not in seen]
+    return order
+
+
+def _refs(node) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        for key, value in node.items():
+            if key != "$defs":
+                found += _refs(value)
+        return found
+    if isinstance(node, list):
+        return [ref for item in node for ref in _refs(item)]
+    return []
+
+
+def render(document: dict | None = None) -> str:
+    document = document or schema()
+    lines = ["# Study file reference", "",
+             "Generated from the study format's JSON Schema (`orchestrator schema` prints it; "
+             "`studies/study.schema.json` is a copy for editors) at each build of this site. How to write a study "
+             "file, with examples, is the guide [Writing a study file](../guides/study-files.md); the claims of "
+             "`expect:` are explained in [Claims and verdicts](../guides/claims.md).", ""]
+    for name, node in objects(document):
+        heading = "The study file (top level)" if name == "Study file" else f"`{name}`"
+        lines += [f"## {heading} {{#{anchor(name)}}}", ""]
+        if node.get("description"):
+            lines += [" ".join(node["description"].split()), ""]
+        properties = node.get("properties", {})
+        if not properties:
+            lines += [f"Type: {_type(node)}.", ""]
+            continue
+        required = set(node.get("required", []))
+        lines += ["| field | type | default | what it is |", "|---|---|---|---|"]
+        for field, spec in properties.items():
+            default = "required" if field in required else (
+                f"`{json.dumps(spec['default'])}`" if "default" in spec else "")
+            description = spec.get("description", "")
+            limits = _limits(spec)
+            text = f"{description} ({limits})" if limits else description
+            lines.append(f"| `{field}` | {_type(spec)} | {_cell(default)} | {_cell(text)} |")
+        lines.append("")
+    return "\n".join(lines)
