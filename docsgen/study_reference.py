@@ -67,6 +67,26 @@ def _cell(text) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+_NOTE = re.compile(r"(?:^|\n|(?<=\. ))[ \t]*([a-z][a-z_0-9]*(?: / [a-z][a-z_0-9]*)*): ")
+
+
+def field_notes(description: str, fields) -> tuple[str, dict[str, str]]:
+    """A config's docstring split into its introduction and the note it gives each field: dape_core's configs
+    describe their fields in the docstring ("preset: a key of PRESETS; ..."), one after the other."""
+    fields = set(fields)
+    marks = [match for match in _NOTE.finditer(description)
+             if all(name in fields for name in match.group(1).split(" / "))]
+    if not marks:
+        return description, {}
+    notes: dict[str, str] = {}
+    for index, match in enumerate(marks):
+        end = marks[index + 1].start() if index + 1 < len(marks) else len(description)
+        text = " ".join(description[match.end():end].split())
+        for name in match.group(1).split(" / "):
+            notes[name] = f"{notes[name]} {text}" if name in notes else text
+    return description[:marks[0].start()], notes
+
+
 def objects(document: dict) -> list[tuple[str, dict]]:
     """The schema's objects, the study file first, then each definition in the order it is first referred to
     (breadth first), then any definition nothing refers to."""
@@ -104,13 +124,14 @@ def render(document: dict | None = None) -> str:
              "Generated from the study format's JSON Schema (`orchestrator schema` prints it; "
              "`studies/study.schema.json` is a copy for editors) at each build of this site. How to write a study "
              "file, with examples, is the guide [Writing a study file](../guides/study-files.md); the claims of "
-             "`expect:` are explained in [Claims and verdicts](../guides/claims.md).", ""]
+             "`expect:` are explained in [Claims and decisions](../guides/claims.md).", ""]
     for name, node in objects(document):
         heading = "The study file (top level)" if name == "Study file" else f"`{name}`"
         lines += [f"## {heading} {{#{anchor(name)}}}", ""]
-        if node.get("description"):
-            lines += [" ".join(node["description"].split()), ""]
         properties = node.get("properties", {})
+        intro, notes = field_notes(node.get("description", ""), properties)
+        if intro.strip():
+            lines += [" ".join(intro.split()), ""]
         if not properties:
             lines += [f"Type: {_type(node)}.", ""]
             continue
@@ -119,7 +140,7 @@ def render(document: dict | None = None) -> str:
         for field, spec in properties.items():
             default = "required" if field in required else (
                 f"`{json.dumps(spec['default'])}`" if "default" in spec else "")
-            description = spec.get("description", "")
+            description = spec.get("description") or notes.get(field, "")
             limits = _limits(spec)
             text = f"{description} ({limits})" if limits else description
             lines.append(f"| `{field}` | {_type(spec)} | {_cell(default)} | {_cell(text)} |")
