@@ -41,3 +41,30 @@ def on_files(files, config):
             files.remove(existing)
         files.append(File.generated(config, path, content=content))
     return files
+
+
+_LINK = re.compile(r"(?<!!)\[([^\]\n]+)\]\(([^)\s#]+)(#[^)\s]*)?\)")
+
+
+def outside_links(markdown: str, page_path: str, docs_dir: Path = ROOT / "docs") -> str:
+    """Links from a page to files of the repository outside docs/ (`../orchestrator/run.py`), which the site
+    cannot serve, written as the file's path instead; a link to a file that does not exist is left as it is,
+    for the build to refuse."""
+    folder = (docs_dir / page_path).parent
+
+    def replace(match: re.Match) -> str:
+        text, target = match.group(1), match.group(2)
+        if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("/"):
+            return match.group(0)  # a URL, or a site-absolute link
+        resolved = (folder / target).resolve()
+        inside = resolved == docs_dir.resolve() or docs_dir.resolve() in resolved.parents
+        if inside or not resolved.exists() or ROOT.resolve() not in resolved.parents:
+            return match.group(0)
+        relative = resolved.relative_to(ROOT.resolve()).as_posix()
+        return text if text.strip("`") == relative else f"{text} (`{relative}`)"
+
+    return _LINK.sub(replace, markdown)
+
+
+def on_page_markdown(markdown, page, config, files):
+    return outside_links(markdown, page.file.src_uri)

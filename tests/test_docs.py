@@ -190,3 +190,11 @@ def test_readme_picture_of_a_report_is_a_small_png():
 
 def test_readme_stays_short():
     assert len(ROOT.joinpath("README.md").read_text().splitlines()) <= 200
+
+
+def test_links_to_repository_files_outside_the_site_become_paths_and_broken_links_stay():
+    page = ("See [the runner](../../orchestrator/run.py), [`tests/conftest.py`](../../tests/conftest.py), "
+            "[a guide](claims.md), [gone](../../orchestrator/no_such_file.py) and [Ray](https://docs.ray.io).")
+    assert hooks.outside_links(page, "guides/x.md") == (
+        "See the runner (`orchestrator/run.py`), `tests/conftest.py`, [a guide](claims.md), "
+        "[gone](../../orchestrator/no_such_file.py) and [Ray](https://docs.ray.io).")
