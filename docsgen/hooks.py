@@ -29,9 +29,7 @@ def generated_pages() -> dict[str, str]:
 
 def home_page(readme: Path = ROOT / "README.md") -> str:
     """README.md as the site's home page: its links into docs/ made relative to the site."""
-    text = readme.read_text()
-    text = text.replace("](docs/benchmarks/)", "](benchmarks.md)")
-    return re.sub(r"\]\(docs/", "](", text)
+    return re.sub(r"\]\(docs/", "](", readme.read_text())
 
 
 def on_files(files, config):
@@ -66,5 +64,14 @@ def outside_links(markdown: str, page_path: str, docs_dir: Path = ROOT / "docs")
     return _LINK.sub(replace, markdown)
 
 
+_RECORD = re.compile(r"\]\(((?:\.\./)*)benchmarks/(?:([a-z0-9-]+)\.md)?\)")
+
+
+def record_links(markdown: str) -> str:
+    """Links to a benchmark record (`benchmarks/main-job.md`, a file of the repository that the site leaves out)
+    or to the records' folder, pointed at the generated benchmarks page (`benchmarks.md#main-job`)."""
+    return _RECORD.sub(lambda m: f"]({m.group(1)}benchmarks.md" + (f"#{m.group(2)})" if m.group(2) else ")"), markdown)
+
+
 def on_page_markdown(markdown, page, config, files):
-    return outside_links(markdown, page.file.src_uri)
+    return outside_links(record_links(markdown), page.file.src_uri)

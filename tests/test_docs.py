@@ -173,7 +173,7 @@ def test_readme_workflow_names_real_commands():
 def test_home_page_is_readme_with_links_into_the_site():
     page = hooks.home_page()
     assert "](docs/" not in page and "](guides/first-study.md)" in page and "](img/report.png)" in page
-    assert "](benchmarks.md)" in page
+    assert "](benchmarks/)" in page
     pages = hooks.generated_pages()
     assert set(pages) == {"index.md", "reference/study-file.md", "reference/cli.md", "reference/metrics.md",
                           "benchmarks.md"}
@@ -190,6 +190,12 @@ def test_readme_picture_of_a_report_is_a_small_png():
 
 def test_readme_stays_short():
     assert len(ROOT.joinpath("README.md").read_text().splitlines()) <= 200
+
+
+def test_links_to_benchmark_records_point_at_the_benchmarks_page():
+    page = "[a](../benchmarks/main-job.md), [b](benchmarks/), [c](../benchmarks/) and [d](claims.md)"
+    assert hooks.record_links(page) == ("[a](../benchmarks.md#main-job), [b](benchmarks.md), "
+                                        "[c](../benchmarks.md) and [d](claims.md)")
 
 
 def test_links_to_repository_files_outside_the_site_become_paths_and_broken_links_stay():
