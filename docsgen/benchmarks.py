@@ -12,17 +12,23 @@ A record is a Markdown file with a YAML header:
     ---
     the output, or the table made from it
 
-To update a figure, rerun its command and replace the record's body: the page is rebuilt from the records at
-every build of the site, and nothing else in the documentation quotes a measured figure (a test checks both)."""
+To update a figure, rerun its command: `python -m docsgen record NAME [--machine KEY]` runs the record's commands
+and writes their output as its body (a command with a placeholder, such as STUDY or DIR, is run by hand and its
+output pasted in). The page is rebuilt from the records at every build of the site, and nothing else in the
+documentation quotes a measured figure (a test checks both)."""
 
 from __future__ import annotations
 
+import datetime
+import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-RECORDS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "docs" / "benchmarks"
 
 # The machines figures were measured on, named once: a record names one of these.
 MACHINES = {
@@ -86,7 +92,8 @@ def render(folder: Path = RECORDS) -> str:
     lines = ["# Benchmarks", "",
              "Every measured figure of this documentation, in one place, with the command that printed it and the "
              "machine it ran on. The page is generated from the recorded outputs in `docs/benchmarks/` at each "
-             "build: to update a figure, rerun its command and replace its record. The benchmark scripts live in "
+             "build: to update a figure, rerun its command (`python -m docsgen record NAME` reruns a record's commands and "
+             "writes their output as the record). The benchmark scripts live in "
              "`tests/benchmarks/` and print ratios against a reference taken in the same run, the figures to "
              "compare across machines. Nothing here has been measured on a GPU yet: "
              "`tests/benchmarks/gpu_check.sh all` measures the GPU figures ([GPUs and doctor](guides/gpus.md)).", "",
@@ -99,3 +106,34 @@ def render(folder: Path = RECORDS) -> str:
         lines += [f"Command: `{command}`  " for command in record.commands]
         lines += [f"Machine: `{record.machine}`", "", record.body]
     return "\n".join(lines) + "\n"
+
+
+_PLACEHOLDER = re.compile(r"\b[A-Z][A-Z_]*\b")
+
+
+def record(name: str, folder: Path = RECORDS, machine: str | None = None, cwd: Path = ROOT) -> Path:
+    """Rerun a record's commands (from `cwd`, one after the other) and write their output as its body, with the
+    date and the commit; `machine` names where it ran (default: the record's). Named figures are dropped from
+    the header: they stated the old output, so name them again from the new one."""
+    path = folder / f"{name}.md"
+    old = parse(path)
+    machine = machine or old.machine
+    if machine not in MACHINES:
+        raise RecordError(f"machine {machine!r} is not one of {sorted(MACHINES)}: add it to MACHINES first")
+    for command in old.commands:
+        if _PLACEHOLDER.search(command.replace("--", "")):
+            raise RecordError(f"{path.name}: `{command}` has a placeholder; run it by hand and paste its output")
+    parts = []
+    for command in old.commands:
+        done = subprocess.run(command, shell=True, cwd=cwd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RecordError(f"`{command}` exited {done.returncode}: {done.stderr[-2000:]}")
+        parts.append(f"`$ {command}`\n\n```text\n{done.stdout.rstrip()}\n```")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True).stdout.strip()
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    header = {"title": old.title, "command": old.commands if len(old.commands) > 1 else old.commands[0],
+              "machine": machine, "order": old.order}
+    path.write_text("---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n"
+                    + f"Recorded {when}" + (f" at commit {commit}" if commit else "") + ".\n\n"
+                    + "\n\n".join(parts) + "\n")
+    return path

@@ -128,6 +128,19 @@ def test_a_named_figure_stated_twice_with_different_values_is_refused(tmp_path):
     assert benchmarks.figures(benchmarks.records()) is not None  # the shipped records agree
 
 
+def test_recording_a_benchmark_writes_its_output_as_the_record(tmp_path):
+    tmp_path.joinpath("tiny.md").write_text("---\ntitle: Tiny\ncommand: python -c \"print('one step 7.5 ms')\"\n"
+                                            "machine: dev-cpu\norder: 5\nfigures: {step_ms: 9.9}\n---\nold body\n")
+    benchmarks.record("tiny", folder=tmp_path, machine="dev-cpu-idle", cwd=tmp_path)
+    again = benchmarks.parse(tmp_path / "tiny.md")
+    assert "one step 7.5 ms" in again.body and "old body" not in again.body
+    assert again.machine == "dev-cpu-idle" and again.order == 5 and again.figures == {}  # the old figure is gone
+    tmp_path.joinpath("hand.md").write_text("---\ntitle: H\ncommand: orchestrator run studies/STUDY.yaml\n"
+                                            "machine: dev-cpu\n---\nbody\n")
+    with pytest.raises(benchmarks.RecordError, match="placeholder"):
+        benchmarks.record("hand", folder=tmp_path)
+
+
 # A measured figure: a number with a unit of time or throughput, in a sentence that says it was measured.
 _FIGURE = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|min|minutes|seconds|hours|MB/s|GB/s)\b")
 _MEASURED = re.compile(r"\b(?:measured|took|timed|wall time|load average|load \d|in \d+(?:\.\d+)? (?:min|minutes|s|seconds)\b)", re.I)
