@@ -106,6 +106,26 @@ def objects(document: dict) -> list[tuple[str, dict]]:
     return order
 
 
+def where(document: dict) -> dict[str, str]:
+    """Each definition's place in a study file, as a dotted path from the top (`base.train` for TrainConfig,
+    `expect[]` for a claim kind), where it is first reached."""
+    definitions = document.get("$defs", {})
+    found: dict[str, str] = {}
+    queue = [("", document)]
+    while queue:
+        path, node = queue.pop(0)
+        for field, spec in node.get("properties", {}).items():
+            is_list = spec.get("type") == "array" or any(option.get("type") == "array" for option in spec.get("anyOf", []))
+            is_map = isinstance(spec.get("additionalProperties"), dict) and bool(_refs(spec["additionalProperties"]))
+            child = f"{path}.{field}".lstrip(".") + ("[]" if is_list else "") + (".<key>" if is_map else "")
+            for ref in _refs(spec):
+                name = _ref_name(ref)
+                if name in definitions and name not in found:
+                    found[name] = child
+                    queue.append((child, definitions[name]))
+    return found
+
+
 def _refs(node) -> list[str]:
     if isinstance(node, dict):
         found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
@@ -125,9 +145,12 @@ def render(document: dict | None = None) -> str:
              "`studies/study.schema.json` is a copy for editors) at each build of this site. How to write a study "
              "file, with examples, is the guide [Writing a study file](../guides/study-files.md); the claims of "
              "`expect:` are explained in [Claims and decisions](../guides/claims.md).", ""]
+    places = where(document)
     for name, node in objects(document):
         heading = "The study file (top level)" if name == "Study file" else f"`{name}`"
         lines += [f"## {heading} {{#{anchor(name)}}}", ""]
+        if name in places:
+            lines += [f"In a study file: `{places[name]}`.", ""]
         properties = node.get("properties", {})
         intro, notes = field_notes(node.get("description", ""), properties)
         if intro.strip():
