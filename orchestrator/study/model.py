@@ -40,7 +40,7 @@ SECTIONS = ("model", "data", "train", "eval", "che", "distributed")  # dape_core
 ReportMetric = Literal["ppl", "delta_p", "accuracy", "time"]
 LaterLength = Annotated[Any, AfterValidator(later_length), WithJsonSchema(  # report.lengths: 4096 or "16x"
     {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^\d+(\.\d+)?x$"}]})]
-KeepWeights = Literal["final", "none"]  # what a finished trial keeps of its model (docs/guides/evaluating.md, "Weights kept")
+KeepWeights = Literal["final", "none"]  # what a finished trial keeps of its model (README "Weights kept")
 
 # MLflow's limits (3.17): an experiment name may have 500 characters (mlflow/utils/validation.py,
 # MAX_EXPERIMENT_NAME_LENGTH) but its database column has 256, and a run name's column 250
