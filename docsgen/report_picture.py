@@ -24,8 +24,9 @@ WIDTH = 820  # the committed picture's width in pixels
 COLOURS = 64  # its palette
 
 
-def build_report(folder: Path) -> Path:
-    """The study's report.html from a synthetic store in `folder`."""
+def synthetic_report(folder: Path):
+    """The main job's study recorded into a store in `folder` (synthetic results: no training) and its report
+    built there as `orchestrator report` builds it; the built report (its `document`, its `folder`)."""
     sys.path.insert(0, str(ROOT / "tests"))
     import yaml
 
@@ -37,8 +38,12 @@ def build_report(folder: Path) -> Path:
     study = parse_study(yaml.safe_load(STUDY.read_text()))
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     synthetic_store.write_store(study, uri)
-    build(study, StudyStore.open(uri, study.name), folder / "reports")
-    return folder / "reports" / study.name / "report.html"
+    return build(study, StudyStore.open(uri, study.name), folder / "reports")
+
+
+def build_report(folder: Path) -> Path:
+    """The study's report.html from a synthetic store in `folder`."""
+    return synthetic_report(folder).folder / "report.html"
 
 
 def excerpt(page: Path) -> Path:

@@ -217,3 +217,26 @@ def test_links_to_repository_files_outside_the_site_become_paths_and_broken_link
     assert hooks.outside_links(page, "guides/x.md") == (
         "See the runner (`orchestrator/run.py`), `tests/conftest.py`, [a guide](claims.md), "
         "[gone](../../orchestrator/no_such_file.py) and [Ray](https://docs.ray.io).")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_readme_shows_what_the_main_job_prints(tmp_path):
+    """README's sample of the main job's output has the lines the report's summary prints for that study (its
+    numbers elided): the study recorded into a store by the orchestrator's recorder (synthetic results, no
+    training), and its summary built as `orchestrator run` prints it."""
+    from docsgen.report_picture import synthetic_report
+    from orchestrator.reporting import render_md
+
+    readme = ROOT.joinpath("README.md").read_text()
+    sample = readme.split("## What the main job prints", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    built = synthetic_report(tmp_path)
+    printed = render_md.summary(built.document).splitlines()
+    lines = sample.splitlines()
+    assert lines[0] == printed[0]  # the counts
+    heading = next(line for line in printed if line.startswith("Perplexity"))
+    assert heading in lines
+    header = printed[printed.index(heading) + 1]
+    assert header in lines and printed[printed.index(heading) + 2] in lines  # the table's columns
+    variants = [line.split("|")[1].strip() for line in printed[printed.index(heading) + 3:] if line.startswith("|")]
+    assert variants and all(variant in sample for variant in variants)
