@@ -185,7 +185,8 @@ def test_a_verdict_on_one_seed_never_reads_like_a_tested_one(judged, built):
     assert results["dape1x3_tenfold_lower"].words == "fails on 1 seed, untested"
     assert tested["dape_flat_to_4x"].words == "holds" and tested["dape_flat_to_4x"].tested  # 3 seeds, tested
     claims = list(results.values())
-    assert decision_summary(claims) == "0 of 4 claims decided (0 hold, 0 fail); 2 undecided; 2 judged on 1 seed (untested)"
+    assert decision_summary(claims) == ("0 of 4 claims decided (0 hold, 0 fail); 2 undecided; 2 on 1 seed, untested "
+                                        "(1 holds, 1 fails on the means)")
     assert decision_summary(list(tested.values())) == "2 of 4 claims decided (1 holds, 1 fails); 2 undecided"
     text = "\n".join(render_claims.markdown(claims))
     assert "*holds on 1 seed, untested*" in text and "**holds**" not in text

@@ -408,7 +408,8 @@ def rows_needing_seeds(results: list[ClaimResult]) -> set[str]:
 
 def decision_summary(results: list[ClaimResult], trials: int | None = None) -> str:
     """How many claims are decided, how, and at what cost, for the command line: e.g. "6 of 8 claims decided
-    (5 hold, 1 fails) on 24 trials; 2 undecided"; verdicts on one seed are counted as untested."""
+    (5 hold, 1 fails) on 24 trials; 2 undecided"; verdicts on one seed are counted apart: "7 on 1 seed,
+    untested (7 hold, 0 fail on the means)"."""
     decided = [r for r in results if r.decidable and r.decided]
     holds, fails = (sum(r.verdict == verdict for r in decided) for verdict in (HOLDS, FAILS))
     text = (f"{len(decided)} of {len(results)} claim{'s' if len(results) != 1 else ''} decided "
@@ -416,10 +417,12 @@ def decision_summary(results: list[ClaimResult], trials: int | None = None) -> s
     if trials is not None:
         text += f" on {trials} trial{'s' if trials != 1 else ''}"
     untested = sum(not r.tested and r.verdict != INCONCLUSIVE for r in results)
+    on_means = [sum(not r.tested and r.verdict == verdict for r in results) for verdict in (HOLDS, FAILS)]
     undecided = sum(r.decidable and not r.decided for r in results) - untested
     seeds = sum(r.needs_seeds for r in results)
     rest = [f"{undecided} undecided" + (f" ({seeds} could use more seeds)" if seeds else "") if undecided else "",
-            f"{untested} judged on 1 seed (untested)" if untested else "",
+            f"{untested} on 1 seed, untested ({on_means[0]} hold{'s' if on_means[0] == 1 else ''}, {on_means[1]} "
+            f"fail{'s' if on_means[1] == 1 else ''} on the means)" if untested else "",
             f"{len(results) - sum(r.decidable for r in results)} {NOT_DECIDABLE}"
             if not all(r.decidable for r in results) else ""]
     return "; ".join([text, *[part for part in rest if part]])
