@@ -10,6 +10,12 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ..types import NonNegativeInt, PositiveInt, Seed, StrictBool
 
+# The evaluation protocol's version (docs/protocol.md), recorded with every per-length metric it produced:
+# 1: windows were slots of (longest length) + 1 tokens inside one held-out document, so a length added later drew
+#    other text; 2: tails fixed in the held-out token stream (`dape_core.data.tail_windows`), so every length,
+#    whenever it is evaluated, scores the same tokens. Here, beside the `eval:` section and free of torch, so
+#    that the orchestrator reads it without loading a model.
+PROTOCOL_VERSION = 2
 DEFAULT_TOKENS_PER_LENGTH = 2048  # 64 windows scored on their last 32 tokens
 EvalSplit = Literal["validation", "test"]
 

@@ -26,9 +26,14 @@ WEIGHTS_FOLDER = "model"
 PERIODIC_KEYS = names.PERIODIC
 # A progress result's text, sent once when the trial found its checkpoint unreadable and started over: a tag.
 CHECKPOINT_SET_ASIDE_KEY = "checkpoint_set_aside"
+# The evaluation protocol (dape_core.data.PROTOCOL_VERSION, docs/protocol.md) the run's per-length metrics
+# (ppl_<L>, delta_p_<L>, without a `.k<tail>.n<windows>` suffix) were all measured under: a tag, set with the final
+# result and again by `orchestrator evaluate`, which re-scores a whole row measured under an older one. A run
+# without it was measured under protocol 1.
+EVAL_PROTOCOL_TAG = "eval.protocol"
 # Final-result values that are text: logged as tags.
 STRING_RESULT_KEYS = ("data_hash", "device", "precision", "attention_kernels", "ray_node_id", "worker_node_ids",
-                      "error")
+                      "error", EVAL_PROTOCOL_TAG)
 # Series logged by the driver from the final per-length metrics, their step being the length (evaluation or
 # test length): name -> the prefix of the per-length metrics they are made of.
 SERIES = names.SERIES
