@@ -28,7 +28,8 @@ from ..study import Study
 from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
 from ..trial.protocol import SERIES
 from ..trial.trials import Trial, expand
-from .request import EVALUATION_TAG_PREFIX, EvalRequest, TrialTask, missing_lengths, timed, weights_path
+from ..trial.protocol import EVAL_PROTOCOL_TAG, EVALUATION_TAG_PREFIX, measured_under
+from .request import PROTOCOL_VERSION, EvalRequest, TrialTask, missing_lengths, timed, weights_path
 
 
 class EvaluationRefused(UserInputError):
@@ -98,6 +99,9 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
         shorter = [length for length in wanted if length < seq_len]
         lengths = missing_lengths([length for length in wanted if length >= seq_len], {} if request.again and
                                   request.lengths else metrics, suffix)
+        stale = not suffix and measured_under(tags) != PROTOCOL_VERSION and bool(names.by_length(metrics, names.PPL))
+        if stale:  # a row never mixes protocols: every length it has, scored again with those asked for
+            lengths = sorted(set(lengths) | set(names.by_length(metrics, names.PPL)) | set(own["lengths"]))
         time_it = request.time and (request.again or not timed(metrics))
         if not lengths and not request.visualise and not time_it:
             outcome.skipped.append(name)
@@ -110,6 +114,9 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
                          timed_lengths=sorted(set(own["lengths"]) | set(lengths) | set(names.by_length(metrics, names.PPL))))
         if shorter:
             task.notes.append(f"lengths {shorter} are below its training length {seq_len}: not evaluated")
+        if stale:
+            task.notes.append(f"measured under evaluation protocol {measured_under(tags)}: every length it has is "
+                              f"scored again under protocol {PROTOCOL_VERSION} (docs/protocol.md)")
         tasks.append(task)
     return tasks
 
@@ -205,6 +212,8 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
             points = names.by_length(metrics, prefix)
             if points:
                 store.log_series(task.run_id, name, points, timestamp_ms=now)
+        if result.get("eval_protocol") is not None and task.lengths:  # the row's lengths, all of them if it was stale
+            store.set_tags(task.run_id, {EVAL_PROTOCOL_TAG: str(result["eval_protocol"])})
     for path in result.get("artifacts") or []:
         if Path(path).is_file():
             store.log_artifact(task.run_id, Path(path), "attention")
@@ -212,7 +221,7 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
     what = {"lengths": task.lengths, "protocol": {key: task.eval_section.get(key) for key in
                                                   ("tail_tokens", "n_windows", "tokens_per_length", "batch_size",
                                                    "split", "seed")},
-            "metric_suffix": task.suffix, "visualise": task.visualise, "time": task.time,
+            "metric_suffix": task.suffix, "eval_protocol": result.get("eval_protocol"), "visualise": task.visualise, "time": task.time,
             "code_version": version, "when": stamp, "device": result.get("device"),
             "precision": result.get("precision"), "threads": result.get("threads"),
             "seconds": round(result.get("seconds", 0.0), 3)}
