@@ -33,7 +33,7 @@ Lengths = Annotated[list[PositiveInt], Field(min_length=1), AfterValidator(_dist
 class EvalConfig:
     """lengths: evaluation lengths (each ≥ the training length). tail_tokens: K, the scored last positions
     of every window (256 at paper scale). tokens_per_length: scored tokens per length, the same budget at
-    every length (windows = budget / K, the same document tails at every length); or give n_windows
+    every length (windows = budget / K, the same stream tails at every length: docs/protocol.md); or give n_windows
     instead (default budget: 2048 tokens). batch_size: windows per forward pass. split: the held-out split
     evaluated (`test` needs data.test_fraction > 0). timing: ms per evaluation batch at every length,
     timed on the evaluation's own batches (the first timing_warmup dropped, then the median; extra passes
