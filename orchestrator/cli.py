@@ -166,7 +166,7 @@ def run(
         context = RunContext.create(study, uri, connect_timeout, rows=rows, storage_dir=storage_dir, address=address,
                                     local=local, failed_only=failed_only, resource_wait=resource_wait,
                                     study_path=study_path)
-        outcome = run_and_report(context, reports_dir)
+        outcome = run_and_report(context, reports_dir, say=lambda line: console.print(line, markup=False))
     except OrchestratorError:
         raise  # reported by main() as one paragraph with its exit code
     except KeyboardInterrupt:
@@ -541,6 +541,7 @@ def evaluate(
                   f"{len(outcome.failed)} failed")
     for name, reason in outcome.failed.items():
         err.print(f"[red]{escape(name)}[/red]: {escape(reason)}")
+    _claims_line(outcome.claims)  # the verdicts it was run to settle, as `run` prints them
     if outcome.failed:
         raise typer.Exit(EXIT_TRIALS_FAILED)
 

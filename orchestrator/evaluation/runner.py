@@ -47,6 +47,7 @@ class EvaluationOutcome:
     task_seconds: float = 0.0
     report_dir: Path | None = None
     report_summary: str = ""
+    claims: list = field(default_factory=list)  # the rebuilt report's reporting.claims.ClaimResult, one per claim
 
     @property
     def ok(self) -> bool:
@@ -233,7 +234,10 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
 
 def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, local: bool = False,
                    address: str | None = None, reports_dir: Path = Path("reports"), study_path: Path | None = None,
-                   say: Callable[[str], None] = print) -> EvaluationOutcome:
+                   say: Callable[[str], None] = print, report: bool = True) -> EvaluationOutcome:
+    """Evaluate what the study's finished trials lack (see the module's docstring), then build the report
+    (rebuilt where something was evaluated), whose claims the outcome carries. `report`: False where the
+    caller builds it (`orchestrator run`, after evaluating its report.lengths)."""
     from ..tracking.source import code_source
     from ..reporting import build_report, render_md
 
@@ -250,10 +254,11 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
         task_notes = "; ".join(task.notes)
         if task_notes:
             say(f"note: {task.run_name}: {task_notes}")
-    if outcome.skipped:
-        say(f"{len(outcome.skipped)} trial(s) already evaluated with this protocol: skipped")
-    say(f"Evaluating {len(tasks)} stored trial(s){' one at a time (timing)' if request.time else ''}"
-        f"{' in this process' if local else ' on Ray'}")
+    if tasks or report:  # `orchestrator run` says nothing where its report.lengths are all there
+        if outcome.skipped:
+            say(f"{len(outcome.skipped)} trial(s) already evaluated with this protocol: skipped")
+        say(f"Evaluating {len(tasks)} stored trial(s){' one at a time (timing)' if request.time else ''}"
+            f"{' in this process' if local else ' on Ray'}")
     payloads = [{**task.payload(), "tracking_uri": tracking_uri, "launch_dir": str(Path.cwd())} for task in tasks]
 
     def done(task: TrialTask, result: dict | None, error: str | None) -> None:
@@ -277,9 +282,11 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
         raise StudyInterrupted(
             f"by Ctrl-C. {len(outcome.evaluated)} trial(s) were evaluated and their metrics are in {tracking_uri}; "
             "run the same command to evaluate what is missing.") from None
-    if outcome.evaluated:
-        report = build_report(study, store, reports_dir, study_path=study_path, rebuild=True, trials=trials)
-        outcome.report_dir, outcome.report_summary = report.folder, render_md.summary(report.document)
+    if report:  # every time, so that the command ends with the claims' verdicts (unchanged inputs: the same files)
+        built = build_report(study, store, reports_dir, study_path=study_path, rebuild=bool(outcome.evaluated),
+                             trials=trials)
+        outcome.report_dir, outcome.report_summary = built.folder, render_md.summary(built.document)
+        outcome.claims = built.claims
     outcome.wall_seconds = time.monotonic() - started
     return outcome
 
