@@ -26,9 +26,8 @@ import dape_core.metric_names as names
 from ..errors import StudyInterrupted, UserInputError
 from ..study import Study
 from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
-from ..trial.protocol import SERIES
+from ..trial.protocol import EVAL_PROTOCOL_TAG, EVALUATION_TAG_PREFIX, SERIES, measured_under
 from ..trial.trials import Trial, expand
-from ..trial.protocol import EVAL_PROTOCOL_TAG, EVALUATION_TAG_PREFIX, measured_under
 from .request import PROTOCOL_VERSION, EvalRequest, TrialTask, missing_lengths, timed, weights_path
 
 
@@ -222,7 +221,8 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
     what = {"lengths": task.lengths, "protocol": {key: task.eval_section.get(key) for key in
                                                   ("tail_tokens", "n_windows", "tokens_per_length", "batch_size",
                                                    "split", "seed")},
-            "metric_suffix": task.suffix, "eval_protocol": result.get("eval_protocol"), "visualise": task.visualise, "time": task.time,
+            "metric_suffix": task.suffix, "eval_protocol": result.get("eval_protocol"), "visualise": task.visualise,
+            "time": task.time,
             "code_version": version, "when": stamp, "device": result.get("device"),
             "precision": result.get("precision"), "threads": result.get("threads"),
             "seconds": round(result.get("seconds", 0.0), 3)}
