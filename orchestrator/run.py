@@ -50,5 +50,8 @@ def evaluate_later(context: RunContext, outcome: StudyOutcome, reports_dir: Path
     except EvaluationRefused as error:
         say(f"note: report.lengths not evaluated: {error}")
         return
+    if evaluated.evaluated:
+        say(f"report.lengths: {len(evaluated.evaluated)} trial(s) evaluated in {evaluated.wall_seconds:.0f}s wall "
+            f"({evaluated.task_seconds:.0f}s of evaluation)")
     for name, reason in evaluated.failed.items():
         outcome.failed[f"{name} (evaluation at report.lengths)"] = reason
