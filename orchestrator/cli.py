@@ -3,7 +3,7 @@
 Exit codes: 0 every trial succeeded; 1 some trials failed (the rest completed; `doctor`: a check failed); 2 invalid
 study or argument; 3 interrupted and resumable (re-run the same command); 4 a claim of the study's `expect:`
 section fails (only with --strict-claims; claims are findings, so without it they never change the code);
-130 interrupted by Ctrl-C.
+130 interrupted by Ctrl-C; 143 stopped by SIGTERM (kill, scancel, a preemption), as cleanly as by Ctrl-C.
 Errors are one clear paragraph, never a traceback, unless --debug.
 """
 
@@ -159,19 +159,23 @@ def run(
     reports_dir = _writable_or_exit(_project_path(study_path, reports_dir, "reports"), "--reports-dir")
     storage_dir = _writable_or_exit(_project_path(study_path, storage_dir, ".orchestrator"), "--storage-dir")
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
+    from .execution import interrupt
+
     try:
         from .execution.context import RunContext
         from .run import run_and_report
 
-        context = RunContext.create(study, uri, connect_timeout, rows=rows, storage_dir=storage_dir, address=address,
-                                    local=local, failed_only=failed_only, resource_wait=resource_wait,
-                                    study_path=study_path)
-        outcome = run_and_report(context, reports_dir)
+        with interrupt.stop_signals():  # Ctrl-C and SIGTERM stop it cleanly (130, 143), Ray's handlers or not
+            context = RunContext.create(study, uri, connect_timeout, rows=rows, storage_dir=storage_dir,
+                                        address=address, local=local, failed_only=failed_only,
+                                        resource_wait=resource_wait, study_path=study_path)
+            outcome = run_and_report(context, reports_dir)
     except OrchestratorError:
         raise  # reported by main() as one paragraph with its exit code
     except KeyboardInterrupt:
-        err.print("Interrupted. Finished trials are safe in the tracking store; run the same command to resume.")
-        raise typer.Exit(EXIT_CTRL_C)
+        err.print(f"Interrupted by {interrupt.cause()}. Finished trials are safe in the tracking store; run the same "
+                  "command to resume.")
+        raise typer.Exit(interrupt.exit_code())
     except Exception as error:  # one paragraph, not a traceback: what failed, and that the study can resume
         if debug:
             raise
@@ -513,9 +517,13 @@ def evaluate(
     request = EvalRequest(lengths=tuple(chosen_lengths), tail_tokens=tail_tokens, n_windows=windows,
                           visualise=visualise, time=time_it, time_repeats=repeats, again=again)
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}; tracking at {chosen.uri}")
+    from .execution import interrupt
+
     try:
-        outcome = evaluate_study(study, chosen.uri, request, local=local, address=address, reports_dir=reports_dir,
-                                 study_path=study_path, say=lambda line: console.print(line, markup=False))
+        with interrupt.stop_signals():  # Ctrl-C and SIGTERM stop it cleanly (130, 143)
+            outcome = evaluate_study(study, chosen.uri, request, local=local, address=address,
+                                     reports_dir=reports_dir, study_path=study_path,
+                                     say=lambda line: console.print(line, markup=False))
     except StudyNotFound as error:
         err.print(f"[red]Nothing to evaluate[/red]: {escape(error.describe(TRACKING_FLAG))}")
         raise typer.Exit(EXIT_INVALID)
@@ -523,8 +531,9 @@ def evaluate(
         err.print(f"[red]{error.title}[/red] {escape(str(error))}")
         raise typer.Exit(error.exit_code)
     except KeyboardInterrupt:
-        err.print("Interrupted. Evaluated trials are in the tracking store; run the same command for the rest.")
-        raise typer.Exit(EXIT_CTRL_C)
+        err.print(f"Interrupted by {interrupt.cause()}. Evaluated trials are in the tracking store; run the same "
+                  "command for the rest.")
+        raise typer.Exit(interrupt.exit_code())
     except Exception as error:
         if debug:
             raise

@@ -23,7 +23,7 @@ from typing import Callable
 
 import dape_core.metric_names as names
 
-from ..errors import StudyInterrupted, UserInputError
+from ..errors import StudyInterrupted, StudyTerminated, UserInputError
 from ..study import Study
 from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
 from ..trial.protocol import SERIES
@@ -265,8 +265,11 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
         else:
             _run_on_ray(study, tasks, payloads, done, address, one_at_a_time=request.time)
     except KeyboardInterrupt:
-        raise StudyInterrupted(
-            f"by Ctrl-C. {len(outcome.evaluated)} trial(s) were evaluated and their metrics are in {tracking_uri}; "
+        from ..execution import interrupt
+
+        stopped_by = StudyTerminated if interrupt.exit_code() == StudyTerminated.exit_code else StudyInterrupted
+        raise stopped_by(
+            f"by {interrupt.cause()}. {len(outcome.evaluated)} trial(s) were evaluated and their metrics are in {tracking_uri}; "
             "run the same command to evaluate what is missing.") from None
     if outcome.evaluated:
         report = build_report(study, store, reports_dir, study_path=study_path, rebuild=True, trials=trials)

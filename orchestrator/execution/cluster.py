@@ -26,6 +26,7 @@ from typing import Callable
 
 # Ray is imported where it is used: the runner reads the defaults below without loading Ray.
 from ..errors import RayClusterUnreachable, ResourcesNotArrived, ResourcesUnavailable
+from . import interrupt
 
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 DEFAULT_RESOURCE_WAIT_S = 600.0
@@ -48,6 +49,7 @@ def connect(address: str | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
     if not address or address == "local":
         # "local" starts a private Ray even when a `ray start` cluster is running on this machine.
         ray.init(address="local", num_cpus=os.cpu_count(), **common)
+        interrupt.reclaim()  # ray.init took SIGTERM (a Python handler, and a native one that dumps and aborts)
         return
     _probe(address, timeout)
     os.environ.setdefault("RAY_gcs_server_port_wait_time_s", str(max(1, int(timeout))))
@@ -67,6 +69,7 @@ def connect(address: str | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
             f"The Ray cluster at {address} did not answer within {timeout:g}s (--connect-timeout). Check the "
             "address (HOST:PORT of the head's GCS, ray://HOST:10001 for Ray Client) and that the head is up. "
             "No trial was run.")
+    interrupt.reclaim()  # the core worker's native SIGTERM handler, installed from the helper thread too
     if "error" in outcome:
         error = outcome["error"]
         if isinstance(error, Exception) and unreachable_message is not None and _is_connection_error(error):

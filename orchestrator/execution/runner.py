@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import StudyInterrupted, TrackingServerUnreachable, exception_chain
+from ..errors import StudyInterrupted, StudyTerminated, TrackingServerUnreachable, exception_chain
 from ..planning.learned import load_measured
 from ..planning.schedule import longest_first
 from ..study import Study
@@ -83,7 +83,8 @@ class _Running:
 def run_study(context: RunContext) -> StudyOutcome:
     """Run the study's unfinished trials. Everything that can be checked before a trial runs is checked before
     anything is written: the store (created with the context), Ray and whether a node can host a trial.
-    Raises StudyInterrupted after Ctrl-C (the trials it stopped are closed as KILLED)."""
+    Raises StudyInterrupted after Ctrl-C, StudyTerminated after SIGTERM (the trials it stopped are closed as
+    KILLED; interrupt.py)."""
     study, store = context.study, context.store
     todo, skipped = select_trials(study, context.rows, store, context.failed_only)
     if todo:  # (the measured durations read every finished run of the store: not for nothing to run)
@@ -116,7 +117,7 @@ def run_study(context: RunContext) -> StudyOutcome:
 
 def _run_and_close(context: RunContext, running: _Running) -> None:
     """Run the leased trials and close the parent run with what happened: FINISHED, FAILED (some trial
-    failed), KILLED (Ctrl-C or an error: the open trial runs are closed as KILLED too), or left as it is
+    failed), KILLED (Ctrl-C, SIGTERM or an error: the open trial runs are closed as KILLED too), or left as it is
     when the tracking server is what failed (nothing more can be written)."""
     study, store, todo, events, progress, outcome = (context.study, context.store, running.todo, running.events,
                                                      running.progress, running.outcome)
@@ -146,8 +147,9 @@ def _run_and_close(context: RunContext, running: _Running) -> None:
             raise unreachable from unreachable.__cause__  # without Ray Tune's wrapping of the callback's error
         stopped = _close_open_trials(events)
         if isinstance(error, KeyboardInterrupt):
-            raise StudyInterrupted(
-                f"by Ctrl-C. {len(events.tally.finished)} trial(s) finished in this run and are safe in "
+            stopped_by = StudyTerminated if interrupt.exit_code() == StudyTerminated.exit_code else StudyInterrupted
+            raise stopped_by(
+                f"by {interrupt.cause()}. {len(events.tally.finished)} trial(s) finished in this run and are safe in "
                 f"{store.tracking_uri}; {stopped} running trial(s) were stopped and their runs closed as KILLED. "
                 "Run the same command to resume: finished trials are skipped, stopped ones continue from their "
                 "last checkpoint.") from None

@@ -1,0 +1,73 @@
+"""Safe on a shared cluster: SIGTERM stops a study as cleanly as Ctrl-C (exit 143, runs KILLED, no native
+stack dump from Ray) and the rerun resumes it."""
+
+import os
+import signal
+import time
+
+import pytest
+import yaml
+
+from test_resilience import BASE, _by_identity, _kill_group, _runs, _start, _step_reached, _wait_for
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_sigterm_stops_the_study_with_143_and_the_rerun_resumes_it(tmp_path):
+    # Long enough that the trial is still training when SIGTERM lands, past its first checkpoint.
+    spec = dict(BASE, train={**BASE["train"], "steps": 1000, "log_every": 50})
+    path = tmp_path / "term.yaml"
+    path.write_text(yaml.safe_dump({"name": "term", "base": spec, "resources": {"cpus": 1, "max_concurrent": 1}}))
+    proc = _start(path, tmp_path)
+    try:
+        def past_a_checkpoint():  # checkpoints every 100 of the 1000 steps
+            running = [r for r in _runs(tmp_path, "term")[1] if r.info.status == "RUNNING"]
+            return running and _step_reached(tmp_path, running[0]) >= 300
+        _wait_for(past_a_checkpoint, 300, proc)
+        sent = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)  # what `kill`, scancel and a preemption send the driver
+        output, _ = proc.communicate(timeout=180)
+        seconds = time.monotonic() - sent
+    finally:
+        _kill_group(proc)
+    print(f"SIGTERM to exit: {seconds:.1f}s")
+    assert proc.returncode == 143, output
+    assert "Interrupted by SIGTERM" in output and "1 running trial(s) were stopped and their runs closed as KILLED" \
+        in output, output
+    for dump in ("SIGTERM received", "PC: @", "Traceback", "Tuner.restore"):
+        assert dump not in output, output
+    client, runs = _runs(tmp_path, "term")
+    (stopped,) = runs
+    assert stopped.info.status == "KILLED" and stopped.data.tags["interrupted"] == "true"
+    experiment = client.get_experiment_by_name("term").experiment_id
+    assert not client.search_runs([experiment], "tags.`orchestrator.role` = 'lease'")  # its lease was given back
+
+    proc = _start(path, tmp_path)
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, output
+    (trial_runs,) = _by_identity(_runs(tmp_path, "term")[1]).values()
+    resumed = [r for r in trial_runs if r.info.status == "FINISHED"]
+    assert len(resumed) == 1 and resumed[0].data.metrics["resumed_from_step"] >= 300  # from its checkpoint
+
+
+def test_a_first_sigterm_stops_the_tuner_a_second_ends_at_once_and_ray_cannot_keep_it():
+    from orchestrator.execution import interrupt
+
+    told = []
+    with interrupt.stop_signals():
+        signal.signal(signal.SIGTERM, lambda *_: told.append("ray's"))  # what ray.init does to the driver
+        interrupt.reclaim()
+        with interrupt.graceful_interrupt(told.append):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)  # (Python runs a handler between bytecodes of the main thread)
+            assert interrupt.requested() and told == ["SIGTERM"]  # the first: the trials are asked to stop
+            with pytest.raises(interrupt.Terminated):  # the second: at once
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+        assert interrupt.exit_code() == 143 and interrupt.cause() == "SIGTERM"
+        with pytest.raises(KeyboardInterrupt):  # outside the Tuner, the first signal stops at once
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    interrupt.reset()
+    assert interrupt.exit_code() == 130
