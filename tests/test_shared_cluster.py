@@ -71,3 +71,39 @@ def test_a_first_sigterm_stops_the_tuner_a_second_ends_at_once_and_ray_cannot_ke
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     interrupt.reset()
     assert interrupt.exit_code() == 130
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_stop_before_the_result_is_recorded_costs_no_retraining(tmp_path, monkeypatch, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from cli_support import run_cli
+    from orchestrator.tracking.store import StudyStore
+
+    path = tmp_path / "window.yaml"
+    path.write_text(yaml.safe_dump({"name": "window", "base": BASE, "resources": {"cpus": 1}}))
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    real_end = StudyStore.end_trial_run
+
+    def stopped_in_the_window(self, run_id, status):  # Ctrl-C lands after the trial ended, before FINISHED
+        if status == "FINISHED":
+            raise KeyboardInterrupt
+        real_end(self, run_id, status)
+
+    monkeypatch.setattr(StudyStore, "end_trial_run", stopped_in_the_window)
+    code, output = run_cli(capsys, "run", path, "--local", "--tracking-uri", uri)
+    assert code == 130, output
+    checkpoints = list((tmp_path / ".orchestrator" / "checkpoints").glob("*/trainer.pt"))
+    assert len(checkpoints) == 1, output  # still there: the result is not in the store
+
+    monkeypatch.setattr(StudyStore, "end_trial_run", real_end)
+    code, output = run_cli(capsys, "run", path, "--local", "--tracking-uri", uri)
+    assert code == 0, output
+    client = MlflowClient(uri)
+    (finished,) = [run for run in client.search_runs([client.get_experiment_by_name("window").experiment_id],
+                                                     "tags.`orchestrator.role` = 'trial'")
+                   if run.info.status == "FINISHED"]
+    assert finished.data.metrics["resumed_from_step"] == BASE["train"]["steps"]  # evaluated again, not retrained
+    assert not checkpoints[0].exists()  # recorded now: its checkpoints are gone

@@ -22,6 +22,7 @@ from ..tracking.sharing import DeviceSharing
 from ..tracking.store import StudyStore
 from ..trial.trials import StoredIdentities, Trial, distinct
 from . import interrupt
+from .checkpoints import CheckpointCleanup
 from .context import RunContext
 from .leased import run_leased
 
@@ -100,8 +101,9 @@ def run_study(context: RunContext) -> StudyOutcome:
     # console says a trial finished that the store does not know about.
     resources = {"cpus": study.resources.cpus, "gpus": study.resources.gpus}
     sharing = DeviceSharing()  # first: the recorder logs its count with each final result
+    # The checkpoint cleanup after the recorder: a finished trial's checkpoints go once its result is recorded.
     events = TrialEvents([sharing, MLflowRecorder(store, {**source_tags, "study": study.name}, resources, sharing),
-                          progress])
+                          CheckpointCleanup(), progress])
     interrupt.reset()
     with LeaseBook(store) as leases:
         store.start_parent({"description": study.description[:4000], **source_tags,

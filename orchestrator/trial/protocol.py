@@ -26,6 +26,9 @@ WEIGHTS_FOLDER = "model"
 PERIODIC_KEYS = names.PERIODIC
 # A progress result's text, sent once when the trial found its checkpoint unreadable and started over: a tag.
 CHECKPOINT_SET_ASIDE_KEY = "checkpoint_set_aside"
+# The trial's checkpoint files (paths), with its final result: the driver removes them once the result is recorded
+# (execution/checkpoints.py), so that a stop in between resumes the trial at its last step instead of retraining.
+CHECKPOINT_FILES_KEY = "checkpoint_files"
 # Final-result values that are text: logged as tags.
 STRING_RESULT_KEYS = ("data_hash", "device", "precision", "attention_kernels", "ray_node_id", "worker_node_ids",
                       "error")
