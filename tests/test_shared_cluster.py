@@ -107,3 +107,21 @@ def test_a_stop_before_the_result_is_recorded_costs_no_retraining(tmp_path, monk
                    if run.info.status == "FINISHED"]
     assert finished.data.metrics["resumed_from_step"] == BASE["train"]["steps"]  # evaluated again, not retrained
     assert not checkpoints[0].exists()  # recorded now: its checkpoints are gone
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_stored_weights_follow_the_users_umask(umask, mode, tmp_path):
+    import stat
+
+    from dape_core import ExperimentConfig, build_model
+    from dape_core.stored import save_model
+    from test_weights import BASE as WEIGHTS_BASE
+
+    cfg = ExperimentConfig(**WEIGHTS_BASE)
+    previous = os.umask(umask)
+    try:
+        files = save_model(build_model(cfg.model), cfg, "h", {}, tmp_path)
+    finally:
+        os.umask(previous)
+    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in files} == dict.fromkeys(
+        (path.name for path in files), mode)  # the safetensors file too, which its library writes 0600
