@@ -3,6 +3,8 @@ stack dump from Ray) and the rerun resumes it."""
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -125,3 +127,57 @@ def test_stored_weights_follow_the_users_umask(umask, mode, tmp_path):
         os.umask(previous)
     assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in files} == dict.fromkeys(
         (path.name for path in files), mode)  # the safetensors file too, which its library writes 0600
+
+
+def _snapshot(folder):
+    return {str(path): path.stat().st_mtime_ns for path in folder.rglob("*") if path.is_file()}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_copied_store_evaluates_in_its_own_place_and_one_without_artifacts_says_so(tmp_path, monkeypatch):
+    import shutil
+    import stat
+
+    from mlflow.tracking import MlflowClient
+
+    from test_evaluate import VARIANTS, _train
+
+    def _evaluate(study, uri, *args):  # its own process, as a colleague's command (MLflow caches a run's place)
+        return subprocess.run([sys.executable, "-m", "orchestrator", "evaluate", str(study), "--tracking-uri", uri,
+                               "--reports-dir", str(study.parent / "reports"), *args], cwd=study.parent,
+                              capture_output=True, text=True, timeout=240)
+
+    original, copy, alone = tmp_path / "original", tmp_path / "copy", tmp_path / "alone"
+    original.mkdir()
+    monkeypatch.chdir(tmp_path)
+    previous = os.umask(0o022)
+    try:
+        path, uri = _train(original, "moving", [32], variants=VARIANTS[:1])
+    finally:
+        os.umask(previous)
+    (weights,) = (original / "artifacts").rglob("model.safetensors")
+    assert stat.S_IMODE(weights.stat().st_mode) == 0o644  # a colleague can read the stored model
+    copy.mkdir()
+    shutil.copy2(original / "mlflow.db", copy / "mlflow.db")
+    shutil.copytree(original / "artifacts", copy / "artifacts")
+    shutil.copy2(path, copy / path.name)
+    before = _snapshot(original)
+
+    copied_uri = f"sqlite:///{copy / 'mlflow.db'}"
+    result = _evaluate(copy / path.name, copied_uri, "--lengths", "64", "--local", "--visualise")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _snapshot(original) == before  # nothing written into the original's folders
+    client = MlflowClient(copied_uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("moving").experiment_id],
+                                "tags.`orchestrator.role` = 'trial'")
+    assert run.info.artifact_uri.startswith((copy / "artifacts").as_uri())
+    assert "ppl_64" in run.data.metrics and list((copy / "artifacts").rglob("attention/*"))
+
+    alone.mkdir()  # the database copied without its artifacts folder
+    shutil.copy2(original / "mlflow.db", alone / "mlflow.db")
+    shutil.copy2(path, alone / path.name)
+    result = _evaluate(alone / path.name, f"sqlite:///{alone / 'mlflow.db'}", "--lengths", "64", "--local")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"its own artifacts folder {alone / 'artifacts'} is missing" in " ".join(result.stderr.split())
+    assert _snapshot(original) == before

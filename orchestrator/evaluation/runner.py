@@ -25,6 +25,7 @@ import dape_core.metric_names as names
 
 from ..errors import StudyInterrupted, StudyTerminated, UserInputError
 from ..study import Study
+from ..tracking.relocation import require_artifacts_here
 from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
 from ..trial.protocol import SERIES
 from ..trial.trials import Trial, expand
@@ -230,6 +231,7 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
 
     started = time.monotonic()
     store = StudyStore.open(tracking_uri, study.name)
+    require_artifacts_here(tracking_uri)  # a copied store is evaluated in its own place, never the original's
     outcome = EvaluationOutcome()
     trials = expand(study)  # once: the stored runs are matched against these, and the report reads them
     tasks = plan_tasks(study, store, request, outcome, trials)
