@@ -181,3 +181,86 @@ def test_a_copied_store_evaluates_in_its_own_place_and_one_without_artifacts_say
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"its own artifacts folder {alone / 'artifacts'} is missing" in " ".join(result.stderr.split())
     assert _snapshot(original) == before
+
+
+def _values_per_pair(uri, name, metrics):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name(name).experiment_id], "tags.`orchestrator.role` = 'trial'")
+    return {(run.data.tags["label"], metric): len(client.get_metric_history(run.info.run_id, metric))
+            for run in runs for metric in metrics}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_evaluations_at_once_score_each_run_and_length_once(tmp_path, monkeypatch):
+    import threading
+
+    from orchestrator import parse_study
+    from orchestrator.evaluation import runner, worker
+    from orchestrator.evaluation.request import EvalRequest
+    from test_evaluate import _train
+
+    monkeypatch.chdir(tmp_path)
+    path, uri = _train(tmp_path, "twice", [32])
+    study = parse_study(yaml.safe_load(path.read_text()))
+    real, first_evaluating, second_done = worker.evaluate_task, threading.Event(), threading.Event()
+
+    def held_open(task: dict) -> dict:  # the first command is still evaluating when the second plans
+        if threading.current_thread().name == "first":
+            first_evaluating.set()
+            second_done.wait(120)
+        return real(task)
+
+    monkeypatch.setattr(worker, "evaluate_task", held_open)
+    said = {"first": [], "second": []}
+    outcomes = {}
+
+    def evaluate(name):
+        outcomes[name] = runner.evaluate_study(study, uri, EvalRequest(lengths=(64, 128)), local=True,
+                                               reports_dir=tmp_path / "reports", say=said[name].append)
+
+    first = threading.Thread(target=evaluate, args=("first",), name="first")
+    first.start()
+    try:
+        assert first_evaluating.wait(120)
+        evaluate("second")
+    finally:
+        second_done.set()
+        first.join(180)
+    assert len(outcomes["first"].evaluated) == 2 and not outcomes["second"].evaluated
+    assert any("4 (run, length) evaluation(s) are being done by another orchestrator" in line
+               for line in said["second"]), said["second"]
+    assert set(_values_per_pair(uri, "twice", ["ppl_64", "ppl_128", "ppl_by_length"]).values()) == {1, 3}
+    assert all(count == 1 for (_, metric), count in _values_per_pair(uri, "twice", ["ppl_64", "ppl_128"]).items())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_killed_evaluation_leaves_nothing_half_written_and_the_rerun_scores_what_is_missing(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from test_evaluate import _train
+
+    monkeypatch.chdir(tmp_path)
+    path, uri = _train(tmp_path, "killed", [32])
+    command = [sys.executable, "-m", "orchestrator", "evaluate", str(path), "--tracking-uri", uri, "--local",
+               "--lengths", "64", "128", "256"]
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("killed").experiment_id
+    try:
+        _wait_for(lambda: any("ppl_64" in run.data.metrics for run in client.search_runs(
+            [experiment], "tags.`orchestrator.role` = 'trial'")), 180, proc)
+    finally:
+        proc.kill()  # SIGKILL: no handler runs, its lease stays behind
+        proc.wait(30)
+    scored = _values_per_pair(uri, "killed", ["ppl_64", "ppl_128", "ppl_256", "ppl_by_length"])
+    for label in {label for label, _ in scored}:  # per run: every value of its evaluation (series too), or none
+        assert len({scored[label, metric] for metric in ("ppl_64", "ppl_128", "ppl_256")}) == 1, scored
+        assert scored[label, "ppl_by_length"] == 1 + 3 * scored[label, "ppl_64"], scored
+    rerun = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "another orchestrator" not in rerun.stdout  # the dead command's lease is taken over at once
+    assert set(_values_per_pair(uri, "killed", ["ppl_64", "ppl_128", "ppl_256"]).values()) == {1}

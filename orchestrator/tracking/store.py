@@ -237,6 +237,15 @@ class StudyStore:
 
         self.client.log_batch(run_id, metrics=[Metric(name, float(v), timestamp_ms, int(x)) for x, v in points.items()])
 
+    def log_batch(self, run_id: str, metrics: list[tuple[str, float, int]], tags: dict[str, str],
+                  timestamp_ms: int) -> None:
+        """Metrics (name, value, step) and tags in one write: one transaction of the store, so that a process
+        killed meanwhile leaves all of them or none (an evaluation's values and the tag saying it was done)."""
+        from mlflow.entities import Metric, RunTag
+
+        self.client.log_batch(run_id, metrics=[Metric(k, float(v), timestamp_ms, int(step)) for k, v, step in metrics],
+                              tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
     def log_params(self, run_id: str, params: dict[str, Any]) -> None:
         from mlflow.entities import Param
 
