@@ -160,12 +160,15 @@ def run(
     storage_dir = _writable_or_exit(_project_path(study_path, storage_dir, ".orchestrator"), "--storage-dir")
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
     from .execution import interrupt
+    from .library_logs import library_logs_to
 
+    log_file = storage_dir / "logs" / f"{study.name}.log"  # MLflow's and Ray's messages, not the console's
     try:
         from .execution.context import RunContext
         from .run import run_and_report
 
-        with interrupt.stop_signals():  # Ctrl-C and SIGTERM stop it cleanly (130, 143), Ray's handlers or not
+        # Ctrl-C and SIGTERM stop it cleanly (130, 143), Ray's handlers or not.
+        with library_logs_to(log_file), interrupt.stop_signals():
             context = RunContext.create(study, uri, connect_timeout, rows=rows, storage_dir=storage_dir,
                                         address=address, local=local, failed_only=failed_only,
                                         resource_wait=resource_wait, study_path=study_path)
@@ -186,7 +189,8 @@ def run(
             raise typer.Exit(EXIT_INVALID)
         err.print(f"[red]The study stopped[/red]: {type(error).__name__}: {_first_line(error)}. "
                   f"Trials that finished are recorded in {uri}; once the cause is fixed, run the same command "
-                  "to resume without repeating them. Add --debug for the traceback.")
+                  f"to resume without repeating them. Add --debug for the traceback (the libraries' messages are "
+                  f"in {escape(str(log_file))}).")
         raise typer.Exit(EXIT_INTERRUPTED)
     console.print()
     console.print(outcome.report_summary, markup=False)
@@ -518,9 +522,11 @@ def evaluate(
                           visualise=visualise, time=time_it, time_repeats=repeats, again=again)
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}; tracking at {chosen.uri}")
     from .execution import interrupt
+    from .library_logs import library_logs_to
 
+    log_file = _project_path(study_path, None, ".orchestrator") / "logs" / f"{study.name}.log"
     try:
-        with interrupt.stop_signals():  # Ctrl-C and SIGTERM stop it cleanly (130, 143)
+        with library_logs_to(log_file), interrupt.stop_signals():  # Ctrl-C and SIGTERM stop it cleanly (130, 143)
             outcome = evaluate_study(study, chosen.uri, request, local=local, address=address,
                                      reports_dir=reports_dir, study_path=study_path,
                                      say=lambda line: console.print(line, markup=False))
@@ -538,7 +544,8 @@ def evaluate(
         if debug:
             raise
         err.print(f"[red]The evaluation stopped[/red]: {type(error).__name__}: {_first_line(error)}. "
-                  "Run the same command to evaluate what is missing. Add --debug for the traceback.")
+                  "Run the same command to evaluate what is missing. Add --debug for the traceback (the libraries' "
+                  f"messages are in {escape(str(log_file))}).")
         raise typer.Exit(EXIT_INTERRUPTED)
     if outcome.report_summary:
         console.print()

@@ -264,3 +264,46 @@ def test_a_killed_evaluation_leaves_nothing_half_written_and_the_rerun_scores_wh
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "another orchestrator" not in rerun.stdout  # the dead command's lease is taken over at once
     assert set(_values_per_pair(uri, "killed", ["ppl_64", "ppl_128", "ppl_256"]).values()) == {1}
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB file system (tmpfs; needs root, as in CI), unmounted afterwards."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        if subprocess.run(["umount", str(folder)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_full_disk_is_one_paragraph_the_store_stays_intact_and_the_rerun_resumes(small_disk):
+    import sqlite3
+
+    path = small_disk / "full.yaml"
+    path.write_text(yaml.safe_dump({"name": "full", "base": BASE, "axes": {"model.n_layer": [1, 2, 3, 4]},
+                                    "resources": {"cpus": 1}}))
+    command = [sys.executable, "-m", "orchestrator", "run", str(path)]  # store, checkpoints, reports on the disk
+    full = subprocess.run(command, cwd=small_disk, capture_output=True, text=True, timeout=300)
+    output = full.stdout + full.stderr
+    assert full.returncode == 3, output
+    assert "No space left on device" in output or "disk is full" in output, output
+    assert "Traceback" not in output and "ERROR mlflow" not in output, output
+    assert "run the same command to resume" in " ".join(output.split())
+    database = small_disk / "mlruns" / "mlflow.db"
+    assert sqlite3.connect(database).execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)  # space again
+    again = subprocess.run(command, cwd=small_disk, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    statuses = sqlite3.connect(database).execute(
+        "SELECT t.value, r.status FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+        "WHERE t.key = 'orchestrator.trial_id'").fetchall()
+    finished = [trial for trial, status in statuses if status == "FINISHED"]
+    assert len(finished) == len(set(finished)) == 4, statuses  # every trial, each finished once

@@ -26,6 +26,7 @@ from typing import Callable
 
 # Ray is imported where it is used: the runner reads the defaults below without loading Ray.
 from ..errors import RayClusterUnreachable, ResourcesNotArrived, ResourcesUnavailable
+from ..library_logs import reroute
 from . import interrupt
 
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
@@ -50,6 +51,7 @@ def connect(address: str | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
         # "local" starts a private Ray even when a `ray start` cluster is running on this machine.
         ray.init(address="local", num_cpus=os.cpu_count(), **common)
         interrupt.reclaim()  # ray.init took SIGTERM (a Python handler, and a native one that dumps and aborts)
+        reroute()  # and may have set its loggers' terminal handlers again (library_logs.py)
         return
     _probe(address, timeout)
     os.environ.setdefault("RAY_gcs_server_port_wait_time_s", str(max(1, int(timeout))))
@@ -70,6 +72,7 @@ def connect(address: str | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
             "address (HOST:PORT of the head's GCS, ray://HOST:10001 for Ray Client) and that the head is up. "
             "No trial was run.")
     interrupt.reclaim()  # the core worker's native SIGTERM handler, installed from the helper thread too
+    reroute()
     if "error" in outcome:
         error = outcome["error"]
         if isinstance(error, Exception) and unreachable_message is not None and _is_connection_error(error):
