@@ -307,3 +307,43 @@ def test_a_full_disk_is_one_paragraph_the_store_stays_intact_and_the_rerun_resum
         "WHERE t.key = 'orchestrator.trial_id'").fetchall()
     finished = [trial for trial, status in statuses if status == "FINISHED"]
     assert len(finished) == len(set(finished)) == 4, statuses  # every trial, each finished once
+
+
+def test_a_moved_store_keeps_the_layout_below_its_artifacts_folder(tmp_path):
+    import sqlite3
+
+    from orchestrator.tracking.relocation import ArtifactsMissing, relocate
+
+    def store(folder, location):  # the two tables relocation reads and writes, as MLflow names them
+        folder.mkdir()
+        database = folder / "mlflow.db"
+        connection = sqlite3.connect(database)
+        with connection:
+            connection.execute("CREATE TABLE experiments (experiment_id INTEGER, artifact_location TEXT)")
+            connection.execute("CREATE TABLE experiment_tags (key TEXT, value TEXT, experiment_id INTEGER)")
+            connection.execute("CREATE TABLE runs (run_uuid TEXT, experiment_id INTEGER, artifact_uri TEXT)")
+            connection.execute("INSERT INTO experiments VALUES (1, ?)", (location,))
+            connection.execute("INSERT INTO experiment_tags VALUES ('orchestrator.study', 's', 1)")
+            connection.execute("INSERT INTO runs VALUES ('r', 1, ?)", (f"{location}/r/artifacts",))
+        connection.close()
+        return database
+
+    def recorded(database):
+        connection = sqlite3.connect(database)
+        try:
+            return connection.execute("SELECT e.artifact_location, r.artifact_uri FROM experiments e, runs r").fetchone()
+        finally:
+            connection.close()
+
+    here = store(tmp_path / "here", (tmp_path / "here" / "artifacts").as_uri())
+    assert relocate(here) == 0  # where it was made: nothing to do, even without the folder yet
+    # Made through an MLflow server with --default-artifact-root: artifacts/<experiment id>; then moved.
+    served = store(tmp_path / "moved", (tmp_path / "elsewhere" / "artifacts" / "1").as_uri())
+    with pytest.raises(ArtifactsMissing, match="is missing"):
+        relocate(served)
+    assert relocate(served, require=False) == 0 and recorded(served)[0].endswith("elsewhere/artifacts/1")
+    (tmp_path / "moved" / "artifacts" / "1").mkdir(parents=True)
+    assert relocate(served) == 1
+    own = (tmp_path / "moved" / "artifacts" / "1").as_uri()
+    assert recorded(served) == (own, f"{own}/r/artifacts")
+    assert relocate(served) == 0  # once

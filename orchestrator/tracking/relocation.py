@@ -40,6 +40,7 @@ class Moved:
 
     own: Path  # the artifacts folder beside the store's file
     recorded: dict[str, str]  # experiment id -> the location it records
+    relocated: dict[str, Path]  # experiment id -> where that location is beside this store
 
     @property
     def here(self) -> bool:
@@ -78,12 +79,24 @@ def moved(database: Path) -> Moved | None:
         return None
     finally:
         connection.close()
-    recorded = {}
+    recorded, relocated = {}, {}
     for experiment_id, location in rows:
         path = _local_path(location or "")
-        if path is not None and not _same(path, own):
+        root = _artifacts_ancestor(path) if path is not None else None
+        if root is not None and not _same(root, own):
             recorded[str(experiment_id)] = location
-    return Moved(own, recorded) if recorded else None
+            relocated[str(experiment_id)] = own / path.relative_to(root)
+    return Moved(own, recorded, relocated) if recorded else None
+
+
+def _artifacts_ancestor(path: Path) -> Path | None:
+    """The nearest of `path` and its parents named `artifacts`: the store's artifact root in this tool's layout
+    (the experiment's location is that folder, or `artifacts/<experiment id>` where an MLflow server with
+    `--default-artifact-root` created it). None for another layout, which is left alone."""
+    for candidate in (path, *path.parents):
+        if candidate.name == ARTIFACTS_FOLDER:
+            return candidate
+    return None
 
 
 def missing_message(database: Path, found: Moved) -> str:
@@ -113,18 +126,17 @@ def relocate(database: Path, require: bool = True) -> int:
         found = moved(database)  # another process may have relocated it meanwhile
         if found is None or not found.here:
             return 0
-        own = found.own.resolve().as_uri()
         connection = sqlite3.connect(str(database), timeout=30)
         try:
             with connection:  # one transaction
                 for experiment_id, location in found.recorded.items():
-                    old = location.rstrip("/")
+                    old, new = location.rstrip("/"), found.relocated[experiment_id].resolve().as_uri()
                     connection.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?",
-                                       (own, experiment_id))
+                                       (new, experiment_id))
                     connection.execute(
                         "UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) "
                         "WHERE experiment_id = ? AND substr(artifact_uri, 1, ?) = ?",
-                        (own, len(old) + 1, experiment_id, len(old), old))
+                        (new, len(old) + 1, experiment_id, len(old), old))
         finally:
             connection.close()
         return len(found.recorded)
