@@ -80,6 +80,17 @@ def connect(address: str | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
         raise error
 
 
+def kill_private_ray() -> None:
+    """Kill the processes of the private Ray this driver started, by process id and without waiting (the
+    last resort of a stop that Ray could not finish: interrupt.py); a joined cluster is left alone."""
+    import sys
+
+    worker = sys.modules.get("ray._private.worker")
+    node = getattr(worker, "_global_node", None)
+    if node is not None and getattr(node, "head", False):
+        node.kill_all_processes(check_alive=False, allow_graceful=False)
+
+
 def _is_connection_error(error: Exception) -> bool:
     from ray.exceptions import AuthenticationError
 

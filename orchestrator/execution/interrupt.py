@@ -18,21 +18,33 @@ owner of both signals for a whole command, and `reclaim` (called right after Ray
 takes SIGTERM and SIGINT back: a Python handler replaces the native one (both are `sigaction`s). Outside the
 Tuner (starting, waiting for another orchestrator's trials, evaluating) the first signal raises at once, as
 Python's own Ctrl-C does. Nothing here imports Ray.
+
+SIGTERM often reaches Ray's own processes too: a batch system (SLURM's `scancel`, a preemption) signals every
+process of the job, and a terminal's process group holds the private Ray this command started. Ray's GCS is
+then gone, the Tuner cannot stop its trials, and the driver's core worker ends the process after 60 s of
+retries (exit 1, the runs left RUNNING), or the batch system kills it first. So the first signal also starts a
+bounded wait (`STOP_GRACE_S`): if the command is still stopping then, `last_resort` (the runner's: close the
+open runs as KILLED, give the leases back, close the parent run) runs from that thread and the process exits
+with the signal's code. The main thread may be blocked in Ray's native code meanwhile, where no Python signal
+handler runs: a second signal would not help there.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+STOP_GRACE_S = 15.0  # within SLURM's default KillWait (30 s) between its SIGTERM and its SIGKILL
 _NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 _requested = threading.Event()
-_state: dict = {"signal": None, "on_first": None, "owned": 0}
+_state: dict = {"signal": None, "on_first": None, "owned": 0, "last_resort": None, "timer": None}
 
 
 class Terminated(KeyboardInterrupt):
@@ -67,8 +79,48 @@ def _handle(signum, frame) -> None:
     on_first = _state["on_first"]
     if first and on_first is not None:  # inside the Tuner: stop the trials, keep going until they are stopped
         on_first(_NAMES.get(signum, "a signal"))
+        _start_grace()
         return
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _start_grace() -> None:
+    if _state["last_resort"] is None or _state["timer"] is not None:
+        return
+    timer = threading.Timer(STOP_GRACE_S, _give_up)
+    timer.daemon = True
+    _state["timer"] = timer
+    timer.start()
+
+
+def _give_up() -> None:
+    """Still stopping after STOP_GRACE_S: close what the runner can close, then end the process."""
+    action = _state["last_resort"]
+    if action is None:
+        return
+    try:
+        text = action(cause())
+    except BaseException as error:  # the store may be gone too: the next run closes the runs as stale
+        text = (f"Stopped by {cause()}; the open runs could not be closed ({type(error).__name__}): the next run "
+                "closes them as stale and resumes their trials.")
+    sys.stderr.write(f"{text}\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(exit_code())
+
+
+@contextmanager
+def last_resort(action: Callable[[str], str]) -> Iterator[None]:
+    """While inside: if a stop signal's clean stop takes longer than STOP_GRACE_S, `action(what)` runs from
+    another thread (it closes the open runs and returns the last paragraph) and the process exits."""
+    _state["last_resort"] = action
+    try:
+        yield
+    finally:
+        _state["last_resort"] = None
+        timer, _state["timer"] = _state["timer"], None
+        if timer is not None:
+            timer.cancel()
 
 
 def _in_main_thread() -> bool:

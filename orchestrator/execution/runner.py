@@ -125,9 +125,21 @@ def _run_and_close(context: RunContext, running: _Running) -> None:
                                                      running.progress, running.outcome)
     leases = running.leases
     status = "FINISHED"
+    def last_resort(what: str) -> str:  # the clean stop did not end in time (interrupt.py): close what is open
+        stopped = _close_open_trials(events)
+        leases.close()
+        store.end_parent("KILLED")
+        if not context.local:
+            from .cluster import kill_private_ray
+
+            kill_private_ray()
+        return (f"Interrupted by {what}: Ray did not stop the trials within {interrupt.STOP_GRACE_S:.0f}s (its "
+                f"processes were signalled too); {stopped} running trial(s) were closed as KILLED. Run the same "
+                "command to resume: stopped trials continue from their last checkpoint.")
+
     try:
         if todo:
-            with progress:
+            with progress, interrupt.last_resort(last_resort):
                 shared = run_leased(study, context.rows, todo, store, leases,
                                     lambda batch: _run_trials(context, batch, events, progress), progress.message)
             outcome.concurrency = shared.concurrency
