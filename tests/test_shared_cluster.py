@@ -51,6 +51,8 @@ def test_sigterm_stops_the_study_with_143_and_the_rerun_resumes_it(to_whom, tmp_
     assert stopped.info.status == "KILLED" and stopped.data.tags["interrupted"] == "true"
     experiment = client.get_experiment_by_name("term").experiment_id
     assert not client.search_runs([experiment], "tags.`orchestrator.role` = 'lease'")  # its lease was given back
+    if to_whom != "the driver":
+        return  # the rerun resumes alike (below): the runs and the checkpoint are the same (suite time)
 
     proc = _start(path, tmp_path)
     output, _ = proc.communicate(timeout=300)
