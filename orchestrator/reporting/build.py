@@ -22,8 +22,10 @@ from ..tracking.store import StudyStore
 from ..trial.trials import Trial
 from . import fingerprint, plots, render_html, render_latex, render_md, sweeps
 from .claims import ClaimResult, evaluate_claims, mlflow_record
+from .cost_front import cost_front
 from .document import ReportDocument
 from .heat_maps import stored_heat_maps
+from .published import published_lines
 from .results import ValueChoice, metric_history, study_results
 from .search import search_section
 from .tables import build_tables
@@ -81,7 +83,7 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
         history = metric_history(store, trials, study.search.metric)
         search, figures = search_section(study, study_path, store, trials, history, plot_dir)
         tabled = trials[~trials["stopped_early"].astype(bool)]  # samples ASHA stopped never reached evaluation
-    document = _document(study, store, value, trials, outside, tabled, study_path)
+    document = _document(study, store, value, trials, outside, tabled, study_path, plot_dir=plot_dir)
     document.search = search
     document.plots = figures + _figures(study, document.tables, tabled, store, plot_dir)
     document.plots += stored_heat_maps(store, tabled, plot_dir)  # where eval.visualise / evaluate --visualise drew them
@@ -89,6 +91,7 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
     files = _write(folder, {"report.md": markdown, "report.html": render_html.render(document),
                             "tables.tex": render_latex.render(document)}, frame, document.tables)
     files += [path for figure in document.plots for path in figure.files]
+    files += document.cost.plot.files if document.cost is not None and document.cost.plot is not None else []
     if attach:
         _attach(store, folder, document.claims)
     if search is None:
@@ -103,8 +106,10 @@ def _attach(store: StudyStore, folder: Path, claims: list[ClaimResult]) -> None:
 
 
 def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.DataFrame, outside: pd.DataFrame,
-              tabled: pd.DataFrame, study_path: Path | None, figures: list | None = None) -> ReportDocument:
-    """The report's content but a search's section; `tabled`: the trials its tables are made of."""
+              tabled: pd.DataFrame, study_path: Path | None, figures: list | None = None,
+              plot_dir: Path | None = None) -> ReportDocument:
+    """The report's content but a search's section; `tabled`: the trials its tables are made of; `plot_dir`:
+    where the cost front is drawn (None: computed, not drawn)."""
     value_text = value.describe(_distinct(trials, "config.train.steps"))
     tail_text = (f" Here K = {_distinct(trials, 'config.eval.tail_tokens')} and the training length is "
                  f"{_distinct(trials, 'config.train.seq_len')}.")
@@ -117,7 +122,9 @@ def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.Da
     return ReportDocument(study_name=study.name, description=study.description, tracking_uri=store.tracking_uri,
                           experiment_id=store.experiment_id, value_text=value_text, trials=trials, outside=outside,
                           tables=tables, plots=figures or [], claims=evaluate_claims(study, trials, study_path),
-                          best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None)
+                          best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None,
+                          cost=cost_front(study, tables, tabled, plot_dir),
+                          published=published_lines(study, prefer_isolated(tabled)))
 
 
 def _kept(study: Study, store: StudyStore, folder: Path, value: ValueChoice, trials: pd.DataFrame,

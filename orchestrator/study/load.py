@@ -25,6 +25,7 @@ from .locate import folder_problem
 from .model import Study
 from .overrides import resolve
 from .problems import StudyError, format_pydantic
+from .published_checks import resolve_published
 from .search_checks import search_problems
 from .sweeps import sweep_problems
 from .trial_checks import (MAX_ROWS, ResolvedTrial, identity_problems, resolved_trials, row_count,
@@ -102,6 +103,7 @@ def _profile_problems(original: dict, study: Study, chosen: str | None, known: l
         profiled, found = _profiled(original, name)
         if profiled is not None:
             found = study_problems(profiled)[0]
+            found += resolve_published(profiled, name)[1] if not found else []
         problems += [f"profiles.{name}: {problem}" for problem in found if problem not in known]
     return problems
 
@@ -126,7 +128,10 @@ def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
     except ValidationError as error:
         found = format_pydantic(error, "study", Study)
         raise StudyError(source, [*problems, *found, *_base_problems(raw, found)]) from None
+    study._profile = profile
     found, trials = study_problems(study)
+    if profile is not None and not found:
+        found += resolve_published(study, profile)[1]
     found = [*problems, *found]
     found += _profile_problems(original, study, profile, found)
     if check_data and trials:

@@ -191,6 +191,23 @@ class ReportSpec(_Strict):
         return sorted(length for length in tokens if length >= train_length and length not in own)
 
 
+class PublishedValue(_Strict):
+    """One number a paper reports for a row of this study at a profile (docs: "Cost, fronts and the papers'
+    numbers"): the report of that profile shows it beside the measured cell, with the difference. Validated
+    against the profile's rows like a claim: the variant, the grid point, the metric and the length must name
+    a cell the profile's trials fill."""
+
+    variant: Label = Field(description="A variant's label or a row's label, as the report names it.")
+    where: dict[SweepKey, Any] = Field(default_factory=dict, description="The grid point (config keys and values, "
+                                       "e.g. {model.pos_encoding: nope}) in a study with axes or zip.")
+    metric: NonEmptyStr = Field(description="A per-length family (ppl, delta_p, ms_forward, acc) with `length`, "
+                                "or a one-number metric (ms_per_step, che_acc_test, ...) without it.")
+    length: PositiveInt | None = Field(None, description="The evaluation length (tokens) of a per-length metric.")
+    value: FiniteFloat = Field(description="The published number, in the unit the report shows (perplexity; "
+                               "ms; accuracy as a fraction 0..1).")
+    source: NonEmptyStr = Field(description="Where it is published: 'DAPE V2 Table 2', 'DAPE Table 1', ...")
+
+
 class Decide(_Strict):
     """Seeds added until the claims are decided (`orchestrator run STUDY --decide`, or this section): the rows
     train `min_seeds` seeds, the claims are judged, and only the rows that undecided claims read get `batch`
@@ -255,12 +272,18 @@ class Study(_Strict):
                                       "identity.")
     expect: list[Claim] = Field(default_factory=list, description="Claims about the results (the paper's), "
                                 "each with its source; the report gives each a verdict.")
+    published: dict[str, list[PublishedValue]] = Field(default_factory=dict, description="The papers' numbers for "
+                                                        "a profile: profile name -> values; the report of that "
+                                                        "profile shows each beside the measured cell.")
     decide: Decide | None = Field(None, description="Add seeds until the claims are decided (min_seeds to "
                                   "max_seeds, a batch at a time, within an optional budget); `run --decide` "
                                   "applies the defaults to a study without this section.")
     # Each row's validated config, kept by the validation that resolved them (load.py) so that expanding the
     # study reads them instead of resolving every row again (trial_checks.py's `resolved_rows`).
     _rows: tuple | None = PrivateAttr(default=None)
+    # The profile this study was loaded with (load.py), None for the file as written: which `published` values
+    # its report shows.
+    _profile: str | None = PrivateAttr(default=None)
 
     @field_validator("zip")
     @classmethod
@@ -291,6 +314,11 @@ class Study(_Strict):
             if self.report.baseline not in labels + variants:
                 raise ValueError(f"report.baseline {self.report.baseline!r} is neither a variant nor a row of this "
                                  f"study; variants: {variants}; rows: {labels}")
+        unknown = [name for name in self.published if name not in self.profiles]
+        if unknown:
+            raise ValueError(f"published: {unknown[0]!r} is not a profile of this study (profiles: "
+                             f"{', '.join(self.profiles) or 'none'}); published values belong to the profile "
+                             "whose setting they match")
         overlap = set(self.axes) & set(self.zip)
         if overlap:
             raise ValueError(f"keys {sorted(overlap)} appear in both 'axes' and 'zip'; use one")
@@ -309,6 +337,10 @@ class Study(_Strict):
     def cells(self) -> list[Cell]:
         """The study's rows before seeds: each variant (or the base alone) crossed with the swept points."""
         return study_cells(self, self.variants or [Variant(label=self.name, baseline=True)])
+
+    def published_here(self) -> list[PublishedValue]:
+        """The published values of the profile this study was loaded with (none for the file as written)."""
+        return list(self.published.get(self._profile, [])) if self._profile is not None else []
 
     def trial_config(self, overrides: dict[str, Any]) -> dict:
         """The trial config of a row (or a search sample): base, its overrides, and the trial size."""
