@@ -6,6 +6,7 @@ table_<family>.csv (every number behind each table), plots/*.png.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from dataclasses import dataclass
@@ -80,7 +81,7 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
     fingerprint.forget(folder)  # until this report is whole
     search, figures, tabled = None, [], trials
     if study.search.sampled:
-        history = metric_history(store, trials, study.search.metric)
+        history = metric_history(store, trials, study.search.primary_metric)
         search, figures = search_section(study, study_path, store, trials, history, plot_dir)
         tabled = trials[~trials["stopped_early"].astype(bool)]  # samples ASHA stopped never reached evaluation
     document = _document(study, store, value, trials, outside, tabled, study_path, plot_dir=plot_dir)
@@ -94,6 +95,7 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
     files += document.cost.plot.files if document.cost is not None and document.cost.plot is not None else []
     if attach:
         _attach(store, folder, document.claims)
+        _record_pareto(store, search)
     if search is None:
         fingerprint.write(folder, inputs, document.plots, files, attached=attach)
     return Report(folder, markdown, document, files, document.claims)
@@ -174,6 +176,20 @@ def _write(folder: Path, texts: dict[str, str], frame: pd.DataFrame, tables: lis
         table.to_frame().to_csv(path, index=False)
         files.append(path)
     return files
+
+
+def _record_pareto(store: StudyStore, search) -> None:
+    """A multi-objective search's Pareto set in MLflow: on the parent run, tags search.pareto_size and
+    search.pareto_runs (the runs' names, a JSON list); on each sample, the tag search.pareto = true or false (the MLflow UI
+    filters on it: tags.`search.pareto` = 'true')."""
+    if search is None or not search.multi_objective or not store.parent_run_id:
+        return
+    front = search.pareto if search.pareto is not None else pd.DataFrame(columns=["run_id", "run_name"])
+    store.set_tags(store.parent_run_id, {"search.pareto_size": str(len(front)),
+                                         "search.pareto_runs": json.dumps(list(front["run_name"].astype(str)))})
+    on_front = set(front["run_id"])
+    for run_id in search.samples["run_id"].dropna():  # every sample: a report of more samples may move the front
+        store.set_tags(run_id, {"search.pareto": "true" if run_id in on_front else "false"})
 
 
 def _record_claims(store: StudyStore, claims: list[ClaimResult]) -> None:

@@ -59,7 +59,7 @@ class CostFront:
 
     def caption(self) -> str:
         direction = "lower" if self.lower_is_better else "higher"
-        return (f"Quality ({self.quality_header}, {direction} is better) against cost ({self.cost_name}): one point "
+        return (f"Quality ({self.quality_header}, {direction} is better) against cost, {self.cost_name}: one point "
                 f"per row, the mean over its seeds, error bars ± one std over the seeds where a row has several. "
                 f"The rows no other row beats on both (at most as costly and at least as good, better in one) are the "
                 f"Pareto front, drawn as filled points joined by a line. {self.cost_note}")

@@ -133,12 +133,19 @@ class Distribution(_Strict):
 GRID = "grid"  # search.algorithm of a study whose rows are its trials (axes, zip); the others sample a space
 
 
+Mode = Literal["min", "max"]
+
+
 class Search(_Strict):
     algorithm: Literal["grid", "random", "optuna"] = GRID
     num_samples: PositiveInt = Field(1, description="Configurations sampled (random/optuna).")
-    metric: NonEmptyStr = Field(names.VAL_LOSS, description="Metric the searcher and scheduler optimise "
-                                "(validation checks that every trial logs it).")
-    mode: Literal["min", "max"] = "min"
+    metric: NonEmptyStr | Annotated[list[NonEmptyStr], Field(min_length=1)] = Field(
+        names.VAL_LOSS, description="Metric the searcher and scheduler optimise (validation checks that every "
+        "trial logs it), or a list of metrics (`[ppl_256, ms_per_step]`): a multi-objective search, whose "
+        "report gives the Pareto set of the samples (Optuna's multi-objective TPE; no ASHA).")
+    mode: Mode | Annotated[list[Mode], Field(min_length=1)] = Field(
+        "min", description="min or max: each metric's direction; a list gives one per metric of a list, a single "
+        "one applies to every metric.")
     space: dict[SweepKey, Distribution] = Field(default_factory=dict, description="Dotted key -> distribution.")
     seed: Seed = 0
 
@@ -153,6 +160,45 @@ class Search(_Strict):
     def samples_per_row(self) -> int:
         """The trials each row becomes: num_samples for a sampling search, one for a grid."""
         return self.num_samples if self.sampled else 1
+
+    @property
+    def metrics(self) -> list[str]:
+        """The searched metrics, one or several (a multi-objective search)."""
+        return list(self.metric) if isinstance(self.metric, list) else [self.metric]
+
+    @property
+    def modes(self) -> list[str]:
+        """Each searched metric's direction."""
+        return list(self.mode) if isinstance(self.mode, list) else [self.mode] * len(self.metrics)
+
+    @property
+    def multi_objective(self) -> bool:
+        """Several metrics: the search has a Pareto set rather than one best sample."""
+        return len(self.metrics) > 1
+
+    @property
+    def primary_metric(self) -> str:
+        """The first searched metric: the one a single-metric reader (history plots, the grid comparison) reads."""
+        return self.metrics[0]
+
+    @field_validator("metric", "mode")
+    @classmethod
+    def _one_is_one(cls, value):
+        """A list of one is that one: a single-metric search reads `metric` and `mode` as strings."""
+        return value[0] if isinstance(value, list) and len(value) == 1 else value
+
+    @model_validator(mode="after")
+    def _directions(self) -> "Search":
+        if isinstance(self.mode, list) and len(self.mode) != len(self.metrics):
+            raise ValueError(f"mode: {len(self.mode)} direction(s) for {len(self.metrics)} metric(s) "
+                             f"({', '.join(self.metrics)}); give one per metric, or one for all")
+        repeated = [metric for index, metric in enumerate(self.metrics) if metric in self.metrics[:index]]
+        if repeated:
+            raise ValueError(f"metric: {repeated[0]!r} is listed more than once")
+        if self.multi_objective and not self.sampled:
+            raise ValueError("metric: several metrics are for a sampling search (algorithm optuna or random); "
+                             "a grid's rows are its trials, and its report draws their cost front")
+        return self
 
     @model_validator(mode="after")
     def _space_for_samplers(self) -> "Search":
