@@ -57,6 +57,8 @@ def report(tmp_path_factory):
     return build_report(study, store, root / "reports", attach=False)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_the_front_of_a_synthetic_store_is_its_non_dominated_rows(report):
     trials = report.document.trials
     finished = trials[trials["status"] == "FINISHED"]
@@ -71,6 +73,8 @@ def test_the_front_of_a_synthetic_store_is_its_non_dominated_rows(report):
         assert point.quality == pytest.approx(points[point.label][0])
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_the_report_shows_the_front_drawn_and_tabled(report):
     markdown = report.markdown
     assert "## Cost and quality" in markdown
@@ -86,6 +90,8 @@ def test_the_report_shows_the_front_drawn_and_tabled(report):
     assert markdown.index("## Cost and quality") > markdown.index("## Perplexity by evaluation length")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_without_timings_the_plan_flops_stand_for_the_cost(report):
     from orchestrator.reporting.cost_front import GFLOPS, cost_front
 

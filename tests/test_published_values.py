@@ -5,6 +5,7 @@ naming a row, metric or length the profile does not have is refused with its fie
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +45,8 @@ def stores(tmp_path_factory):
             build_report(default, plain, root / "default", attach=False))
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_the_papers_values_stand_beside_the_measured_cells_at_the_paper_profile(stores):
     report, _ = stores
     trials = report.document.trials
@@ -62,6 +65,8 @@ def test_the_papers_values_stand_beside_the_measured_cells_at_the_paper_profile(
     assert 'id="published-values"' in (report.folder / "report.html").read_text()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_the_cpu_default_shows_no_published_value(stores):
     _, default = stores
     assert default.document.published == []
@@ -89,3 +94,20 @@ def test_published_values_belong_to_a_profile():
     spec["published"] = {"papr": spec["published"]["paper"]}
     with pytest.raises(StudyError, match=r"published: 'papr' is not a profile"):
         parse_study(spec)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_catalogue_paper_profile_shows_the_papers_values(tmp_path):
+    """studies/position_encoding.yaml at its `paper` profile (a synthetic store of its 24 rows: no training, no
+    corpus needed to report): DAPE V2's NoPE and RoPE numbers at 8192 beside the cells of those rows."""
+    path = Path(__file__).resolve().parents[1] / "studies" / "position_encoding.yaml"
+    study = load_study(path, profile="paper")
+    store = synthetic_store.write_store(study, f"sqlite:///{tmp_path / 'mlflow.db'}")
+    report = build_report(study, store, tmp_path / "reports", attach=False)
+    published = {(line.label, line.published) for line in report.document.published}
+    assert published == {("plain (pos_encoding=nope)", 2618.13), ("DAPE1x3 (pos_encoding=nope)", 259.81),
+                         ("plain (pos_encoding=rope)", 306.78), ("DAPE1x3 (pos_encoding=rope)", 68.32)}
+    assert all(line.metric == "ppl_8192" and line.seeds == 1 for line in report.document.published)
+    assert "DAPE V2, kernel-size table (Arxiv, train 512): NoPE at 8192" in report.markdown
+    assert load_study(path).published_here() == []  # the CPU default: none applies

@@ -148,27 +148,39 @@ def cost_front(study: Study, tables: list[Table], trials: pd.DataFrame, folder: 
     return front
 
 
+MAX_LABELS = 12  # points named on the figure: all of a small study, else the front's (the table names them)
+
+
 def _draw(front: CostFront, folder: Path) -> Plot:
+    """One scatter per kind of point and one errorbar collection for all: a 240-row study draws in one pass
+    (a call per point, and a label per point, cost seconds and overlap into an unreadable cloud)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7.0, 4.5))
-    ax = fig.subplots()
-    for point in front.points:
-        ax.errorbar(point.cost, point.quality,
-                    xerr=point.cost_std if math.isfinite(point.cost_std) else None,
-                    yerr=point.quality_std if math.isfinite(point.quality_std) else None,
-                    fmt="o", mfc="C0" if point.on_front else "white", mec="C0",
-                    ecolor="0.6", capsize=2, zorder=3)
+    ax = fig.subplots(gridspec_kw={"left": 0.11, "right": 0.97, "bottom": 0.12, "top": 0.95})
+    points = front.points
+    costs = np.array([p.cost for p in points], dtype=float)
+    qualities = np.array([p.quality for p in points], dtype=float)
+    spread = lambda values: np.nan_to_num(np.array(values, dtype=float), nan=0.0)  # noqa: E731
+    ax.errorbar(costs, qualities, xerr=spread([p.cost_std for p in points]),
+                yerr=spread([p.quality_std for p in points]), fmt="none", ecolor="0.65", capsize=2, lw=0.8, zorder=2)
+    on = np.array([p.on_front for p in points])
+    ax.scatter(costs[~on], qualities[~on], s=28, facecolors="white", edgecolors="C0", zorder=3, label="other rows")
+    ordered = front.front
+    ax.plot([p.cost for p in ordered], [p.quality for p in ordered], "-o", color="C0", ms=6, lw=1, zorder=4,
+            label="Pareto front")
+    named = points if len(points) <= MAX_LABELS else ordered[:MAX_LABELS]
+    for point in named:
         ax.annotate(point.label, (point.cost, point.quality), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    on = front.front
-    ax.plot([p.cost for p in on], [p.quality for p in on], "-", color="C0", lw=1, zorder=2, label="Pareto front")
     ax.set_xlabel(front.cost_name)
     ax.set_ylabel(front.quality_header + (" (lower is better)" if front.lower_is_better else " (higher is better)"))
     ax.grid(True, alpha=0.3)
-    costs = np.array([p.cost for p in front.points], dtype=float)
-    if np.isfinite(costs).all() and costs.min() > 0 and costs.max() / costs.min() > 20:
+    finite = costs[np.isfinite(costs)]
+    if len(finite) and finite.min() > 0 and finite.max() / finite.min() > 20:
         ax.set_xscale("log")
     ax.legend(loc="best", fontsize=8)
-    title = "Cost and quality"
-    path = save_figure(fig, folder, "cost_front")
-    return Plot("cost_front", title, front.caption(), path, path.with_suffix(".svg"))
+    path = save_figure(fig, folder, "cost_front", tight=False)
+    caption = front.caption() + ("" if len(points) <= MAX_LABELS else
+                                 f" Only the front's rows are named ({min(len(ordered), MAX_LABELS)} shown); every "
+                                 "row's values are in the results CSV.")
+    return Plot("cost_front", "Cost and quality", caption, path, path.with_suffix(".svg"))
