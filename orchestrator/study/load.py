@@ -1,7 +1,7 @@
 """Loading a study: its YAML read so that it means one thing (yaml_loader.py), a profile and command-line
 overrides applied, the study validated by pydantic, then every check that needs no data over every resolved
-trial (trial_checks.py, sweeps.py, search_checks.py), for the chosen profile and for every other profile of
-the file, and, where the caller asks (run, plan, validate), the data the chosen profile's trials would read
+trial (trial_checks.py, sweeps.py, search_checks.py), and each profile's published values against its rows
+(published_checks.py), for the chosen profile and for every other profile of the file, and, where the caller asks (run, plan, validate), the data the chosen profile's trials would read
 (data_paths.py). Every problem is collected and reported at once (StudyError), each with its field path;
 problems of a profile that was not chosen are prefixed `profiles.<name>:`, and the error of a chosen profile
 names it in its first line. The rows' resolved configs stay with the study returned (trial_checks.py's

@@ -8,12 +8,15 @@ the ways it is varied:
 - `exclude`: partial assignments whose combinations are dropped;
 - `variants`: named rows (a label plus dotted overrides), one of which may be the baseline;
 - `seeds`: repeats of every row;
-- `search`: grid (the default: the rows above), random or Optuna TPE over declared distributions;
+- `search`: grid (the default: the rows above), random or Optuna TPE over declared distributions, for one
+  metric or several (a multi-objective search: a Pareto set);
 - `profiles`: named dotted overrides of the study itself (`base.train.steps: 50000`, `resources.gpus: 1`);
 - `report`: the report's headline metric family and its baseline row;
 - `resources`: what one trial takes: CPUs and GPUs per worker, and its size (workers, parallelism), which
   a row's own `distributed.*` overrides;
 - `expect`: the paper's claims about the results, checked by the report (expect.py).
+- `published`: the papers' numbers for a profile's setting, shown beside the measured cells by that
+  profile's report (resolved against its rows in published_checks.py).
 The rows these make are in `rows.py`; loading and profiles in `load.py`, the checks that need every resolved
 trial in `trial_checks.py`, `sweeps.py` and `search_checks.py`, the claims' in `claim_checks.py`. Constraints
 on single fields are in the types.
