@@ -68,14 +68,18 @@ def _search_algorithm(study: Study):
 
         class SparseMetricOptunaSearch(OptunaSearch):
             """Optuna's Tune searcher reads the metric from every result; ours arrive only with some results
-            (validation every eval_every steps, perplexity at the end), so results without it are skipped."""
+            (validation every eval_every steps, perplexity at the end), so results without it are skipped.
+            Several metrics (a list, with a list of modes): Optuna's multi-objective study, told each sample's
+            metrics when it completes (it takes no intermediate results)."""
 
             def on_trial_result(self, trial_id, result):
-                if self.metric in result:
+                if isinstance(self.metric, str) and self.metric in result:
                     super().on_trial_result(trial_id, result)
 
-        return SparseMetricOptunaSearch(metric=study.search.metric, mode=study.search.mode,
-                                        sampler=TPESampler(seed=study.search.seed))
+        search = study.search
+        # TPE is Optuna's multi-objective sampler too (MOTPE): one sampler, seeded, for one or several metrics.
+        metric, mode = (search.metrics, search.modes) if search.multi_objective else (search.metric, search.mode)
+        return SparseMetricOptunaSearch(metric=metric, mode=mode, sampler=TPESampler(seed=search.seed))
     if study.search.algorithm == "random":
         from ray.tune.search import BasicVariantGenerator
 
