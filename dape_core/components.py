@@ -347,8 +347,13 @@ def _builtins() -> None:
     if _LOADED:
         return
     _LOADED = True
-    importlib.import_module("dape_core.encodings")
-    importlib.import_module("dape_core.processor_records")
+    owners = _OWNER[:]
+    _OWNER.clear()  # the built-ins are no plugin's, whoever's registration asked for them first
+    try:
+        importlib.import_module("dape_core.encodings")
+        importlib.import_module("dape_core.processor_records")
+    finally:
+        _OWNER.extend(owners)
 
 
 def discover_contrib() -> None:
@@ -357,6 +362,7 @@ def discover_contrib() -> None:
     if _DISCOVERED:
         return
     _DISCOVERED = True
+    _builtins()
     from . import contrib
 
     for module in pkgutil.iter_modules(contrib.__path__):

@@ -11,6 +11,8 @@ needs.
 
 from __future__ import annotations
 
+import importlib
+
 from .components import Encoding, Setting, encodings, register_encoding
 
 # docs/method.md §2 constants that are not study parameters.
@@ -36,10 +38,9 @@ def _t5(cfg) -> int:
 
 
 def _position():
-    """dape_core.position, imported when a model is built (validating a study needs no torch)."""
-    from . import position
-
-    return position
+    """dape_core.position, imported when a model is built (validating a study needs no torch; by name, as the
+    modules are the records' readers, not their dependencies)."""
+    return importlib.import_module("dape_core.position")
 
 
 # The order is the order a study's error message lists them in.

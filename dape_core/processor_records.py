@@ -11,6 +11,8 @@ It loads without torch: validating a study reads it.
 
 from __future__ import annotations
 
+import importlib
+
 from .components import Cost, Form, Processor, Setting, forms, processors, register_form, register_processor
 
 
@@ -39,9 +41,9 @@ def _form_without_bias(cfg) -> set[str]:
 
 
 def _build_conv(cfg, has_bias: bool):
-    from .processors import ConvScoreProcessor
-
-    return ConvScoreProcessor(cfg.n_head, has_bias, cfg.d_dape, cfg.kernel_shape, cfg.form, cfg.leak, cfg.causal)
+    # by name, when a model is built: processors.py reads these records, it is not their dependency
+    conv = importlib.import_module("dape_core.processors").ConvScoreProcessor
+    return conv(cfg.n_head, has_bias, cfg.d_dape, cfg.kernel_shape, cfg.form, cfg.leak, cfg.causal)
 
 
 _COMMON = (Setting("d_dape", label="DAPE width"), Setting("form", label="DAPE form"),

@@ -245,7 +245,8 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
         say(f"{len(outcome.skipped)} trial(s) already evaluated with this protocol: skipped")
     say(f"Evaluating {len(tasks)} stored trial(s){' one at a time (timing)' if request.time else ''}"
         f"{' in this process' if local else ' on Ray'}")
-    payloads = [{**task.payload(), "tracking_uri": tracking_uri, "launch_dir": str(Path.cwd())} for task in tasks]
+    payloads = [{**task.payload(), "tracking_uri": tracking_uri, "launch_dir": str(Path.cwd()),
+                 "plugins": list(study.plugin_payloads())} for task in tasks]  # loaded where a task runs
 
     def done(task: TrialTask, result: dict | None, error: str | None) -> None:
         if error is not None:
