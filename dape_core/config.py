@@ -8,6 +8,7 @@ model, and the tests check that the two agree.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import asdict
 from typing import Annotated, Any, Literal, Union
 
@@ -140,7 +141,8 @@ class ModelConfig:
         padded on the past side only.
     options: the settings of their own that the position encoding and the score processor in use declare
         (contrib and plugin components: dape_core/components.py `Setting`), by name; checked against their
-        types, the missing ones filled in with their defaults. Empty for the components of docs/method.md.
+        types, the missing ones filled in with their defaults; another registered component's options are
+        dropped (not read here). Empty for the components of docs/method.md.
     eval_block_size: without gradients (evaluation) the block path is used automatically once T exceeds
         this many rows; each block then holds at most this many rows and about 2^22 score entries per
         batch (a few hundred MB), so long evaluation fits in memory. None always evaluates on the direct path.
@@ -192,14 +194,25 @@ class ModelConfig:
 
     def _checked_options(self) -> dict[str, Any]:
         """`options`: the settings of their own that the encoding and the processor in use declare
-        (dape_core/components.py `Setting`), each checked against its type, the missing ones at their defaults."""
+        (dape_core/components.py `Setting`), each checked against its type, the missing ones at their defaults.
+        An option of another registered component is dropped (a study's base may set a plugin's option for the
+        rows that use it; the others do not read it, like `kernel_size` without a processor); one that no
+        registered component declares is an error."""
+        if not isinstance(self.options, dict):
+            raise ValueError(f"options: expected a mapping of option names to values, got {self.options!r}")
         declared = {setting.name: (setting, record) for record in (self.encoding, self.processor_facts)
                     for setting in record.options}
-        unknown = sorted(set(self.options) - set(declared))
+        if not self.options and not declared:  # (the registry is not listed: that would import contrib)
+            return {}
+        known = {setting.name for registry in (components.encodings, components.processors)
+                 for record in registry.values() for setting in record.options}
+        unknown = sorted(set(self.options) - known)
         if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
             offered = ", ".join(declared) or "none"
-            raise ValueError(f"options.{unknown[0]}: not a setting of encoding {self.pos_encoding!r} or processor "
-                             f"{self.processor!r} (their options: {offered})")
+            raise ValueError(f"options.{unknown[0]}: no registered component declares it{hint}; encoding "
+                             f"{self.pos_encoding!r} and processor {self.processor!r} take: {offered}")
         checked = {}
         for name, (setting, record) in declared.items():
             if name not in self.options:

@@ -112,8 +112,13 @@ def test_a_builtin_added_through_the_api_is_one_file():
     assert "model.fire_width" in unused_settings(cfg) and not any("options" in key for key in unused_settings(cfg))
     with pytest.raises(ValueError, match=r"options.sandwich_dim \(sandwich's\): .*must be even"):
         ModelConfig(pos_encoding="sandwich", options={"sandwich_dim": 7})
-    with pytest.raises(ValueError, match=r"options.sandwich_dims: not a setting .*their options: sandwich_dim"):
+    with pytest.raises(ValueError, match=r"options.sandwich_dims: no registered component declares it \(did you mean "
+                                         r"'sandwich_dim'\?\); encoding 'sandwich' and processor 'none' take: "
+                                         r"sandwich_dim"):
         ModelConfig(pos_encoding="sandwich", options={"sandwich_dims": 8})
+    # another component's option: not read by this model, so not part of its config (a base may set it for the
+    # rows that use the component)
+    assert ModelConfig(pos_encoding="kerple", options={"sandwich_dim": 8}).to_dict().get("options") is None
 
 
 def test_a_near_miss_names_the_known_components():
