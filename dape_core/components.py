@@ -199,8 +199,8 @@ class Processor(_Described):
         without a bias encoding).
     kernel: `ModelConfig -> (query rows, key columns)` of a convolutional processor, None otherwise.
     fused: the fused Triton kernels compute it (a convolution of the DAPE family).
-    causal: its row i reads no score of a later key unless `model.leak` is on (every processor of a causal LM
-        must be; the audit checks it).
+    causal: its row i reads no score of a later key unless `model.leak` is on (the audit checks it); False: it
+        reads later keys by design, so a model may use it only as a bidirectional encoder (`causal: false`).
     """
 
     def __init__(self, name: str, label: str, build: Callable[..., Any] | None = None, *,
@@ -229,9 +229,9 @@ class Processor(_Described):
         if not self._cost_given or not callable(self.cost):
             raise ComponentError(f"processor {self.name!r} misses its cost (cost: ModelConfig -> Cost: parameters, "
                                  "multiply-adds and floats per score-map entry, for the plan)")
-        if self.causal is not True:
-            raise ComponentError(f"processor {self.name!r}: causal must be True (a processor of a causal LM reads no "
-                                 "later key unless model.leak is on)")
+        if not isinstance(self.causal, bool):
+            raise ComponentError(f"processor {self.name!r}: causal must be True (it reads no later key unless "
+                                 "model.leak is on) or False (it does: bidirectional models only)")
         _check_common(self, "processor", PROCESSOR_FIELDS)
 
 

@@ -175,6 +175,9 @@ class ModelConfig:
         self.n_layer = self.n_layer or layers
         self.d_model = self.d_model or width
         self.n_head = self.n_head or heads
+        if self.causal and not self.processor_facts.causal:
+            raise ValueError(f"processor {self.processor!r} reads later keys (its record is not causal): it serves "
+                             "bidirectional models only (causal: false)")
         if self.processor_facts.present and FORMS[self.form].needs_bias and not self.has_bias:
             raise ValueError(f"form {self.form!r} needs a position encoding with a bias; {self.pos_encoding!r} has none")
         self.options = self._checked_options()

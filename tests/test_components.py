@@ -143,6 +143,17 @@ def test_a_record_missing_a_part_or_taking_a_name_is_refused():
     assert not {"costless", "typeless", "misplaced"} & set(processors.names())
 
 
+def test_a_processor_that_reads_later_keys_serves_bidirectional_models_only():
+    record = processors.add(Processor("two_sided", "two-sided", lambda cfg, has_bias: None, cost=lambda cfg: Cost(),
+                                      causal=False))
+    try:
+        with pytest.raises(ValueError, match="'two_sided' reads later keys .* bidirectional models only"):
+            ModelConfig(processor="two_sided")
+        assert ModelConfig(processor="two_sided", causal=False).processor_facts is record
+    finally:
+        processors.remove("two_sided")
+
+
 def test_the_schema_lists_the_registered_names():
     from orchestrator.study.schema import study_json_schema
 
