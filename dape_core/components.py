@@ -25,11 +25,24 @@ from __future__ import annotations
 import difflib
 import importlib
 import pkgutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Iterator, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
-__all__ = ["ComponentError", "Cost", "Encoding", "Form", "Processor", "Setting", "register_encoding",
-           "register_form", "register_processor", "encodings", "processors", "forms"]
+__all__ = [
+    "ComponentError",
+    "Cost",
+    "Encoding",
+    "Form",
+    "Processor",
+    "Setting",
+    "encodings",
+    "forms",
+    "processors",
+    "register_encoding",
+    "register_form",
+    "register_processor",
+]
 
 # The ModelConfig fields that belong to a component (marked not applicable where the component in use does not
 # read them). A new component's own settings are options (`model.options`), declared in its record.

@@ -201,8 +201,6 @@ class ModelConfig:
         An option of another registered component is dropped (a study's base may set a plugin's option for the
         rows that use it; the others do not read it, like `kernel_size` without a processor); one that no
         registered component declares is an error."""
-        if not isinstance(self.options, dict):
-            raise ValueError(f"options: expected a mapping of option names to values, got {self.options!r}")
         declared = {setting.name: (setting, record) for record in (self.encoding, self.processor_facts)
                     for setting in record.options}
         if not self.options and not declared:  # (the registry is not listed: that would import contrib)

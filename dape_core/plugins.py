@@ -122,7 +122,7 @@ def _execute(spec: str, module: str, kind: str, path: str, source: str, digest: 
     except ComponentError as error:
         _undo(module)
         raise PluginError(f"{spec!r} is refused: {error}") from None
-    except BaseException as error:  # noqa: BLE001 - whatever its import raises is the plugin's fault to report
+    except BaseException as error:
         _undo(module)
         if isinstance(error, KeyboardInterrupt):
             raise

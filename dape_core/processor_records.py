@@ -13,7 +13,16 @@ from __future__ import annotations
 
 import importlib
 
-from .components import Cost, Form, Processor, Setting, forms, processors, register_form, register_processor
+from .components import (
+    Cost,
+    Form,
+    Processor,
+    Setting,
+    forms,
+    processors,
+    register_form,
+    register_processor,
+)
 
 
 def _conv_kernel(cfg) -> tuple[int, int]:

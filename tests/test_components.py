@@ -11,7 +11,15 @@ import torch
 
 from dape_core import ExperimentConfig, ModelConfig, build_model
 from dape_core.applicability import unused_settings
-from dape_core.components import ComponentError, Cost, Processor, Setting, encodings, forms, processors
+from dape_core.components import (
+    ComponentError,
+    Cost,
+    Processor,
+    Setting,
+    encodings,
+    forms,
+    processors,
+)
 from orchestrator.planning.estimate import forward_flops_per_sequence
 from orchestrator.planning.learned import shape_key
 from orchestrator.reporting import names

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from cli_support import run_cli
+
 from dape_core import components, plugins
 from dape_core.plugins import PluginError, load_shipped
 
@@ -77,13 +77,13 @@ CONV = """
 
 
 @pytest.mark.parametrize("text,problem", [
-    ("import no_such_lab_module\n", r"'plugin.py' does not import: ModuleNotFoundError: No module named "
-                                    r"'no_such_lab_module'"),
+    ("import no_such_lab_module\n", (r"'plugin.py' does not import: ModuleNotFoundError: No module named "
+                                     r"'no_such_lab_module'")),
     ("def broken(:\n", r"'plugin.py' does not import: SyntaxError"),
-    (CONV.format(name="dape", shift=1), r"'plugin.py' is refused: score processor 'dape' is already registered "
-                                        r"\(built-in\)"),
-    ("from dape_core.components import Processor, register_processor\n"
-     "register_processor(Processor('planted', 'x', lambda cfg, has_bias: None))\n",
+    (CONV.format(name="dape", shift=1), (r"'plugin.py' is refused: score processor 'dape' is already registered "
+                                         r"\(built-in\)")),
+    (("from dape_core.components import Processor, register_processor\n"
+      "register_processor(Processor('planted', 'x', lambda cfg, has_bias: None))\n"),
      r"'plugin.py' is refused: processor 'planted' misses its cost"),
     ("x = 1\n", r"'plugin.py' registers no component"),
 ])

@@ -30,8 +30,15 @@ from .plugin_checks import load_plugins, plugin_problems
 from .problems import StudyError, format_pydantic
 from .search_checks import search_problems
 from .sweeps import sweep_problems
-from .trial_checks import (MAX_ROWS, ResolvedTrial, identity_problems, resolved_trials, row_count,
-                           run_name_problems, validate_config)
+from .trial_checks import (
+    MAX_ROWS,
+    ResolvedTrial,
+    identity_problems,
+    resolved_trials,
+    row_count,
+    run_name_problems,
+    validate_config,
+)
 from .yaml_loader import load_yaml
 
 __all__ = ["apply_study_overrides", "load_study", "parse_study", "profile_data_notes", "read_study", "read_study_yaml", "validate_config"]
