@@ -193,7 +193,7 @@ def test_the_example_plugin_through_every_command(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_on_ray_the_plugin_travels_and_one_missing_on_the_workers_is_refused(tmp_path, capsys, monkeypatch):
+def test_on_ray_the_plugin_travels_and_one_missing_on_the_workers_is_refused(local_ray, tmp_path, capsys, monkeypatch):
     """A real Ray run: a file plugin whose own import exists only on the driver's path is refused before any
     trial; the example plugin's trial runs on a Ray worker from the source the driver sent."""
     helpers = tmp_path / "driver_only"
