@@ -108,8 +108,10 @@ class ModelConfig:
     """Shape and attention recipe of a causal LM.
 
     preset: a key of PRESETS; `n_layer`, `d_model`, `n_head` override it when given.
-    pos_encoding: position encoding of docs/method.md §2 (one of POS_ENCODINGS).
-    processor: `none`, `dape` (MLP across heads = 1x1 conv) or `dapev2` (1xk conv along keys).
+    pos_encoding: position encoding: one of docs/method.md §2 (POS_ENCODINGS), or a name that dape_core/contrib/
+        or a study's plugin registers (dape_core/components.py; docs/extending.md).
+    processor: `none`, `dape` (MLP across heads = 1x1 conv) or `dapev2` (1xk conv along keys), or a name that
+        contrib or a plugin registers.
     kernel_size: DAPE V2 kernel: an odd k (a 1xk kernel along the key axis) or a pair (kq, kk) with kk odd:
         kq query rows, padded on the past side only so that the kernel stays causal (no published method
         has kq > 1). `dape` always uses 1x1.
