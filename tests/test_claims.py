@@ -127,15 +127,15 @@ def test_the_paired_test_and_holm_match_scipy(judged, built):
 
 
 @pytest.mark.slow
-def test_claims_section_comes_first_with_measured_values(judged):
+def test_claims_section_follows_the_headline_table_with_measured_values(judged):
     _, report, results = judged
     text = report.markdown
-    assert text.index("## Claims") < text.index("## Perplexity")
+    assert text.index("## Perplexity") < text.index("## Claims") < text.index("## ΔP")  # Table 1, claims, Table 2
     assert re.search(r"\| dape_flat_to_4x\s.*\| \*\*holds\*\*\s*\| 3\s*\|", text)
     ratio = results["dape_flat_to_4x"].checks[0]
     assert ratio.holds and ratio.text.startswith("DAPE-Kerple: ppl_128/ppl_32 = ")
     html = (report.folder / "report.html").read_text()
-    assert html.index('id="claims"') < html.index('id="table-perplexity"')
+    assert html.index('id="table-perplexity"') < html.index('id="claims"') < html.index('id="table-delta_p"')
     assert '<tr class="claim-fails">' in html
 
 

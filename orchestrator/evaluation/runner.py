@@ -205,6 +205,7 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
             points = names.by_length(metrics, prefix)
             if points:
                 store.log_series(task.run_id, name, points, timestamp_ms=now)
+        store.log_length_table(task.run_id)  # the run's table by length, with the lengths just added
     for path in result.get("artifacts") or []:
         if Path(path).is_file():
             store.log_artifact(task.run_id, Path(path), "attention")

@@ -51,10 +51,11 @@ def _device(frame: pd.DataFrame) -> str:
     """The device and precision the trials ran on, with the hardware where the runs recorded it."""
     devices = ", ".join(map(str, _values(frame, "device")))
     precisions = ", ".join(map(str, _values(frame, "precision")))
-    text = devices + (f" ({precisions})" if precisions else "")
     recorded = frame[[c for c in frame if c == "device" or c.startswith(ENV_TAG_PREFIX)]].drop_duplicates()
     machines = sorted({text for text in (hardware(row) for _, row in recorded.iterrows()) if text})
-    return text + (f"; {' | '.join(machines)}" if machines else "")
+    if machines:  # "cpu: AMD EPYC ... (16 CPU cores on the machine)" names the device itself
+        return " | ".join(machines) + (f"; precision {precisions}" if precisions else "")
+    return devices + (f" ({precisions})" if precisions else "")
 
 
 def setup_summary(trials: pd.DataFrame) -> list[tuple[str, str]]:
