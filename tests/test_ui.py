@@ -97,19 +97,22 @@ def test_html_report_renders_in_chromium(built, chromium, tmp_path):
 
 def test_table_1_is_above_the_first_scroll(built, chromium, tmp_path):
     """The result first: in a 1280 x 1000 px Chromium window, Table 1 (perplexity) is whole on the first screen,
-    and the claims start after it. Measured by the browser's layout (getBoundingClientRect), read back from the
-    DOM of a copy of the report with a probe script."""
+    before any other section. Measured by the browser's layout (getBoundingClientRect), read back from the DOM
+    of a copy of the report with a probe script."""
     html = (built.report_dir / "report.html").read_text()
-    probe = ("<script>const box = id => document.getElementById(id).getBoundingClientRect();"
-             "document.body.setAttribute('data-probe', [box('table-perplexity').top, box('table-perplexity').bottom,"
-             "box('claims').top, window.innerHeight].join(','));</script>")
+    probe = ("<script>const table = document.getElementById('table-perplexity').getBoundingClientRect();"
+             "const next = document.querySelectorAll('h2')[1].getBoundingClientRect();"
+             "document.body.setAttribute('data-probe', [table.top, table.bottom, next.top, window.innerHeight]"
+             ".join(','));</script>")
     page = tmp_path / "probe.html"
     page.write_text(html.replace("</body>", probe + "</body>"))
     dom = _chromium(chromium, tmp_path / "profile", "--window-size=1280,1000", "--dump-dom", page.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
-    top, bottom, claims, height = map(float, re.search(r'data-probe="([^"]+)"', dom.stdout).group(1).split(","))
+    probed = re.search(r'data-probe="([^"]+)"', dom.stdout)
+    assert probed, dom.stdout[-3000:]
+    top, bottom, after, height = map(float, probed.group(1).split(","))
     assert 0 < top < bottom <= height <= 1000, (top, bottom, height)
-    assert claims > bottom
+    assert after > bottom  # the section after Table 1 (ΔP's table here) starts below it
 
 
 def _read_until(stream, pattern: str, timeout: float) -> tuple[re.Match | None, list[str]]:
