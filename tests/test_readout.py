@@ -62,6 +62,10 @@ def test_length_plots_mark_the_training_length_and_use_the_lengths_as_ticks(tmp_
     assert "train L=64" in svg
     ticks = re.findall(r">(\d+)</text>", svg)
     assert [t for t in ticks if int(t) in LENGTHS] == [str(length) for length in LENGTHS]
+    # ΔP leaves out its column at the training length; the axis still shows where that length is.
+    gains = build_table(next(f for f in FAMILIES if f.key == "delta_p"), trials, "final value")
+    svg = plots.by_length(gains, trials, tmp_path).vector.read_text()
+    assert [t for t in re.findall(r">(\d+)</text>", svg) if int(t) in LENGTHS] == [str(length) for length in LENGTHS]
 
 
 def test_training_curves_have_about_five_step_ticks(tmp_path):

@@ -208,7 +208,7 @@ def by_length(table: Table, finished: pd.DataFrame, folder: Path) -> Plot:
         by_block.setdefault(row.block, []).append(row)
     trained = training_lengths(finished)
     for ax, block in zip(axes, blocks):
-        lengths = _draw_by_length(ax, table, by_block.get(block, []), bool(table.blocks))
+        lengths = sorted(set(_draw_by_length(ax, table, by_block.get(block, []), bool(table.blocks))) | set(trained))
         _mark_training_lengths(ax, trained)
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(FixedLocator(lengths))
