@@ -105,9 +105,15 @@ class Invocation:
     def reports_folder(self, given: Path | None) -> Path:
         """Where this store's reports go: --reports-dir, else the store's own folder (tracking/uri.py
         `reports_root`: the project's reports/ for the project's store, never for another store)."""
+        from ..folders import unwritable
         from ..tracking.uri import reports_root
 
-        return given if given is not None else reports_root(self.uri, self.study_path)
+        if given is not None:
+            return given
+        folder = reports_root(self.uri, self.study_path)
+        if unwritable(folder) is not None:  # beside a read-only store: in the project's reports/, by the store's name
+            return reports_root(self.uri, self.study_path, beside=False)
+        return folder
 
     def writable_reports(self, given: Path | None) -> Path:
         """`reports_folder(given)`, or exit 2 where it cannot be written."""
