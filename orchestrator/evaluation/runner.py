@@ -234,17 +234,20 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
 
 def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, local: bool = False,
                    address: str | None = None, reports_dir: Path = Path("reports"), study_path: Path | None = None,
-                   say: Callable[[str], None] = print, report: bool = True) -> EvaluationOutcome:
+                   say: Callable[[str], None] = print, report: bool = True,
+                   trials: list[Trial] | None = None) -> EvaluationOutcome:
     """Evaluate what the study's finished trials lack (see the module's docstring), then build the report
     (rebuilt where something was evaluated), whose claims the outcome carries. `report`: False where the
-    caller builds it (`orchestrator run`, after evaluating its report.lengths)."""
+    caller builds it (`orchestrator run`, after evaluating its report.lengths). `trials`: the study expanded,
+    where the caller has it (`orchestrator run`'s rows)."""
     from ..tracking.source import code_source
     from ..reporting import build_report, render_md
 
     started = time.monotonic()
     store = StudyStore.open(tracking_uri, study.name)
     outcome = EvaluationOutcome()
-    trials = expand(study)  # once: the stored runs are matched against these, and the report reads them
+    if trials is None:  # once: the stored runs are matched against these, and the report reads them
+        trials = expand(study)
     tasks = plan_tasks(study, store, request, outcome, trials)
     for note in outcome.without_weights:
         say(f"note: {note}")
