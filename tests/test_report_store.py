@@ -59,6 +59,7 @@ def test_a_report_built_from_another_store_leaves_the_projects_report_unchanged(
     copy = tmp_path / "copy"
     copy.mkdir()
     shutil.copy(project / "mlruns" / "mlflow.db", copy / "mlflow.db")
+    shutil.copytree(project / "mlruns" / "artifacts", copy / "artifacts")  # a store is copied with its artifacts
     other = f"sqlite:///{copy / 'mlflow.db'}"
     # The copy gains a column the project's store does not have; then its report is built again.
     code, output = run_cli(capsys, "evaluate", study, "--tracking-uri", other, "--lengths", "128", "--local")

@@ -118,6 +118,7 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
         if shorter:
             task.notes.append(f"lengths {shorter} are below its training length {seq_len}: not evaluated")
         if stale:
+            task.rescored = True
             task.notes.append(f"measured under evaluation protocol {measured_under(tags)}: every length it has is "
                               f"scored again under protocol {PROTOCOL_VERSION} (docs/protocol.md)")
         tasks.append(task)
