@@ -46,7 +46,7 @@ def evaluate_later(context: RunContext, outcome: StudyOutcome, reports_dir: Path
     try:
         evaluated = evaluate_study(study, context.tracking_uri, EvalRequest(), local=context.local,
                                    address=context.address, reports_dir=reports_dir, study_path=context.study_path,
-                                   say=say, report=False)
+                                   say=say, report=False, trials=context.rows)
     except EvaluationRefused as error:
         say(f"note: report.lengths not evaluated: {error}")
         return

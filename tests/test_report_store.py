@@ -13,13 +13,35 @@ import yaml
 from cli_support import run_cli
 from test_evaluate import BASE, VARIANTS
 
-pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow, pytest.mark.timeout(300)]
+
+def test_where_the_reports_of_each_store_go(tmp_path, monkeypatch):
+    from orchestrator.tracking.uri import reports_root
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    project = tmp_path / "p"
+    (project / "studies").mkdir(parents=True)
+    study = project / "studies" / "s.yaml"
+    assert reports_root(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}", study) == project / "reports"
+    assert reports_root(f"sqlite:///{project}/studies/../mlruns/mlflow.db", study) == project / "reports"  # same file
+    assert reports_root(f"sqlite:///{tmp_path / 'copy' / 'mlflow.db'}", study) == tmp_path / "copy" / "reports"
+    assert reports_root(f"sqlite:///{tmp_path / 'copy' / 'mlflow.db'}", study, beside=False) == \
+        project / "reports" / f"store-{str(tmp_path / 'copy' / 'mlflow.db').strip('/').replace('/', '_')}"
+    assert reports_root("http://mlflow:5000/", study) == project / "reports" / "store-mlflow_5000"
+    # A database beside the project's reports/ would share it: it gets a folder of its own there.
+    assert reports_root(f"sqlite:///{project / 'other.db'}", study).parent == project / "reports"
+    assert reports_root(f"sqlite:///{project / 'other.db'}", study) != project / "reports"
+    # MLFLOW_TRACKING_URI names the project's store: its reports are the project's.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow:5000")
+    assert reports_root("http://mlflow:5000", study) == project / "reports"
 
 
 def _files(folder: Path) -> dict[str, bytes]:
     return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_report_built_from_another_store_leaves_the_projects_report_unchanged(tmp_path, capsys, monkeypatch):
     project = tmp_path / "project"
     (project / "studies").mkdir(parents=True)
@@ -37,6 +59,7 @@ def test_a_report_built_from_another_store_leaves_the_projects_report_unchanged(
     copy = tmp_path / "copy"
     copy.mkdir()
     shutil.copy(project / "mlruns" / "mlflow.db", copy / "mlflow.db")
+    shutil.copytree(project / "mlruns" / "artifacts", copy / "artifacts")  # a store is copied with its artifacts
     other = f"sqlite:///{copy / 'mlflow.db'}"
     # The copy gains a column the project's store does not have; then its report is built again.
     code, output = run_cli(capsys, "evaluate", study, "--tracking-uri", other, "--lengths", "128", "--local")

@@ -105,20 +105,28 @@ class Invocation:
     def reports_folder(self, given: Path | None) -> Path:
         """Where this store's reports go: --reports-dir, else the store's own folder (tracking/uri.py
         `reports_root`: the project's reports/ for the project's store, never for another store)."""
+        from ..folders import unwritable
         from ..tracking.uri import reports_root
 
-        return given if given is not None else reports_root(self.uri, self.study_path)
+        if given is not None:
+            return given
+        folder = reports_root(self.uri, self.study_path)
+        if unwritable(folder) is not None:  # beside a read-only store: in the project's reports/, by the store's name
+            return reports_root(self.uri, self.study_path, beside=False)
+        return folder
 
     def writable_reports(self, given: Path | None) -> Path:
         """`reports_folder(given)`, or exit 2 where it cannot be written. Where the folder follows from a SQLite
-        store (none given), the store's own folder is checked first, so that the message names the cause."""
+        store (none given) that does not exist yet, the folder it will be created in is checked first, so that
+        the message names the cause; an existing store in a read-only folder (an archive) is read, its reports
+        going to the project's reports/store-<name>/ (`reports_folder`)."""
         if given is None:
             from ..errors import StoreUnusable
             from ..tracking.sqlite_file import check_folder_writable
             from ..tracking.uri import sqlite_path
 
             database = sqlite_path(self.uri)
-            if database is not None:
+            if database is not None and not database.expanduser().exists():
                 try:
                     check_folder_writable(database.expanduser())
                 except StoreUnusable as error:

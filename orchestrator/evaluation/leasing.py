@@ -56,7 +56,7 @@ def lease_tasks(tasks: list[TrialTask], leases: LeaseBook, store: StudyStore, re
         keys = wanted[task.run_id]
         now = metrics.get(task.run_id, {})
         gone = {key for key, unit in keys.items() if key in blocked or (
-            not redo and isinstance(unit, int) and _metric(task, unit) in now) or (
+            not (redo or task.rescored) and isinstance(unit, int) and _metric(task, unit) in now) or (
             unit == TIME and not request.again and timed(now))}
         done_meanwhile += len({key for key in gone if key not in blocked})
         task.lengths = [length for length in task.lengths if _key(task, f"{length}{task.suffix}") not in gone]

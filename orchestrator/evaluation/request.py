@@ -84,6 +84,7 @@ class TrialTask:
     repeats: int = 20
     timed_lengths: list[int] = field(default_factory=list)  # --time: the forward at every length it has ppl for
     che: bool = False  # a CHE model: `lengths` are test lengths, scored as accuracy (acc_<L>)
+    rescored: bool = False  # measured under an older protocol: its lengths are scored again though present
     notes: list[str] = field(default_factory=list)
 
     def payload(self) -> dict:

@@ -118,6 +118,7 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
         if shorter:
             task.notes.append(f"lengths {shorter} are below its training length {seq_len}: not evaluated")
         if stale:
+            task.rescored = True
             task.notes.append(f"measured under evaluation protocol {measured_under(tags)}: every length it has is "
                               f"scored again under protocol {PROTOCOL_VERSION} (docs/protocol.md)")
         tasks.append(task)
@@ -239,10 +240,12 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
 
 def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, local: bool = False,
                    address: str | None = None, reports_dir: Path = Path("reports"), study_path: Path | None = None,
-                   say: Callable[[str], None] = print, report: bool = True) -> EvaluationOutcome:
+                   say: Callable[[str], None] = print, report: bool = True,
+                   trials: list[Trial] | None = None) -> EvaluationOutcome:
     """Evaluate what the study's finished trials lack (see the module's docstring), then build the report
     (rebuilt where something was evaluated), whose claims the outcome carries. `report`: False where the
-    caller builds it (`orchestrator run`, after evaluating its report.lengths)."""
+    caller builds it (`orchestrator run`, after evaluating its report.lengths). `trials`: the study expanded,
+    where the caller has it (`orchestrator run`'s rows)."""
     from ..tracking.source import code_source
     from ..reporting import build_report, render_md
 
@@ -250,7 +253,8 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
     store = StudyStore.open(tracking_uri, study.name)
     require_artifacts_here(tracking_uri)  # a copied store is evaluated in its own place, never the original's
     outcome = EvaluationOutcome()
-    trials = expand(study)  # once: the stored runs are matched against these, and the report reads them
+    if trials is None:  # once: the stored runs are matched against these, and the report reads them
+        trials = expand(study)
     tasks = plan_tasks(study, store, request, outcome, trials)
     for note in outcome.without_weights:
         say(f"note: {note}")

@@ -78,24 +78,25 @@ def same_store(first: str, second: str) -> bool:
     return first.rstrip("/") == second.rstrip("/")
 
 
-def reports_root(tracking_uri: str, study_path: str | Path | None = None) -> Path:
+def reports_root(tracking_uri: str, study_path: str | Path | None = None, beside: bool = True) -> Path:
     """Where the reports of a store go (each study's in `<root>/<study>/`): a report belongs to its store, so that
     a command reading another store (`--tracking-uri`) never overwrites the project's own (docs/protocol.md).
 
     - the project's own store (the one chosen without --tracking-uri: MLFLOW_TRACKING_URI, else the project's
       mlruns/mlflow.db): `reports/` in the project folder, as always;
     - another SQLite store: `reports/` beside its database file (a copy in /tmp/x/mlflow.db: /tmp/x/reports/);
-    - another tracking server (or a database file in the project folder itself): `reports/store-<its address>/`
-      in the project folder.
+    - another tracking server (or a database file in the project folder itself, or, with `beside` False, any
+      other SQLite store: the caller's choice where the folder beside it cannot be written, a read-only
+      archive): `reports/store-<its address>/` in the project folder.
     """
     project = project_folder(study_path)
     if same_store(tracking_uri, choose_store(None, study_path).uri):
         return project / REPORTS
     database = sqlite_path(tracking_uri)
-    if database is not None:
-        beside = database.expanduser().resolve().parent / REPORTS
-        if beside.resolve() != (project / REPORTS).resolve():
-            return beside
+    if database is not None and beside:
+        folder = database.expanduser().resolve().parent / REPORTS
+        if folder.resolve() != (project / REPORTS).resolve():
+            return folder
     return project / REPORTS / store_slug(tracking_uri)  # a server, or a database file in the project folder
 
 
