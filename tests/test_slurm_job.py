@@ -52,8 +52,14 @@ def test_one_gpu_node_by_default_sized_for_the_largest_trial(tmp_path, monkeypat
     assert f"--output={tmp_path}/slurm/%x-%j.out" in sbatch_lines(script)
     assert {"--signal=B:USR1@120", "--dependency=singleton", "--open-mode=append"} <= set(sbatch_lines(script))
     assert not any(line.startswith(("--partition", "--account", "--time", "--requeue")) for line in sbatch_lines(script))
-    # The default store is SQLite: the job serves it with an MLflow server on the first node.
-    assert f"--backend-store-uri sqlite:///{tmp_path}/mlruns/mlflow.db" in script
+    # The default store is SQLite: the job serves it with an MLflow server on the first node, behind a login
+    # made for the job (tests/test_slurm_auth.py), which the driver gets through its environment.
+    assert re.search(rf'^python -m orchestrator.slurm.node mlflow-server "\$JOB_DIR" "\$HEAD_IP" "\$MLFLOW_PORT" \\\n'
+                     rf'  sqlite:///{re.escape(str(tmp_path))}/mlruns/mlflow.db file://{re.escape(str(tmp_path))}'
+                     rf'/mlruns/artifacts &', script, re.M), script
+    assert f"JOB_DIR={tmp_path}/slurm/job-$SLURM_JOB_ID" in script
+    assert script.index('. "$JOB_DIR/mlflow-credentials"') < script.index("python -m orchestrator run")
+    assert "export MLFLOW_TRACKING_USERNAME MLFLOW_TRACKING_PASSWORD" in script
     assert re.search(rf"^python -m orchestrator run {re.escape(str(study))} --address \"\$RAY_ADDRESS_\" "
                      rf"--tracking-uri \"\$TRACKING_URI\" --reports-dir {tmp_path}/reports "
                      rf"--storage-dir {tmp_path}/.orchestrator &$", script, re.M), script
@@ -88,7 +94,8 @@ def test_two_gpu_nodes_with_every_option(tmp_path, monkeypatch):
                     '\\ python -m orchestrator.slurm.node ray-start worker "$RAY_ADDRESS_" "$RAY_TMP" &'), srun
     assert 'node wait-nodes "$RAY_ADDRESS_" "$SLURM_JOB_NUM_NODES" 90 || finish 1' in script
     # A tracking server is used as given: no server of the job's own.
-    assert "mlflow server" not in script and "TRACKING_URI=http://mlflow.internal:5000" in script
+    assert "mlflow-server" not in script and "TRACKING_URI=http://mlflow.internal:5000" in script
+    assert "mlflow-credentials" not in script
     assert f"python -m orchestrator run {study} train.steps=20 --address" in script
     assert '[ "$STOP" = timeout ] && [ "$CODE" != 0 ] && REQUEUE=1' in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
@@ -180,6 +187,6 @@ def test_stopping_a_ray_node_reaches_processes_in_groups_of_their_own():
 def test_writing_a_job_and_the_nodes_helpers_load_neither_torch_ray_nor_mlflow():
     # The helpers run on every node at the job's start, and `orchestrator slurm` on a login node.
     probe = ("import sys\nimport orchestrator.slurm.node, orchestrator.slurm.script, orchestrator.slurm.job, "
-             "orchestrator.slurm.submit\nprint(sorted(m for m in ('torch', 'ray', 'mlflow') if m in sys.modules))")
+             "orchestrator.slurm.submit, orchestrator.slurm.server\nprint(sorted(m for m in ('torch', 'ray', 'mlflow') if m in sys.modules))")
     result = subprocess.run([os.sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.strip().splitlines()[-1] == "[]"
