@@ -8,6 +8,8 @@ result carrying FINAL_FLAG: its metrics (ppl_<L>, delta_p_<L>, ms_per_step, ...)
 
 from __future__ import annotations
 
+import json
+
 import dape_core.metric_names as names
 
 # The isolated timings' prefix (dape_core.metric_names), read where both sides of a timing claim have them
@@ -22,6 +24,10 @@ ENVIRONMENT_KEY = "environment"
 # The files of the trial's kept model (dape_core.stored), logged by the driver as the run's artifacts WEIGHTS_FOLDER/.
 WEIGHTS_KEY = "weights"
 WEIGHTS_FOLDER = "model"
+# JSON: the system-metric samples the trial's process took since its last result (execution/system_metrics.py),
+# [[time in ms, {MLflow system metric: value}], ...] (`encode_samples`, `decode_samples`); the driver numbers
+# them, one step per sample of the run.
+SYSTEM_METRICS_KEY = "system_metrics"
 # Logged step by step as they arrive (and so not again with the final result).
 PERIODIC_KEYS = names.PERIODIC
 # A progress result's text, sent once when the trial found its checkpoint unreadable and started over: a tag.
@@ -51,3 +57,15 @@ def perplexity_by_length(metrics: dict[str, float]) -> dict[int, float]:
 
 def accuracies(metrics: dict[str, float]) -> dict[str, float]:
     return {name: value for name, value in metrics.items() if name.startswith(names.ACCURACY_PREFIXES)}
+
+
+Sample = tuple[int, dict[str, float]]  # (time in ms, {MLflow system metric: value})
+
+
+def encode_samples(samples: list[Sample]) -> str:
+    return json.dumps([[ms, values] for ms, values in samples])
+
+
+def decode_samples(text: str) -> list[Sample]:
+    """What `encode_samples` made."""
+    return [(int(ms), {key: float(value) for key, value in values.items()}) for ms, values in json.loads(text)]
