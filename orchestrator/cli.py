@@ -594,8 +594,9 @@ def slurm(
     nodes: Annotated[int, typer.Option(min=1, help="Nodes of the job: a Ray head on the first, workers on the rest.")] = 1,
     gpus_per_node: Annotated[Optional[int], typer.Option(min=0, help="GPUs per node; default: enough for the "
                                                          "study's largest trial.")] = None,
-    cpus_per_node: Annotated[Optional[int], typer.Option(min=1, help="CPUs per node; default: the largest trial's "
-                                                         "workers on a node, plus one for the driver.")] = None,
+    cpus_per_node: Annotated[Optional[int], typer.Option(min=1, help="CPUs per node; default: the trial workers "
+                                                         "the study runs at once (resources.max_concurrent), spread "
+                                                         "over the nodes, plus one for the driver.")] = None,
     partition: Annotated[Optional[str], typer.Option(help="SLURM partition (sbatch --partition).")] = None,
     account: Annotated[Optional[str], typer.Option(help="SLURM account (sbatch --account).")] = None,
     time_limit: Annotated[Optional[str], typer.Option("--time", help="Time limit, e.g. 1-00:00:00 (sbatch --time); "
@@ -620,13 +621,23 @@ def slurm(
     """Write (and with --submit, submit) a SLURM batch job that runs the study on Ray across its nodes."""
     study_path = _locate_or_exit(study_path)
     study = _load_or_exit(study_path, profile, overrides, check_data=True)
-    from .slurm.job import JobRequest, largest_trial, problems
+    from .slurm.job import JobRequest, problems
     from .slurm.script import JobTarget, render
+    from .slurm.sizing import TimeLimitError, size_job
     from .tracking.uri import resolve_tracking_uri
 
-    largest = largest_trial(study)
-    request = JobRequest(nodes, gpus_per_node, cpus_per_node, partition, account, time_limit, list(sbatch or []),
-                         list(setup) if setup else None, join_timeout, signal_grace, requeue).complete(largest)
+    try:  # the defaults (CPUs for the study's concurrency) and what the job will do, said first (on stderr)
+        request, largest, sized = size_job(study, JobRequest(nodes, gpus_per_node, cpus_per_node, partition, account,
+                                                             time_limit, list(sbatch or []), list(setup) if setup else None,
+                                                             join_timeout, signal_grace, requeue),
+                                           resolve_tracking_uri(tracking_uri, study_path))
+    except TimeLimitError as error:
+        err.print(f"[red]Invalid option[/red]: {escape(str(error))}. Nothing was submitted.")
+        raise typer.Exit(EXIT_INVALID)
+    for line in sized.lines:
+        err.print(line, markup=False)
+    for warning in sized.warnings:
+        err.print(f"[yellow]Warning[/yellow]: {escape(warning)}.")
     found = problems(request, largest)
     if found:
         err.print("[red]Invalid option[/red]: " + escape("; ".join(found)) + ". Nothing was submitted.")
