@@ -57,3 +57,59 @@ def test_the_names_are_mlflows_own_and_the_interval_is_bounded():
     # MLflow's GPU monitor's names, for the GPUs (gpu_<i>_<key>).
     assert names.gpu_metric(0, names.GPU_UTILIZATION) == "system/gpu_0_utilization_percentage"
     assert names.gpu_metric(1, names.GPU_POWER_WATTS) == "system/gpu_1_power_usage_watts"
+
+
+class FakeNvml:
+    """NVML's calls the sampler makes, for two GPUs of which the second reports no power (a fault injected:
+    this machine has no NVIDIA driver; a GPU machine runs the real one)."""
+
+    class NVMLError(Exception):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return 3
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return f"gpu{index}"
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return f"uuid:{uuid}"
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return type("Rates", (), {"gpu": 80 if handle == "gpu2" else 40})()
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return type("Memory", (), {"used": 2e9, "total": 8e9})()
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        if handle != "gpu2":
+            raise self.NVMLError("Not Supported")
+        return 150_000  # mW
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+        return 300_000
+
+
+def test_gpus_are_the_ones_cuda_shows_and_power_only_where_the_driver_reports_it():
+    from orchestrator.execution.system_metrics import _Gpus, visible_handles
+
+    nvml = FakeNvml()
+    assert visible_handles(nvml, None) == ["gpu0", "gpu1", "gpu2"]
+    assert visible_handles(nvml, "2,GPU-1a2b") == ["gpu2", "uuid:GPU-1a2b"]  # Ray's and SLURM's two spellings
+    assert visible_handles(nvml, "NoDevFiles") == []
+    gpus = _Gpus(nvml, visible_handles(nvml, "2,0"))
+    values: dict[str, float] = {}
+    gpus.sample(values)
+    # gpu_0 is CUDA's device 0 of this process (NVML's GPU 2); gpu_1 (NVML's 0) reports no power.
+    assert values[names.gpu_metric(0, names.GPU_UTILIZATION)] == 80
+    assert values[names.gpu_metric(0, names.GPU_POWER_WATTS)] == 150
+    assert values[names.gpu_metric(0, names.GPU_POWER_PERCENT)] == 50
+    assert values[names.gpu_metric(1, names.GPU_MEMORY_MB)] == 2000
+    assert values[names.gpu_metric(1, names.GPU_MEMORY_PERCENT)] == 25
+    assert names.gpu_metric(1, names.GPU_POWER_WATTS) not in values and gpus.no_power == {1}
+    # The mean GPU utilisation a trial's final result carries is over its GPUs and its samples.
+    sampler = SystemSampler(gpus=False)
+    sampler._gpus = gpus
+    sampler.sample()
+    sampler.sample()
+    assert sampler.means()[names.MEAN_GPU_UTILIZATION] == 60  # (80 + 40) / 2 each time

@@ -30,6 +30,16 @@ INTERVAL_S = 10.0  # MLflow's own default sampling interval
 MIN_INTERVAL_S = 0.5
 
 
+def visible_handles(nvml, visible: str | None) -> list:
+    """NVML's handles of the GPUs CUDA shows this process, in CUDA's order: CUDA_VISIBLE_DEVICES's entries
+    (NVML indices or GPU UUIDs, as Ray and SLURM set them), every GPU where it is unset."""
+    if visible is None:
+        return [nvml.nvmlDeviceGetHandleByIndex(index) for index in range(nvml.nvmlDeviceGetCount())]
+    devices = [device.strip() for device in visible.split(",") if device.strip() and device.strip() != "NoDevFiles"]
+    return [nvml.nvmlDeviceGetHandleByIndex(int(device)) if device.isdigit() else nvml.nvmlDeviceGetHandleByUUID(device)
+            for device in devices]
+
+
 class _Gpus:
     """The trial's GPUs through NVML: CUDA_VISIBLE_DEVICES (indices or UUIDs) as CUDA numbers them, all of the
     machine's where it is unset. `None` from `open` where there is no NVIDIA driver or no pynvml."""
@@ -46,13 +56,7 @@ class _Gpus:
             import pynvml
 
             pynvml.nvmlInit()
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-            if visible is None:
-                handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-            else:
-                handles = [pynvml.nvmlDeviceGetHandleByIndex(int(device)) if device.strip().isdigit()
-                           else pynvml.nvmlDeviceGetHandleByUUID(device.strip())
-                           for device in visible.split(",") if device.strip() and device.strip() != "NoDevFiles"]
+            handles = visible_handles(pynvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
         except Exception:  # no pynvml, no driver, an unknown device: no GPU metrics, the trial goes on
             return None
         return cls(pynvml, handles) if handles else None
