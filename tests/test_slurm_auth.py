@@ -20,6 +20,7 @@ import pytest
 
 from orchestrator.slurm import server
 from orchestrator.slurm.node import free_port
+from orchestrator.tracking.client import TrackingLoginRefused, probe_server
 
 
 def mode(path: Path) -> int:
@@ -70,7 +71,7 @@ def status_of(url: str, login: tuple[str, str] | None = None) -> int:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_the_jobs_mlflow_server_refuses_a_client_without_its_login(tmp_path):
+def test_the_jobs_mlflow_server_refuses_a_client_without_its_login(tmp_path, monkeypatch):
     store, artifacts, folder = tmp_path / "mlruns" / "mlflow.db", tmp_path / "mlruns" / "artifacts", tmp_path / "job-7"
     artifacts.mkdir(parents=True)
     port = free_port("127.0.0.1")
@@ -92,6 +93,21 @@ def test_the_jobs_mlflow_server_refuses_a_client_without_its_login(tmp_path):
         assert status_of(search, (user, "not-the-password")) == 401
         assert status_of(f"{base}/", None) == 401  # the UI too
         assert status_of(search, (user, password)) == 200
+        # A command without the login stops before anything starts, in one paragraph (exit 2), and says where
+        # a job's login is; with it, the same check passes.
+        for key in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"):
+            monkeypatch.delenv(key, raising=False)
+        with pytest.raises(TrackingLoginRefused) as refused_probe:
+            probe_server(base)
+        assert "refused no login (MLFLOW_TRACKING_USERNAME/PASSWORD unset) (HTTP 401)" in str(refused_probe.value)
+        assert "slurm/job-JOBID/mlflow-credentials" in str(refused_probe.value)
+        assert refused_probe.value.exit_code == 2
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", user)
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "not-the-password")
+        with pytest.raises(TrackingLoginRefused, match="refused the login in MLFLOW_TRACKING_USERNAME/PASSWORD"):
+            probe_server(base)
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
+        probe_server(base)
         # The driver's way: MLflow's client given the login through the environment writes to the store.
         probe = ("import mlflow, sys\nclient = mlflow.MlflowClient(sys.argv[1])\n"
                  "print(client.create_experiment('auth_probe'))")
