@@ -54,6 +54,11 @@ def test_the_login_is_random_per_job_and_readable_by_its_owner_only(tmp_path):
     assert environment["MLFLOW_AUTH_ADMIN_PASSWORD"] == first.password
     assert environment["MLFLOW_AUTH_CONFIG_PATH"] == str(folder / server.AUTH_CONFIG_FILE)
     assert first.password not in (folder / server.AUTH_CONFIG_FILE).read_text()
+    # A requeued job (same id) after a hard kill: the old user database goes, the new password is the one used.
+    (folder / server.AUTH_DATABASE_FILE).write_text("stale")
+    again = server.write_login(folder, "http://10.1.0.7:5125")
+    assert not (folder / server.AUTH_DATABASE_FILE).exists()
+    assert server.read_login(folder / server.CREDENTIALS_FILE)["MLFLOW_TRACKING_PASSWORD"] == again.password
 
 
 def status_of(url: str, login: tuple[str, str] | None = None) -> int:

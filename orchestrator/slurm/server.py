@@ -58,6 +58,9 @@ def write_login(folder: Path, url: str) -> Login:
     """A fresh login for this job's server, written into `folder` (created 0700) with MLflow's auth settings."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
+    # A folder a killed job left (a requeued job has the same id): its user database holds the old password,
+    # which MLflow would keep (it sets the admin's password only when it creates the user).
+    (folder / AUTH_DATABASE_FILE).unlink(missing_ok=True)
     login = Login(USERNAME, secrets.token_urlsafe(24))
     _write_private(folder / CREDENTIALS_FILE,
                    "# The login of this SLURM job's MLflow server (made for the job, gone when it ends). Open the UI\n"
