@@ -2,7 +2,8 @@
 on this machine, tests/slurm_support.py says how), on the loopback of the test's own network namespace.
 
 The job the command writes starts Ray on both nodes (the head in the batch shell, the worker through srun),
-serves the study's SQLite store with an MLflow server on the first node, and runs the study; `scancel` in the
+serves the study's SQLite store with an MLflow server on the first node (which refuses a client without the
+job's login: the test reads through it with that login), and runs the study; `scancel` in the
 middle stops it, and submitting the same script again finishes the study without retraining what was done.
 Needs root (the namespaces) and Debian's `slurm-wlm` and `munge` (`.ci/run` installs them).
 """
