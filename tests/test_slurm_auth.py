@@ -54,6 +54,7 @@ def test_the_login_is_random_per_job_and_readable_by_its_owner_only(tmp_path):
     assert environment["MLFLOW_AUTH_ADMIN_PASSWORD"] == first.password
     assert environment["MLFLOW_AUTH_CONFIG_PATH"] == str(folder / server.AUTH_CONFIG_FILE)
     assert first.password not in (folder / server.AUTH_CONFIG_FILE).read_text()
+    assert f"auth_cache_ttl_seconds = {server.AUTH_CACHE_S}" in (folder / server.AUTH_CONFIG_FILE).read_text()
     # A requeued job (same id) after a hard kill: the old user database goes, the new password is the one used.
     (folder / server.AUTH_DATABASE_FILE).write_text("stale")
     again = server.write_login(folder, "http://10.1.0.7:5125")
@@ -97,6 +98,9 @@ def test_the_jobs_mlflow_server_refuses_a_client_without_its_login(tmp_path, mon
         assert status_of(search) == 401  # no login: refused
         assert status_of(search, (user, "not-the-password")) == 401
         assert status_of(f"{base}/", None) == 401  # the UI too
+        assert status_of(search, (user, password)) == 200
+        # The server caches a checked login (PBKDF2 per request costs a second on a busy node), not a wrong one.
+        assert status_of(search, (user, password + "x")) == 401
         assert status_of(search, (user, password)) == 200
         # A command without the login stops before anything starts, in one paragraph (exit 2), and says where
         # a job's login is; with it, the same check passes.

@@ -31,6 +31,7 @@ USERNAME = "orchestrator"
 CREDENTIALS_FILE = "mlflow-credentials"
 AUTH_CONFIG_FILE = "mlflow-auth.ini"
 AUTH_DATABASE_FILE = "mlflow-auth.db"
+AUTH_CACHE_S = 86400  # how long the server trusts a login it has checked (see write_login)
 USERNAME_ENV, PASSWORD_ENV, URI_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_URI"
 
 
@@ -68,11 +69,15 @@ def write_login(folder: Path, url: str) -> Login:
                    f"#   set -a; . {shlex.quote(str(folder / CREDENTIALS_FILE))}; set +a\n"
                    f"{URI_ENV}={shlex.quote(url)}\n{USERNAME_ENV}={login.username}\n{PASSWORD_ENV}={login.password}\n")
     # default_permission: what a user without a grant may do; the only user is the admin, who may do all.
+    # auth_cache_ttl_seconds: MLflow checks a password with PBKDF2 on every request unless a checked login is
+    # cached (its default: not); a second per request on a busy node, and the driver makes several requests a
+    # trial result. The cache is per worker (one here) and the login never changes during the job.
     _write_private(folder / AUTH_CONFIG_FILE,
                    "[mlflow]\ndefault_permission = NO_PERMISSIONS\n"
                    f"database_uri = sqlite:///{(folder / AUTH_DATABASE_FILE).resolve()}\n"
                    f"admin_username = {login.username}\n"
-                   "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+                   "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+                   f"auth_cache_ttl_seconds = {AUTH_CACHE_S}\n")
     return login
 
 
