@@ -41,7 +41,7 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
     from ..tracking.uri import ui_command
 
     uri = invocation.uri
-    reports_dir = invocation.writable_folder(reports_dir, "reports", "--reports-dir")
+    reports_dir = invocation.writable_reports(reports_dir)
     storage_dir = invocation.writable_folder(storage_dir, ".orchestrator", "--storage-dir")
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
     try:
@@ -51,7 +51,7 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
         context = RunContext.create(study, uri, connect_timeout, rows=rows, storage_dir=storage_dir, address=address,
                                     local=local, failed_only=failed_only, resource_wait=resource_wait,
                                     study_path=study_path)
-        outcome = run_and_report(context, reports_dir)
+        outcome = run_and_report(context, reports_dir, say=lambda line: console.print(line, markup=False))
     except OrchestratorError:
         raise  # reported by main() as one paragraph with its exit code
     except KeyboardInterrupt:

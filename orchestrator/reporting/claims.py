@@ -29,6 +29,7 @@ from ..study import Study
 from ..study.claim_checks import Check, Term, claim_checks, later_columns, study_rows
 from ..trial.protocol import ISOLATED_PREFIX
 from .families import is_timing
+from .protocol_note import check_caveat
 from .stats import ALPHA, MIN_SEEDS, compare, format_p, holm
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
@@ -196,7 +197,8 @@ def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame, study_path: A
         a, b = float(left.mean()), float(right.mean())
         holds = a < b if check.relation == "<" else a > b
         p = _one_sided(left, right, check.relation, holds) if len(common) >= MIN_SEEDS else math.nan
-        result.checks.append(CheckResult(_describe(check, a, b, prefix), holds, p))
+        caveat = check_caveat(trials, [term for term in (check.left, check.right) if term is not None])
+        result.checks.append(CheckResult(_describe(check, a, b, prefix) + caveat, holds, p))
     tested = [check.p for check in result.checks]
     result.p = max(tested) if tested and not any(math.isnan(p) for p in tested) else math.nan
     return result

@@ -27,6 +27,7 @@ from ..trial.trials import StoredIdentities, Trial, expand, shared_rows
 from .layout import row_layout
 from .columns import CONFIG_PREFIX, IDENTITY_COLUMNS, MISSING, SERIES_METRICS, metric_columns
 from .families import higher_is_better
+from .protocol_note import run_columns
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ def _run_row(run) -> dict:
     # Not the system metrics' timelines (their last sample says little): the trial's means of them are metrics.
     row.update({key: value for key, value in run.data.metrics.items()
                 if key not in SERIES_METRICS and not key.startswith(names.SYSTEM_PREFIX)})
+    row.update(run_columns(tags, bool(names.by_length(run.data.metrics, names.PPL))))
     return row
 
 
