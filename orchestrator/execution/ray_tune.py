@@ -41,7 +41,7 @@ def _ray_unreachable_message(address: str, error: Exception) -> str:
 
 
 class InterruptStopper(tune.Stopper):
-    """Stops every trial once Ctrl-C asked the study to stop (interrupt.py). Stateless, so that Tune can
+    """Stops every trial once Ctrl-C or SIGTERM asked the study to stop (interrupt.py). Stateless, so that Tune can
     pickle it with its experiment state."""
 
     def __call__(self, trial_id, result) -> bool:
@@ -147,9 +147,9 @@ def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storag
             failure_config=tune.FailureConfig(max_failures=study.resources.max_retries),
         ),
     )
-    with interrupt.graceful_interrupt(lambda: progress.message(
-            "Stopping: the running trials are stopped and closed as KILLED; run the same command to resume them "
-            "from their checkpoints (Ctrl-C again quits at once).")):
+    with interrupt.graceful_interrupt(lambda what: progress.message(
+            f"{what}: stopping. The running trials are stopped and closed as KILLED; run the same command to resume "
+            f"them from their checkpoints ({what} again quits at once, still closing them).")):
         tuner.fit()
     widest = max(trial.workers for trial in trials)
     slots = int(cpus // (study.resources.cpus * widest)) if study.resources.cpus else 1
