@@ -26,6 +26,33 @@ RESUMED_FROM_STEP = "resumed_from_step"  # where the training went on from a che
 # of, trials running at once while this one trained, the conditions of its in-training timings.
 CONCURRENT_TRIALS_MAX, CONCURRENT_TRIALS_MEAN = "concurrent_trials_max", "concurrent_trials_mean"
 
+# What the hardware did while a trial ran, sampled by the trial's process (orchestrator/execution/system_metrics.py)
+# and logged under MLflow's own system-metric names (mlflow/system_metrics: "system/" + the monitor's key), so
+# that its UI shows them in the run's system metrics view; step: the sample's number. The machine's CPU and
+# memory, this trial process's CPU (100 = one core) and resident memory, and each of the trial's GPUs (gpu_<i>,
+# i: the CUDA index the trial sees) where NVML is present, its power where the driver reports it.
+SYSTEM_PREFIX = "system/"
+SYSTEM_CPU_UTILIZATION = "system/cpu_utilization_percentage"
+SYSTEM_MEMORY_MB, SYSTEM_MEMORY_PERCENT = "system/system_memory_usage_megabytes", "system/system_memory_usage_percentage"
+PROCESS_CPU_UTILIZATION = "system/process_cpu_utilization_percentage"
+PROCESS_MEMORY_MB = "system/process_memory_usage_megabytes"
+GPU_PREFIX = "system/gpu_"  # + index + "_" + one of GPU_SYSTEM_KEYS: `gpu_metric`
+GPU_UTILIZATION, GPU_MEMORY_MB, GPU_MEMORY_PERCENT = ("utilization_percentage", "memory_usage_megabytes",
+                                                      "memory_usage_percentage")
+GPU_POWER_WATTS, GPU_POWER_PERCENT = "power_usage_watts", "power_usage_percentage"
+GPU_SYSTEM_KEYS = (GPU_UTILIZATION, GPU_MEMORY_MB, GPU_MEMORY_PERCENT, GPU_POWER_WATTS, GPU_POWER_PERCENT)
+# The means over a trial's samples, logged with its final result (one number each; the report's trials table):
+# this process's CPU (100 = one core) and its GPUs' utilisation (averaged over its GPUs), and the samples taken.
+MEAN_CPU_UTILIZATION, MEAN_GPU_UTILIZATION = "mean_process_cpu_percentage", "mean_gpu_utilization_percentage"
+SYSTEM_SAMPLES = "system_samples"
+SYSTEM_MEANS = (MEAN_CPU_UTILIZATION, MEAN_GPU_UTILIZATION, SYSTEM_SAMPLES)
+
+
+def gpu_metric(index: int, key: str) -> str:
+    """`gpu_metric(0, GPU_UTILIZATION)` -> "system/gpu_0_utilization_percentage" (MLflow's GPU monitor's name)."""
+    return f"{GPU_PREFIX}{index}_{key}"
+
+
 # Per-length metrics: the prefix, then the length (evaluation length, or a CHE task's test length).
 PPL, DELTA_P, MS_FORWARD, ACC = "ppl_", "delta_p_", "ms_forward_", "acc_"
 # Series logged from the final per-length metrics, their step being the length: name -> its metrics' prefix.

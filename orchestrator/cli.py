@@ -221,8 +221,9 @@ def slurm(
     nodes: Annotated[int, typer.Option(min=1, help="Nodes of the job: a Ray head on the first, workers on the rest.")] = 1,
     gpus_per_node: Annotated[Optional[int], typer.Option(min=0, help="GPUs per node; default: enough for the "
                                                          "study's largest trial.")] = None,
-    cpus_per_node: Annotated[Optional[int], typer.Option(min=1, help="CPUs per node; default: the largest trial's "
-                                                         "workers on a node, plus one for the driver.")] = None,
+    cpus_per_node: Annotated[Optional[int], typer.Option(min=1, help="CPUs per node; default: the trial workers "
+                                                         "the study runs at once (resources.max_concurrent), spread "
+                                                         "over the nodes, plus one for the driver.")] = None,
     partition: Annotated[Optional[str], typer.Option(help="SLURM partition (sbatch --partition).")] = None,
     account: Annotated[Optional[str], typer.Option(help="SLURM account (sbatch --account).")] = None,
     time_limit: Annotated[Optional[str], typer.Option("--time", help="Time limit, e.g. 1-00:00:00 (sbatch --time); "

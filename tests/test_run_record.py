@@ -176,3 +176,31 @@ def test_reading_commands_do_not_load_mlflow_or_torch(grid):
                      str(grid.report_dir.parent.parent / "report_again")]):
         out = subprocess.run([sys.executable, "-c", code, *command], capture_output=True, text=True, timeout=600)
         assert "LOADED []" in out.stdout, (command, out.stdout[-2000:], out.stderr[-2000:])
+
+
+def test_every_trial_run_has_system_metrics_under_mlflows_names(grid):
+    # Sampled by the trial's process (orchestrator/execution/system_metrics.py), sent with its results through
+    # Ray Tune, written by the driver: MLflow's own system-metric names, one step per sample, and the means.
+    from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
+
+    from dape_core import metric_names as names
+
+    monitor = CPUMonitor()
+    monitor.collect_metrics()
+    mlflows = {f"system/{key}" for key in monitor.metrics}  # what MLflow's own CPU monitor logs
+    client, _, runs = _runs(grid)
+    for run in runs:
+        logged = set(run.data.metrics)
+        assert mlflows <= logged and {names.PROCESS_CPU_UTILIZATION, names.PROCESS_MEMORY_MB} <= logged, logged
+        samples = int(run.data.metrics[names.SYSTEM_SAMPLES])
+        history = client.get_metric_history(run.info.run_id, names.PROCESS_MEMORY_MB)
+        assert sorted(point.step for point in history) == list(range(samples)) and samples >= 1
+        assert all(point.value > 10 for point in history)  # MB: a process with torch loaded
+        assert run.data.metrics[names.MEAN_CPU_UTILIZATION] > 0
+        assert names.MEAN_GPU_UTILIZATION not in logged  # no GPU here: no GPU metrics at all
+        assert not any(name.startswith(names.GPU_PREFIX) for name in logged)
+    # The report's trials table shows each trial's mean CPU.
+    report = (grid.report_dir / "report.md").read_text()
+    trials = report[report.index("## Trials\n"):]
+    header = next(line for line in trials.splitlines() if line.startswith("| variant"))
+    assert "CPU %" in header and "GPU %" not in header, header

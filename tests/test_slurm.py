@@ -2,7 +2,8 @@
 on this machine, tests/slurm_support.py says how), on the loopback of the test's own network namespace.
 
 The job the command writes starts Ray on both nodes (the head in the batch shell, the worker through srun),
-serves the study's SQLite store with an MLflow server on the first node, and runs the study; `scancel` in the
+serves the study's SQLite store with an MLflow server on the first node (which refuses a client without the
+job's login: the test reads through it with that login), and runs the study; `scancel` in the
 middle stops it, and submitting the same script again finishes the study without retraining what was done.
 Needs root (the namespaces) and Debian's `slurm-wlm` and `munge` (`.ci/run` installs them).
 """
@@ -12,15 +13,18 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 
 from cluster_support import BIN, loopback_network_namespace, processes_in_namespace
+from orchestrator.slurm import server as server_login
 from slurm_support import Slurm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # 94-130 s a test here, daemons' start-up included
@@ -101,7 +105,7 @@ def job_log(folder: Path, study: str, job_id: str) -> str:
     return path.read_text(errors="replace") if path.exists() else f"(no log at {path})"
 
 
-def test_a_study_runs_as_a_slurm_job_on_two_nodes_and_a_resubmission_resumes_it(slurm, tmp_path):
+def test_a_study_runs_as_a_slurm_job_on_two_nodes_and_a_resubmission_resumes_it(slurm, tmp_path, monkeypatch):
     name = "slurm_two_nodes"
     # Long enough that a trial caught early at the cancel is still training when its node stops (up to 10 s
     # later): at 600 steps a tiny trial trained to its end in that window on an idle machine and, its result not
@@ -124,6 +128,17 @@ def test_a_study_runs_as_a_slurm_job_on_two_nodes_and_a_resubmission_resumes_it(
         assert slurm.job_state(job) in ("PENDING", "RUNNING"), job_log(tmp_path, name, job)
         assert time.monotonic() < deadline, f"no MLflow server in time\n{job_log(tmp_path, name, job)}"
         time.sleep(0.5)
+    # The server asks for the login made for the job (tests/test_slurm_auth.py): refused without it, its owner's
+    # file only; the test reads through it with the login, as the driver does.
+    credentials = tmp_path / "slurm" / f"job-{job}" / server_login.CREDENTIALS_FILE
+    assert stat.S_IMODE(credentials.stat().st_mode) == 0o600
+    login = server_login.read_login(credentials)
+    assert login["MLFLOW_TRACKING_URI"] == server.group(1)
+    search = f"{server.group(1)}/api/2.0/mlflow/experiments/search?max_results=5"
+    assert requests.get(search, timeout=30).status_code == 401
+    assert requests.get(search, timeout=30, auth=(login["MLFLOW_TRACKING_USERNAME"], "guess")).status_code == 401
+    for key in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        monkeypatch.setenv(key, login[key])
     # Cancel the job once a trial has finished and another is still training, past its first checkpoint.
     while True:
         runs = trial_runs(server.group(1), name)
@@ -143,6 +158,7 @@ def test_a_study_runs_as_a_slurm_job_on_two_nodes_and_a_resubmission_resumes_it(
     assert "Stop requested (cancelled or preempted)" in log and "Stopping Ray and the job's services" in log, log
     time.sleep(2)  # SLURM's KillWait: whatever ignored TERM gets KILL; nothing of Ray or the study may be left
     assert ray_processes(slurm.namespace) == []
+    assert not credentials.parent.exists()  # the login ended with the job's server
     before = {run.data.tags["orchestrator.trial_id"]: run for run in trial_runs(f"sqlite:///{database}", name)
               if run.info.status == "FINISHED"}
     assert 1 <= len(before) < 4
@@ -203,7 +219,9 @@ def test_the_time_limit_stops_the_study_cleanly_and_the_job_requeues_itself(slur
     assert "Stop requested (timeout): stopping the study cleanly." in log, log
     # The study itself stopped cleanly: its running trial's run closed as KILLED, not left to a later job.
     assert "running trial(s) were stopped and their runs closed as KILLED" in log, log
-    assert f"Requeueing job {job}: it resumes the study. Job {job} ends with exit code 130." in log, log
+    # SLURM's own "*** JOB N ON node1 CANCELLED ... DUE TO JOB REQUEUE ***" may land between the two lines.
+    requeued, ended = f"Requeueing job {job}: it resumes the study.", f"Job {job} ends with exit code 130."
+    assert requeued in log and ended in log and log.index(requeued) < log.rindex(ended), log
     runs = trial_runs(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}", name)
     killed = [run for run in runs if run.info.status == "KILLED"]
     assert killed and not any(run.data.tags.get("orchestrator.stale") for run in killed)

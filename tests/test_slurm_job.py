@@ -45,15 +45,21 @@ def test_one_gpu_node_by_default_sized_for_the_largest_trial(tmp_path, monkeypat
     study = write_study(tmp_path, {"cpus": 4, "gpus": 1})
     result = slurm(str(study), "--dry-run")
     assert result.exit_code == 0, result.output
-    script = result.output
+    script = result.stdout  # the summary goes to stderr: `--dry-run > job.sbatch` writes the script alone
     # The largest trial (Wide: 2 workers x 1 GPU) on one node, with 4 CPUs per worker and one for the driver.
     assert sbatch_lines(script)[:5] == ["--job-name=orchestrator-sized", "--nodes=1", "--ntasks-per-node=1",
                                         "--cpus-per-task=9", "--gpus-per-node=2"]
     assert f"--output={tmp_path}/slurm/%x-%j.out" in sbatch_lines(script)
     assert {"--signal=B:USR1@120", "--dependency=singleton", "--open-mode=append"} <= set(sbatch_lines(script))
     assert not any(line.startswith(("--partition", "--account", "--time", "--requeue")) for line in sbatch_lines(script))
-    # The default store is SQLite: the job serves it with an MLflow server on the first node.
-    assert f"--backend-store-uri sqlite:///{tmp_path}/mlruns/mlflow.db" in script
+    # The default store is SQLite: the job serves it with an MLflow server on the first node, behind a login
+    # made for the job (tests/test_slurm_auth.py), which the driver gets through its environment.
+    assert re.search(rf'^python -m orchestrator.slurm.node mlflow-server "\$JOB_DIR" "\$HEAD_IP" "\$MLFLOW_PORT" \\\n'
+                     rf'  sqlite:///{re.escape(str(tmp_path))}/mlruns/mlflow.db file://{re.escape(str(tmp_path))}'
+                     rf'/mlruns/artifacts &', script, re.M), script
+    assert f"JOB_DIR={tmp_path}/slurm/job-$SLURM_JOB_ID" in script
+    assert script.index('. "$JOB_DIR/mlflow-credentials"') < script.index("python -m orchestrator run")
+    assert "export MLFLOW_TRACKING_USERNAME MLFLOW_TRACKING_PASSWORD" in script
     assert re.search(rf"^python -m orchestrator run {re.escape(str(study))} --address \"\$RAY_ADDRESS_\" "
                      rf"--tracking-uri \"\$TRACKING_URI\" --reports-dir {tmp_path}/reports "
                      rf"--storage-dir {tmp_path}/.orchestrator &$", script, re.M), script
@@ -71,10 +77,10 @@ def test_two_gpu_nodes_with_every_option(tmp_path, monkeypatch):
                    "source /shared/venv/bin/activate", "--tracking-uri", "http://mlflow.internal:5000",
                    "--join-timeout", "90", "--signal-grace", "300", "--requeue")
     assert result.exit_code == 0, result.output
-    script = result.output
+    script = result.stdout
     assert sbatch_lines(script) == [
         "--job-name=orchestrator-sized", "--nodes=2", "--ntasks-per-node=1",
-        "--cpus-per-task=17",  # 8 GPUs hold 8 one-GPU workers of 2 CPUs, plus the driver
+        "--cpus-per-task=5",  # the study's 3 workers at once (Kerple's 1, Wide's 2) over 2 nodes, plus the driver
         "--gpus-per-node=8", "--partition=gpu", "--account=proj42", "--time=1-00:00:00",
         f"--output={tmp_path}/slurm/%x-%j.out", "--open-mode=append", "--signal=B:USR1@300",
         "--dependency=singleton", "--requeue", "--qos=high", "--constraint=a100"]
@@ -83,12 +89,13 @@ def test_two_gpu_nodes_with_every_option(tmp_path, monkeypatch):
     # The other node's Ray worker starts through srun, on every node but the first; the wait is bounded.
     srun = " ".join(script[script.index("  srun "):script.index("WORKERS_PID=$!")].split())
     assert srun == ("srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) "
-                    "--ntasks-per-node=1 \\ --cpus-per-task=17 --gpus-per-node=8 --relative=1 --kill-on-bad-exit=0 "
+                    "--ntasks-per-node=1 \\ --cpus-per-task=5 --gpus-per-node=8 --relative=1 --kill-on-bad-exit=0 "
                     "--job-name=ray-workers "
                     '\\ python -m orchestrator.slurm.node ray-start worker "$RAY_ADDRESS_" "$RAY_TMP" &'), srun
     assert 'node wait-nodes "$RAY_ADDRESS_" "$SLURM_JOB_NUM_NODES" 90 || finish 1' in script
     # A tracking server is used as given: no server of the job's own.
-    assert "mlflow server" not in script and "TRACKING_URI=http://mlflow.internal:5000" in script
+    assert "mlflow-server" not in script and "TRACKING_URI=http://mlflow.internal:5000" in script
+    assert "mlflow-credentials" not in script
     assert f"python -m orchestrator run {study} train.steps=20 --address" in script
     assert '[ "$STOP" = timeout ] && [ "$CODE" != 0 ] && REQUEUE=1' in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
@@ -102,7 +109,8 @@ def test_writing_the_script_without_submitting(tmp_path, monkeypatch):
     script = tmp_path / "slurm" / "sized.sbatch"
     assert f"Submit it with: sbatch {script}" in " ".join(result.output.split())
     lines = sbatch_lines(script.read_text())
-    assert "--cpus-per-task=2" in lines and not any(line.startswith("--gpus") for line in lines)  # a CPU study
+    # A CPU study: its 3 trial workers at once (Kerple 1, Wide 2) over 2 nodes, plus the driver.
+    assert "--cpus-per-task=3" in lines and not any(line.startswith("--gpus") for line in lines)
 
 
 def test_a_job_too_small_for_the_largest_trial_is_refused_with_the_numbers(tmp_path, monkeypatch):
@@ -180,6 +188,6 @@ def test_stopping_a_ray_node_reaches_processes_in_groups_of_their_own():
 def test_writing_a_job_and_the_nodes_helpers_load_neither_torch_ray_nor_mlflow():
     # The helpers run on every node at the job's start, and `orchestrator slurm` on a login node.
     probe = ("import sys\nimport orchestrator.slurm.node, orchestrator.slurm.script, orchestrator.slurm.job, "
-             "orchestrator.slurm.submit\nprint(sorted(m for m in ('torch', 'ray', 'mlflow') if m in sys.modules))")
+             "orchestrator.slurm.submit, orchestrator.slurm.server\nprint(sorted(m for m in ('torch', 'ray', 'mlflow') if m in sys.modules))")
     result = subprocess.run([os.sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -8,20 +8,29 @@ from pathlib import Path
 from rich.markup import escape
 
 from .invocation import Invocation, writable
-from .output import EXIT_INVALID, console, stop
+from .output import EXIT_INVALID, console, err, stop
 
 
 def slurm(invocation: Invocation, *, reports_dir: Path | None, storage_dir: Path | None, nodes: int,
           gpus_per_node: int | None, cpus_per_node: int | None, partition: str | None, account: str | None,
           time_limit: str | None, sbatch: list[str] | None, setup: list[str] | None, join_timeout: float,
           signal_grace: int, requeue: bool, script: Path | None, submit: bool, dry_run: bool) -> None:
-    from ..slurm.job import JobRequest, largest_trial, problems
+    from ..slurm.job import JobRequest, problems
     from ..slurm.script import JobTarget, render
+    from ..slurm.sizing import TimeLimitError, size_job
 
     study, study_path = invocation.study, invocation.study_path
-    largest = largest_trial(study)
-    request = JobRequest(nodes, gpus_per_node, cpus_per_node, partition, account, time_limit, list(sbatch or []),
-                         list(setup) if setup else None, join_timeout, signal_grace, requeue).complete(largest)
+    try:  # the defaults (CPUs for the study's concurrency) and what the job will do, said first (on stderr)
+        request, largest, sized = size_job(study, JobRequest(nodes, gpus_per_node, cpus_per_node, partition, account,
+                                                             time_limit, list(sbatch or []),
+                                                             list(setup) if setup else None, join_timeout,
+                                                             signal_grace, requeue), invocation.uri)
+    except TimeLimitError as error:
+        stop(f"[red]Invalid option[/red]: {escape(str(error))}. Nothing was submitted.", EXIT_INVALID)
+    for line in sized.lines:
+        err.print(line, markup=False)
+    for warning in sized.warnings:
+        err.print(f"[yellow]Warning[/yellow]: {escape(warning)}.")
     found = problems(request, largest)
     if found:
         stop("[red]Invalid option[/red]: " + escape("; ".join(found)) + ". Nothing was submitted.", EXIT_INVALID)

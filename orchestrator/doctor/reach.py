@@ -56,11 +56,11 @@ def tracking_store(uri: str | None, timeout: float) -> Outcome:
     start = time.perf_counter()
     if is_server(uri):
         from ..errors import TrackingServerUnreachable
-        from ..tracking.client import probe_server
+        from ..tracking.client import TrackingLoginRefused, probe_server
 
         try:
             probe_server(uri, timeout)
-        except TrackingServerUnreachable as error:
+        except (TrackingServerUnreachable, TrackingLoginRefused) as error:
             return Outcome(FAIL, name, str(error))
         return Outcome(PASS, name, f"the server answered in {1e3 * (time.perf_counter() - start):.0f} ms")
     path = sqlite_path(uri)

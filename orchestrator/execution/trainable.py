@@ -19,6 +19,7 @@ from dape_core.train.callbacks import TrainerCallback
 from ..trial.protocol import (CHECKPOINT_FILES_KEY, CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY,
                               EVAL_PROTOCOL_TAG, FINAL_FLAG, LOG_KEY, WEIGHTS_FOLDER, WEIGHTS_KEY)
 from ..trial.trials import materialize
+from .system_metrics import SystemSampler
 from .trial_log import TrialLog
 
 Report = Callable[[dict], None]
@@ -61,6 +62,16 @@ def checkpoint_every(steps: int) -> int:
 
 
 def execute(tune_config: dict, report: Report, threads: int, all_ranks: bool = False) -> None:
+    """Run one trial (`run_trial`) while this process samples what the hardware does (system_metrics.py): the
+    samples travel with its results, the final one with their means."""
+    sampler = SystemSampler().start()
+    try:
+        run_trial(tune_config, sampler.attach(report), threads, all_ranks)
+    finally:
+        sampler.stop()
+
+
+def run_trial(tune_config: dict, report: Report, threads: int, all_ranks: bool = False) -> None:
     """Run one trial and report its final result (or the reason it could not finish) through `report`.
 
     A trial with a checkpoint folder (`tune_config["checkpoint_root"]`, one sub-folder per trial identity)

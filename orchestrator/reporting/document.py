@@ -113,11 +113,14 @@ class ReportDocument:
     def trial_listing(self) -> pd.DataFrame:
         columns = {"label": "variant", "seed": "seed", "status": "status", "run_name": "MLflow run",
                    "run_id": "run id", "device": "device", names.NUM_PARAMETERS: "params",
-                   names.TRAIN_SECONDS: "train s", "trial_id": "trial id"}
+                   names.TRAIN_SECONDS: "train s", names.MEAN_CPU_UTILIZATION: "CPU %",
+                   names.MEAN_GPU_UTILIZATION: "GPU %", "trial_id": "trial id"}
         present = [c for c in columns if c in self.trials]
         listing = self.trials[present].rename(columns=columns).copy()
-        if "train s" in listing:
-            listing["train s"] = listing["train s"].map(lambda v: "–" if pd.isna(v) else f"{v:.1f}")
+        # The trial process's mean CPU (100: one core busy) and its GPUs' mean utilisation, sampled while it ran.
+        for column in ("train s", "CPU %", "GPU %"):
+            if column in listing:
+                listing[column] = listing[column].map(lambda v: "–" if pd.isna(v) else f"{v:.1f}")
         if "params" in listing:
             listing["params"] = listing["params"].map(lambda v: "–" if pd.isna(v) else f"{v / 1e6:.2f}M")
         if "shared_with" in self.trials and self.trials["shared_with"].notna().any():

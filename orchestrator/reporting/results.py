@@ -78,7 +78,9 @@ def _run_row(run) -> dict:
     row.update({f"{CONFIG_PREFIX}{key}": _param_value(value) for key, value in run.data.params.items()})
     row.update({key: _param_value(value) for key, value in tags.items() if key.startswith(SWEPT_TAG_PREFIX)})
     row.update({key: value for key, value in tags.items() if key.startswith(ENV_TAG_PREFIX)})  # as text
-    row.update({key: value for key, value in run.data.metrics.items() if key not in SERIES_METRICS})
+    # Not the system metrics' timelines (their last sample says little): the trial's means of them are metrics.
+    row.update({key: value for key, value in run.data.metrics.items()
+                if key not in SERIES_METRICS and not key.startswith(names.SYSTEM_PREFIX)})
     row.update(run_columns(tags, bool(names.by_length(run.data.metrics, names.PPL))))
     return row
 

@@ -1,12 +1,12 @@
 """A study's SLURM job: what it asks SLURM for, with defaults from the study, and whether that is enough.
 
-The largest trial decides the defaults: a trial of `workers` workers with `resources.gpus` GPUs each needs
+The largest trial decides the GPUs: a trial of `workers` workers with `resources.gpus` GPUs each needs
 workers x gpus GPUs at once (Ray Train reserves them together, on as few nodes as hold them), and each of
 its workers one node with `resources.gpus` GPUs and `resources.cpus` CPUs. The default job is one node with
-enough GPUs for that trial, and enough CPUs for the workers it puts on a node plus one for the driver (Ray
-Tune and the MLflow server on the first node); given more GPUs per node, enough CPUs for as many workers as
-they hold. Asking for more runs more trials at once. What the job asks
-for is checked against the largest trial before anything is submitted (`problems`).
+enough GPUs for that trial, and CPUs for the trial workers the study runs at once (all its trials, or
+`resources.max_concurrent` of them: sizing.py), as many as the node's GPUs hold, plus one for the driver (Ray
+Tune and the MLflow server on the first node). Asking for more GPUs runs more trials at once. What the job
+asks for is checked against the largest trial before anything is submitted (`problems`).
 """
 
 from __future__ import annotations
@@ -58,17 +58,21 @@ class JobRequest:
     signal_grace: int = DEFAULT_SIGNAL_GRACE_S
     requeue: bool = False
 
-    def complete(self, largest: LargestTrial) -> "JobRequest":
-        """This request with every default filled in from the largest trial."""
+    def complete(self, largest: LargestTrial, workers_at_once: int | None = None) -> "JobRequest":
+        """This request with every default filled in: GPUs for the largest trial; CPUs for the trial workers
+        that run at once (`workers_at_once`, the study's concurrency: sizing.py; default the largest trial's)
+        spread over the nodes, no more than a node's GPUs hold, at least the largest trial's share of a node,
+        plus one for the driver."""
         gpus = self.gpus_per_node
         if gpus is None:
             gpus = max(math.ceil(largest.gpus / self.nodes), math.ceil(largest.gpus_per_worker)) \
                 if largest.gpus_per_worker else 0
         cpus = self.cpus_per_node
-        if cpus is None:  # workers that fit a node at once: its GPUs' worth, at least the largest trial's share
-            per_node = math.ceil(largest.workers / self.nodes)
+        if cpus is None:
+            per_node = math.ceil(max(workers_at_once or largest.workers, 1) / self.nodes)
             if largest.gpus_per_worker:
-                per_node = max(per_node, math.floor(gpus / largest.gpus_per_worker))
+                per_node = min(per_node, math.floor(gpus / largest.gpus_per_worker))
+            per_node = max(per_node, math.ceil(largest.workers / self.nodes), 1)
             cpus = math.ceil(largest.cpus_per_worker * per_node) + 1  # + the driver on the first node
         setup = self.setup if self.setup is not None else default_setup()
         return JobRequest(self.nodes, gpus, cpus, self.partition, self.account, self.time, list(self.sbatch_lines),

@@ -9,6 +9,8 @@
   node's address and the resources SLURM granted it: its CPUs (SLURM_CPUS_ON_NODE) and the GPUs it bound to
   the job (CUDA_VISIBLE_DEVICES, which Ray also uses to pick them); Ray's folder is TEMP_ROOT-NODE, removed
   when Ray stops.
+- `mlflow-server JOB_DIR HOST PORT BACKEND_URI ARTIFACT_ROOT`: the job's MLflow server for a SQLite store,
+  behind a login made for the job (server.py), written into JOB_DIR (0700, its files 0600).
 - `wait-http URL TIMEOUT`: wait until URL answers 200 (the job's MLflow server).
 - `wait-nodes HEAD:PORT COUNT TIMEOUT`: wait until COUNT nodes are alive in that Ray cluster; after TIMEOUT
   seconds exit 1 with a message naming the nodes that did join.
@@ -211,6 +213,10 @@ def main(argv: list[str]) -> int:
         print(free_port(*args))
     elif command == "ray-start" and len(args) == 3 and args[0] in ("head", "worker"):
         return run_ray_node(*args)
+    elif command == "mlflow-server" and len(args) == 5:
+        from .server import serve
+
+        serve(*args)
     elif command == "wait-http" and len(args) == 2:
         if not _until(lambda: _answers(args[0]), float(args[1])):
             print(f"{args[0]} did not answer within {float(args[1]):g}s.")
@@ -219,7 +225,8 @@ def main(argv: list[str]) -> int:
         return wait_nodes(args[0], int(args[1]), float(args[2]))
     else:
         print("usage: python -m orchestrator.slurm.node address [NODE] | free-port [HOST] | "
-              "ray-start head|worker PORT|HEAD:PORT TEMP_DIR | wait-http URL TIMEOUT | "
+              "ray-start head|worker PORT|HEAD:PORT TEMP_DIR | "
+              "mlflow-server JOB_DIR HOST PORT BACKEND_URI ARTIFACT_ROOT | wait-http URL TIMEOUT | "
               "wait-nodes HEAD:PORT COUNT TIMEOUT", file=sys.stderr)
         return 2
     return 0

@@ -11,7 +11,8 @@
 4. MLflow: a tracking server (`http://...`) or database URI is used as given. A SQLite store (the default,
    `mlruns/mlflow.db`) is served by an `mlflow server` started on the first node with its file where it is:
    SQLite's locks are not reliable on network file systems (NFS, Lustre), so a SQLite file there must have
-   exactly one process opening it, the server; the trials' artifacts go straight into the shared folder.
+   exactly one process opening it, the server; the trials' artifacts go straight into the shared folder. The
+   server asks for a login made for the job (server.py), which only the driver is given.
 5. `orchestrator run` against that Ray and that store. On USR1 (the time limit is near), TERM (scancel,
    preemption) or INT it gets SIGINT, which stops the study cleanly (running trials closed as KILLED, the
    report written); then the workers, the head and the server are stopped and the node-local Ray folder
@@ -88,7 +89,7 @@ def render(request: JobRequest, target: JobTarget) -> str:
               "HEAD_IP=$(node address) && RAY_PORT=$(node free-port) || exit 1",
               "RAY_ADDRESS_=\"$HEAD_IP:$RAY_PORT\"",
               "RAY_TMP=/tmp/orchestrator-ray-$SLURM_JOB_ID  # + -NODE: node-local, and short (Ray's socket paths)",
-              "HEAD_PID= WORKERS_PID= MLFLOW_PID= RUN_PID= STOP= REQUEUE=",
+              "HEAD_PID= WORKERS_PID= MLFLOW_PID= RUN_PID= STOP= REQUEUE= JOB_DIR=",
               "",
               _FUNCTIONS,
               "echo \"Job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES node(s) ($SLURM_JOB_NODELIST); Ray head at $RAY_ADDRESS_\"",
@@ -106,19 +107,21 @@ def render(request: JobRequest, target: JobTarget) -> str:
               ""]
     database = sqlite_file(target.tracking_uri)
     if database is not None:
-        lines += ["# A SQLite store is served from this node by one MLflow server: its only reader and writer.",
+        lines += ["# A SQLite store is served from this node by one MLflow server: its only reader and writer. The",
+                  "# server asks for a login made for this job (MLflow's basic-auth app), written into $JOB_DIR (mode",
+                  "# 0700, files 0600) and handed to the driver through its environment; $JOB_DIR goes with the job.",
                   "MLFLOW_PORT=$(node free-port) || finish 1",
+                  f"JOB_DIR={q(str(target.logs_dir))}/job-$SLURM_JOB_ID",
                   f"mkdir -p {q(str(database.parent / 'artifacts'))}",
-                  "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow server --workers 1 --host \"$HEAD_IP\" "
-                  "--port \"$MLFLOW_PORT\" \\",
-                  f"  --backend-store-uri {q(target.tracking_uri)} \\",
-                  f"  --default-artifact-root {q((database.parent / 'artifacts').as_uri())} --no-serve-artifacts \\",
-                  "  --allowed-hosts \"$HEAD_IP:$MLFLOW_PORT,$HEAD_IP,localhost:$MLFLOW_PORT,127.0.0.1:$MLFLOW_PORT\" &"
-                  "  # (MLflow's default allows private addresses only)",
+                  "python -m orchestrator.slurm.node mlflow-server \"$JOB_DIR\" \"$HEAD_IP\" \"$MLFLOW_PORT\" \\",
+                  f"  {q(target.tracking_uri)} {q((database.parent / 'artifacts').as_uri())} &  # its pid, not a subshell's",
                   "MLFLOW_PID=$!",
                   "TRACKING_URI=\"http://$HEAD_IP:$MLFLOW_PORT\"",
                   "node wait-http \"$TRACKING_URI/health\" 300 || finish 1",
-                  "echo \"MLflow server for this job: $TRACKING_URI (store: " + str(database) + ")\""]
+                  ". \"$JOB_DIR/mlflow-credentials\" || finish 1  # MLFLOW_TRACKING_USERNAME / _PASSWORD",
+                  "export MLFLOW_TRACKING_USERNAME MLFLOW_TRACKING_PASSWORD  # for the driver (Ray's nodes started before)",
+                  "echo \"MLflow server for this job: $TRACKING_URI (store: " + str(database)
+                  + "; login: $JOB_DIR/mlflow-credentials)\""]
     else:
         lines.append(f"TRACKING_URI={q(target.tracking_uri)}")
     run = ["python", "-m", "orchestrator", "run", q(str(target.study_path)), *map(q, target.overrides)]
@@ -171,6 +174,7 @@ finish() {  # stop the workers, the head and the MLflow server, by process id; e
     alive_any $WORKERS_PID $HEAD_PID $MLFLOW_PID || break; sleep 1
   done
   for pid in $WORKERS_PID $HEAD_PID $MLFLOW_PID; do stop_group KILL "$pid"; wait "$pid" 2> /dev/null; done
+  [ -n "$JOB_DIR" ] && rm -rf -- "$JOB_DIR"  # the MLflow server's login: it ends with the server
   if [ -n "$REQUEUE" ]; then echo "Requeueing job $SLURM_JOB_ID: it resumes the study."; scontrol requeue "$SLURM_JOB_ID"; fi
   echo "Job $SLURM_JOB_ID ends with exit code $1."
   exit "$1"

@@ -8,6 +8,7 @@ own retries (minutes, silently) are for outages in the middle of a study, not fo
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sqlite3
 
@@ -15,7 +16,7 @@ import requests
 from mlflow.environment_variables import MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_TIMEOUT
 from mlflow.tracking import MlflowClient
 
-from ..errors import StoreUnusable, TrackingServerUnreachable, exception_chain
+from ..errors import StoreUnusable, TrackingServerUnreachable, UserInputError, exception_chain
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 
@@ -82,14 +83,43 @@ def unreachable_message(tracking_uri: str, reason: str) -> str:
             "outages.)")
 
 
+class TrackingLoginRefused(UserInputError):
+    """The tracking server asks for a login this command does not have (HTTP 401 or 403)."""
+
+
 def probe_server(tracking_uri: str, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
     """One request to the server's /health, bounded by `timeout` seconds; any HTTP answer (even an error
-    status behind a proxy) means it is reachable. Raises TrackingServerUnreachable otherwise."""
+    status behind a proxy) means it is reachable. Raises TrackingServerUnreachable otherwise. Then one API
+    request with the login MLflow's client would send (MLFLOW_TRACKING_USERNAME/PASSWORD or _TOKEN; /health
+    asks for none): TrackingLoginRefused where the server refuses it, before anything starts."""
+    base = tracking_uri.rstrip("/")
     try:
-        requests.get(f"{tracking_uri.rstrip('/')}/health", timeout=(timeout, timeout), allow_redirects=False)
+        requests.get(f"{base}/health", timeout=(timeout, timeout), allow_redirects=False)
+        answer = requests.get(f"{base}/api/2.0/mlflow/experiments/search", params={"max_results": 1},
+                              timeout=(timeout, timeout), allow_redirects=False, headers=_login_headers())
     except requests.exceptions.RequestException as error:
         reason = connection_failure(error) or type(error).__name__
         raise TrackingServerUnreachable(
             f"MLflow tracking server at {tracking_uri} is unreachable ({reason}): one request to its /health, "
             f"given {timeout:g}s (--connect-timeout), got no answer. Check the address and that the server is up, "
             "then run the same command again. Nothing was started.") from error
+    if answer.status_code in (401, 403):
+        given = "the login in MLFLOW_TRACKING_USERNAME/PASSWORD" if os.environ.get("MLFLOW_TRACKING_USERNAME") \
+            else "no login (MLFLOW_TRACKING_USERNAME/PASSWORD unset)"
+        raise TrackingLoginRefused(
+            f"The MLflow tracking server at {tracking_uri} refused {given} (HTTP {answer.status_code}). Set "
+            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) to a login it "
+            "accepts; a SLURM job's server has its own in slurm/job-JOBID/mlflow-credentials (`set -a; . FILE; "
+            "set +a`). Nothing was started.")
+
+
+def _login_headers() -> dict[str, str]:
+    """The Authorization header MLflow's client sends from the environment, if any."""
+    import base64
+
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user and password:
+        return {"Authorization": "Basic " + base64.standard_b64encode(f"{user}:{password}".encode()).decode()}
+    if os.environ.get("MLFLOW_TRACKING_TOKEN"):
+        return {"Authorization": f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"}
+    return {}

@@ -11,7 +11,9 @@ table artifact `results_by_length.json`), and the files that make its page self-
 finished with the device and precision it ran on), `trial.log` and its data as dataset inputs. Its provenance
 is in tags: the code (`mlflow.source.*`, `code_version`, `code_diff_sha256`: tracking/source.py, common to the
 study's runs) and the trial process's environment (`env.python`, `env.torch`, ..., `env.device_model`,
-`env.torch_threads`: dape_core/environment.py, reported with the final result).
+`env.torch_threads`: dape_core/environment.py, reported with the final result). What the hardware did, sampled
+by the trial's process, is in MLflow's system metrics (`system/cpu_utilization_percentage`, ..., one step per
+sample) and, as means, in its final metrics (`mean_process_cpu_percentage`, `mean_gpu_utilization_percentage`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from dape_core import ExperimentConfig
 from dape_core.applicability import unused_settings
 
 from ..trial.protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, LOG_KEY, PERIODIC_KEYS,
-                              SERIES, STRING_RESULT_KEYS, WEIGHTS_FOLDER, WEIGHTS_KEY, final_metrics)
+                              SERIES, STRING_RESULT_KEYS, SYSTEM_METRICS_KEY, WEIGHTS_FOLDER, WEIGHTS_KEY,
+                              decode_samples, final_metrics)
 from . import run_files
 from .events import (TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried,
                      TrialStarted)
@@ -49,6 +52,7 @@ class MLflowRecorder(TrialListener):
         self.resources = resources
         self.run_ids: dict[str, str] = {}  # event key -> MLflow run id
         self.worker_pids: dict[str, int] = {}
+        self.system_steps: dict[str, int] = {}  # event key -> system-metric samples logged so far
 
     def trial_started(self, event: TrialStarted) -> None:
         if event.key in self.run_ids:  # a retried trial keeps its run
@@ -82,6 +86,8 @@ class MLflowRecorder(TrialListener):
         run_id, result, now = self.run_ids[event.key], event.result, int(time.time() * 1000)
         if result.get(LOG_KEY):
             self._log_text(run_id, run_files.LOG_FILE, result[LOG_KEY])
+        if result.get(SYSTEM_METRICS_KEY):
+            self._log_system_metrics(run_id, event.key, result[SYSTEM_METRICS_KEY])
         if not event.final:
             if result.get(CHECKPOINT_SET_ASIDE_KEY):  # the trial found an unreadable checkpoint and started over
                 self.store.set_tags(run_id, {CHECKPOINT_SET_ASIDE_KEY: str(result[CHECKPOINT_SET_ASIDE_KEY])[:_TAG_LIMIT]})
@@ -95,6 +101,15 @@ class MLflowRecorder(TrialListener):
             self.store.set_tags(run_id, {"error": str(result["error"])[:_TAG_LIMIT]})
             return
         self._final(run_id, event, now)
+
+    def _log_system_metrics(self, run_id: str, key: str, text: str) -> None:
+        """The hardware samples the trial's process took (execution/system_metrics.py), each at its own time, one
+        step per sample of the run (MLflow's system metrics view plots them by step or time)."""
+        first = self.system_steps.get(key, 0)
+        samples = decode_samples(text)
+        self.store.log_points(run_id, [(name, value, ms, first + offset)
+                                       for offset, (ms, values) in enumerate(samples) for name, value in values.items()])
+        self.system_steps[key] = first + len(samples)
 
     def _final(self, run_id: str, event: TrialResult, now: int) -> None:
         result = event.result

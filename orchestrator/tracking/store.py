@@ -246,6 +246,15 @@ class StudyStore:
         self.client.log_batch(run_id, metrics=[Metric(k, float(v), timestamp_ms, int(step)) for k, v, step in metrics],
                               tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
+    def log_points(self, run_id: str, points: list[tuple[str, float, int, int]]) -> None:
+        """Metric values each with its own time and step, (name, value, time in ms, step), in batches of MLflow's
+        limit (1000 metrics a request)."""
+        from mlflow.entities import Metric
+
+        for start in range(0, len(points), 1000):
+            self.client.log_batch(run_id, metrics=[Metric(name, float(value), ms, step)
+                                                   for name, value, ms, step in points[start:start + 1000]])
+
     def log_params(self, run_id: str, params: dict[str, Any]) -> None:
         from mlflow.entities import Param
 

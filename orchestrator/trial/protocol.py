@@ -24,6 +24,10 @@ ENVIRONMENT_KEY = "environment"
 # The files of the trial's kept model (dape_core.stored), logged by the driver as the run's artifacts WEIGHTS_FOLDER/.
 WEIGHTS_KEY = "weights"
 WEIGHTS_FOLDER = "model"
+# JSON: the system-metric samples the trial's process took since its last result (execution/system_metrics.py),
+# [[time in ms, {MLflow system metric: value}], ...] (`encode_samples`, `decode_samples`); the driver numbers
+# them, one step per sample of the run.
+SYSTEM_METRICS_KEY = "system_metrics"
 # Logged step by step as they arrive (and so not again with the final result).
 PERIODIC_KEYS = names.PERIODIC
 # A progress result's text, sent once when the trial found its checkpoint unreadable and started over: a tag.
@@ -85,3 +89,15 @@ def evaluated_later(tags: dict[str, str]) -> set[int]:
         if isinstance(what, dict) and not what.get("metric_suffix"):
             lengths.update(int(length) for length in what.get("lengths") or [])
     return lengths
+
+
+Sample = tuple[int, dict[str, float]]  # (time in ms, {MLflow system metric: value})
+
+
+def encode_samples(samples: list[Sample]) -> str:
+    return json.dumps([[ms, values] for ms, values in samples])
+
+
+def decode_samples(text: str) -> list[Sample]:
+    """What `encode_samples` made."""
+    return [(int(ms), {key: float(value) for key, value in values.items()}) for ms, values in json.loads(text)]
