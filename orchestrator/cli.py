@@ -142,6 +142,9 @@ def run(
     failed_only: Annotated[bool, typer.Option("--failed-only", help="Rerun only the trials whose last run failed.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     strict_claims: StrictClaimsOpt = False,
+    decide: Annotated[bool, typer.Option("--decide", help="Add seeds until the claims are decided: every row trains "
+                                         "min_seeds, then only the rows undecided claims read get more, a batch "
+                                         "at a time (the study's decide: section, else its defaults).")] = False,
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
     study_path = _locate_or_exit(study_path)
@@ -150,6 +153,10 @@ def run(
     study = _load_or_exit(study_path, profile, overrides, check_data=not on_cluster)
     from .trial.trials import expand
 
+    from .decide_loop import with_decide
+
+    deciding = with_decide(study, decide)  # the sequence's study (decide_loop.py), or None; refused: exit 2
+    study = deciding or study
     rows = expand(study)  # once: the run and its report read these
     if local:
         _exit_if_not_local(rows)
@@ -166,7 +173,12 @@ def run(
         context = RunContext.create(study, uri, connect_timeout, rows=rows, storage_dir=storage_dir, address=address,
                                     local=local, failed_only=failed_only, resource_wait=resource_wait,
                                     study_path=study_path)
-        outcome = run_and_report(context, reports_dir)
+        if deciding is not None:
+            from .decide_loop import decide_and_report
+
+            outcome = decide_and_report(context, reports_dir, say=lambda line: console.print(line, markup=False))
+        else:
+            outcome = run_and_report(context, reports_dir)
     except OrchestratorError:
         raise  # reported by main() as one paragraph with its exit code
     except KeyboardInterrupt:

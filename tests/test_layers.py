@@ -28,6 +28,7 @@ FLOORS = {
     "orchestrator.execution": 5, "orchestrator.reporting": 5,
     "orchestrator.evaluation": 6, "orchestrator.slurm": 6, "orchestrator.doctor": 6,
     "orchestrator.run": 7,  # `orchestrator run`: execution, then the report
+    "orchestrator.decide_loop": 7,  # `orchestrator run --decide`: looks of execution, judged by reporting
     "orchestrator.cli": 7, "orchestrator.data_cli": 7, "orchestrator.__main__": 7, "orchestrator": 7,
 }
 # Packages of one floor that must not import each other: `run` (cli.py) calls execution, then the report.
