@@ -271,9 +271,11 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     from .planning.plan_view import legend, plan_rows
     from .tracking.uri import resolve_tracking_uri
 
-    store = _open_store(study, resolve_tracking_uri(tracking_uri, study_path))
+    uri = resolve_tracking_uri(tracking_uri, study_path)
+    store = _open_store(study, uri)
     finished = store.finished_trial_ids() if store else set()
-    rows = plan_rows(study, _measured_steps(tracking_uri, study_path), finished)
+    steps = _measured_steps(tracking_uri, study_path)
+    rows = plan_rows(study, steps, finished)
     console.print(_plan_table(study, profile, rows))
     device = f"{study.resources.gpus:g} GPU" if study.resources.gpus else f"{study.resources.cpus:g} CPU"
     total = sum(row.seconds for row in rows)
@@ -286,6 +288,11 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     _too_big_line(rows, study.resources.gpu_memory_gb)
     for line in legend(study):
         console.print(line)
+    from .planning.seeds_needed import SeedRuns, load_seed_runs, plan_lines
+
+    runs = load_seed_runs(uri) if steps is not None else SeedRuns()  # a store: the seed-to-seed spreads
+    for line in plan_lines(study, runs, steps):  # the claims' seeds and their cost (run --decide)
+        console.print(line, markup=False)
     sizes = {_weights_size(study, row.cost.parameters) for row in rows}
     each = f" (every trial here: {sizes.pop()})" if len(sizes) == 1 else ""
     console.print(f"weights: the size of the model each finished trial keeps in its run's artifacts{each} "
