@@ -167,6 +167,12 @@ def with_decide(study: Study, requested: bool) -> Study | None:
         if not decidable:
             problems = ["decide: none of the study's claims can be decided by seeds ("
                         + "; ".join(f"{claim.id}: {not_decidable(study, claim)}" for claim in study.expect) + ")"]
+    if not problems and decide.budget_gpu_hours is not None:
+        first = expand(study.model_copy(update={"seeds": decide.seed_order(study.seeds)[:decide.min_seeds]}))
+        needed = sum(trial_gpu_hours(study, trial) for trial in distinct(first))
+        if needed > decide.budget_gpu_hours:
+            problems = [f"decide.budget_gpu_hours: {decide.budget_gpu_hours:g} GPU-hours cannot buy the minimum: "
+                        f"every row at min_seeds {decide.min_seeds} needs {needed:.1f} (the plan's analytic estimate)"]
     if problems:
         raise UserInputError("the study cannot add seeds until its claims are decided: " + "; ".join(problems)
                              + ". Nothing was run.")
