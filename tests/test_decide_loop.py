@@ -236,3 +236,20 @@ def test_a_decide_run_killed_between_looks_resumes_without_retraining_and_decide
     # The first look trains every row; the second only the rows the undecided claim reads.
     assert [look["rows"] for look in mine["looks"]] == [["short", "long", "twin"], ["long", "twin"]]
     assert len(ids) == 8  # 3 rows x 2 seeds, then long and twin x 2 more
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_report_of_a_study_run_without_decide_says_what_decide_would_add(tmp_path):
+    from synthetic_store import write_store
+
+    from orchestrator.reporting.build import build_report
+
+    study = parse_study(_study(name="noted"))  # one seed: its claims are untested
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    report = build_report(study, write_store(study, uri), tmp_path / "reports", attach=False)
+    assert ("would train about 2 more trial(s) (4 in all)" in report.markdown
+            and "the minimum (2 seeds) is counted" in report.markdown), report.markdown
+    decided = parse_study(_study(name="noted", decide={}))
+    assert "would train about" not in build_report(decided, write_store(decided, uri), tmp_path / "other",
+                                                   attach=False).markdown

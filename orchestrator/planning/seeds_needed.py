@@ -212,3 +212,24 @@ def plan_lines(study: Study, runs: SeedRuns, measured=None) -> list[str]:
     lines.append(f"  whole study with --decide: about {trials} trials, {hours:.2g} {unit} (every row at least "
                  f"min_seeds; the rows undecided claims read, more)")
     return lines
+
+
+def decide_note(study: Study, tracking_uri: str, finished: int) -> str:
+    """What deciding the claims by seeds would add to a study run without it (its report says so): the trials
+    beyond the `finished` ones it has, and their training time, as `orchestrator plan` expects them."""
+    if not study.expect or study.decide is not None or study.search.algorithm != "grid":
+        return ""
+    from .learned import load_measured
+
+    runs, measured = load_seed_runs(tracking_uri), load_measured(tracking_uri)
+    costs = claim_costs(study, runs, measured)
+    trials, hours = study_cost(study, costs, measured)
+    per_device = study.resources.gpus or study.resources.cpus
+    unknown = sum(not cost.known for cost in costs)
+    spread = (f"; for {unknown} of {len(costs)} claims the seed-to-seed spread is not measured yet, so the minimum "
+              f"({Decide().min_seeds} seeds) is counted" if unknown else "")
+    device = f"{study.resources.gpus:g} GPU" if study.resources.gpus else f"{study.resources.cpus:g} CPU"
+    return (f"Deciding these claims by seeds (`orchestrator run --decide`, defaults) would train about "
+            f"{max(trials - finished, 0)} more trial(s) ({trials} in all), about {hours * 3600 / per_device / 60:.0f} "
+            f"more minutes of training one trial at a time on {device} in all{spread}; `orchestrator plan` gives the "
+            "seeds and cost per claim.")

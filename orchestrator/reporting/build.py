@@ -95,6 +95,15 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
     return Report(folder, markdown, document, files, document.claims)
 
 
+def _decide_note(study: Study, store: StudyStore, trials: pd.DataFrame, claims: list[ClaimResult]) -> str:
+    """A study run without `decide` whose claims are not all tested: what `run --decide` would add."""
+    if not claims or all(getattr(claim, "decided", getattr(claim, "tested", False)) for claim in claims):
+        return ""
+    from ..planning.seeds_needed import decide_note
+
+    return decide_note(study, store.tracking_uri, int((trials["status"] == "FINISHED").sum()))
+
+
 def _attach(store: StudyStore, folder: Path, claims: list[ClaimResult]) -> None:
     store.log_artifacts(folder)
     store.refresh_dashboard()  # the saved view `orchestrator ui` opens, with the charts of these metrics
@@ -113,9 +122,10 @@ def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.Da
     for table in tables:
         if table.family.key == "time":
             table.tail_text += timing_note(tabled)
+    claims = evaluate_claims(study, trials, study_path)
     return ReportDocument(study_name=study.name, description=study.description, tracking_uri=store.tracking_uri,
                           experiment_id=store.experiment_id, value_text=value_text, trials=trials, outside=outside,
-                          tables=tables, plots=figures or [], claims=evaluate_claims(study, trials, study_path),
+                          tables=tables, plots=figures or [], claims=claims, decide_note=_decide_note(study, store, trials, claims),
                           best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None)
 
 

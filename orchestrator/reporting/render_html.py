@@ -119,6 +119,8 @@ def render(document: ReportDocument) -> str:
     if facts:
         parts.append('<ul class="meta">' + "".join(f"<li>{escape(k)}: <code>{escape(v)}</code></li>" for k, v in facts) + "</ul>")
     parts.append(render_claims.html(document.claims))
+    if document.decide_note:
+        parts.append(f'<p class="meta">{escape(document.decide_note)}</p>')
     if document.search is not None:
         parts.append(render_search.html(document.search))
     if not document.tables:

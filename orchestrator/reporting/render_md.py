@@ -76,6 +76,7 @@ def render(document: ReportDocument) -> str:
     out += [f"- {name}: {value}" for name, value in document.provenance()]
     out.append("")
     out += render_claims.markdown(document.claims)
+    out += [document.decide_note, ""] if document.decide_note else []
     if document.search is not None:
         out += render_search.markdown(document.search)
     if not document.tables:
