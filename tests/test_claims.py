@@ -111,14 +111,23 @@ def test_verdicts_hold_fail_and_inconclusive(judged):
 
 @pytest.mark.slow
 def test_the_paired_test_and_holm_match_scipy(judged, built):
+    """One look at 3 seeds (no `decide:`): each claim's p is scipy's two-sided t-test of its check, its
+    effect and interval scipy's mean and t-interval, and Holm runs over the two claims that have a test."""
     _, _, results = judged
     frame = load_results(built.study, built.tracking_uri)
     rows = frame[frame.label == "DAPE-Kerple"].set_index("seed").sort_index()
-    ratio = rows["ppl_128"] / rows["ppl_32"]
-    expected = stats.ttest_1samp(ratio.to_numpy(), 1.5, alternative="less").pvalue
+    ratio = (rows["ppl_128"] / rows["ppl_32"]).to_numpy()
     holds = results["dape_flat_to_4x"]
-    assert holds.seeds == 3 and holds.p == pytest.approx(expected, rel=1e-6)
+    assert holds.seeds == 3 and holds.p == pytest.approx(stats.ttest_1samp(ratio, 1.5).pvalue, rel=1e-6)
+    effect = holds.deciding.evidence
+    assert effect.kind == "value" and effect.effect == pytest.approx(ratio.mean())
+    interval = stats.t.interval(0.95, 2, loc=ratio.mean(), scale=stats.sem(ratio))
+    assert (effect.low, effect.high) == pytest.approx(interval, rel=1e-6)
+    one_x3 = frame[frame.label == "DAPE1x3-Kerple"].set_index("seed").sort_index()["ppl_32"].to_numpy()
+    one_x1 = rows["ppl_32"].to_numpy()
     fails = results["dape1x3_tenfold_lower"]
+    assert fails.p == pytest.approx(stats.ttest_1samp(one_x3 - 0.1 * one_x1, 0.0).pvalue, rel=1e-6)
+    assert fails.deciding.evidence.kind == "ratio" and fails.deciding.evidence.low > 0.1  # wholly above 0.1
     # Holm over the two tested claims: the smaller p doubled, the larger one at least that.
     smaller, larger = sorted([holds.p, fails.p])
     assert min(holds.p_holm, fails.p_holm) == pytest.approx(min(1.0, 2 * smaller))
@@ -150,10 +159,14 @@ def test_verdicts_are_tags_and_metrics_of_the_parent_run(judged, built):
     assert parent.data.metrics["claims_holding"] == 1 and parent.data.metrics["claims_failing"] == 1
     assert parent.data.metrics["claims_inconclusive"] == 2
     assert "claim.dape_flat_to_4x.p_holm" in parent.data.metrics
+    assert parent.data.metrics["claim.dape_flat_to_4x.seeds"] == 3
+    low, high = (parent.data.metrics[f"claim.dape_flat_to_4x.effect_{end}"] for end in ("low", "high"))
+    assert low < parent.data.metrics["claim.dape_flat_to_4x.effect"] < high < 1.5
+    assert parent.data.tags["claim.dape_flat_to_4x.effect"].startswith("value ")
 
 
 @pytest.mark.slow
-def test_a_verdict_on_fewer_than_three_seeds_never_reads_like_a_tested_one(judged, built):
+def test_a_verdict_on_one_seed_never_reads_like_a_tested_one(judged, built):
     """The stored 3-seed study judged on its seed 0 alone: the same claims hold and fail on the means, but
     every word says no test ran, in the report's table, its details, the command line's count and the tag."""
     from orchestrator.reporting import render_claims
@@ -168,7 +181,7 @@ def test_a_verdict_on_fewer_than_three_seeds_never_reads_like_a_tested_one(judge
     assert results["dape1x3_tenfold_lower"].words == "fails on 1 seed, untested"
     assert tested["dape_flat_to_4x"].words == "holds" and tested["dape_flat_to_4x"].tested  # 3 seeds, tested
     claims = list(results.values())
-    assert headline(claims) == ("0 holds (paired test), 1 holds on 1 seed (untested), 0 fails (on 3+ seeds), "
+    assert headline(claims) == ("0 holds (paired test), 1 holds on 1 seed (untested), 0 fails (on 2+ seeds), "
                                 "1 fails on 1 seed (untested), 2 inconclusive")
     assert headline(list(tested.values())) == "1 holds, 1 fails, 2 inconclusive"
     text = "\n".join(render_claims.markdown(claims))

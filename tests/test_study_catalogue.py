@@ -33,7 +33,7 @@ def test_leakage_study_runs_end_to_end_and_shows_the_leak(tmp_path):
         assert leaky.data.metrics["train_loss"] < 0.6 * causal.data.metrics["train_loss"]
     # The study's claims are judged: the collapse is certain at this scale, so its claim holds.
     parent = client.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'study'")[0]
-    # One seed: it holds on the means, and says it was not tested (no paired test below 3 seeds).
+    # One seed: it holds on the means, and says it was not tested (no paired test below 2 seeds).
     assert parent.data.tags["claim.leak_collapses_train_loss"] == "holds on 1 seed, untested"
     assert "Claims: 0 holds (paired test), " in proc.stdout and " on 1 seed (untested)" in proc.stdout
     report = (tmp_path / "reports" / "leakage" / "report.md").read_text()

@@ -1,20 +1,32 @@
 """Verdicts on a study's claims (its `expect:` section) from the trials in the store.
 
-A claim is a set of checks (orchestrator/study/claim_checks.py), each "left < right" (or ">") per seed. Its verdict:
-- inconclusive: a trial it needs did not finish (the reason names it), a length of `report.lengths` is not
-  evaluated yet ("not evaluated at 2048 yet: orchestrator evaluate STUDY"), a metric is missing, fewer seeds
-  finished than its `min_seeds`, or every check holds on the means but the paired test disagrees;
-- fails: some check does not hold on the means over the seeds;
-- holds: every check holds on the means and, with 3 or more seeds, the paired test by seed agrees.
+A claim is a set of checks (orchestrator/study/claim_checks.py), each "left < right" (or ">") per seed, where
+right is another row's metric times a scale plus a shift, or a constant. Its verdict:
+- holds: every check is on its claimed side, significantly (the decision rule below);
+- fails: some check is significantly on the wrong side;
+- inconclusive: neither yet (not significant, or too few seeds: `min_seeds`, or a trial it needs did not
+  finish, a length of `report.lengths` is not evaluated yet, a metric is missing; the reason says which).
 
-A verdict on fewer than 3 seeds is *untested*: no test could say whether the difference is more than seed noise,
-so it is shown and counted apart, in other words ("holds on 1 seed, untested": `ClaimResult.words`), never
-as the bare "holds" of a claim that passed the paired test; the MLflow tag claim.<id> carries the same words.
+The decision rule is reporting/decision.py's: an exact paired t-test by seed at planned looks, its error
+spent over the looks, a claim holding where all its checks do (intersection-union) and failing where any
+check is significantly the other way, and Holm's correction across the study's claims. Under no effect the
+chance that a study declares any claim to hold or to fail wrongly is at most alpha (docs/deciding.md).
+- With a `decide:` section (or `run --decide`): the looks are `Decide.looks()`, and a claim is judged at
+  the largest planned look at or below the seeds finished on all its rows, reading the first n seeds of
+  `Decide.seed_order`. Its sequential p-value only falls as looks are added, and so does Holm's, so a claim
+  decided at an earlier look stays decided. Holm runs over every claim that seeds can decide (one not
+  judged yet counts with p = 1), so that a claim judged early is not corrected over fewer claims.
+- Without one, the study is one look at the seeds it has: the two-sided paired t-test, Holm over the claims
+  that have a test. With one seed no test is possible: the verdict rests on the means and says so ("holds
+  on 1 seed, untested": `ClaimResult.words`), never as the bare "holds" of a tested claim.
 
-The test is reporting/stats.py's paired t-test of the checks' two sides by seed, made one-sided in the claimed
-direction; a claim's p-value is the largest of its checks' (it holds only if all do: an intersection-union
-test), and the p-values of the study's claims are Holm-corrected together. With fewer than 3 seeds no test
-is run and a claim is judged on its means (its `min_seeds` says whether that is enough).
+Every tested claim reports its effect (a difference, a ratio or a value, as the claim states it) with its
+interval (two-sided, 1 - alpha, simultaneous over the planned looks; not corrected for the other claims),
+the seeds it was judged at, and its p-values.
+
+`claim_decidable` says, before anything runs, why seeds cannot decide a claim (a search's samples, ASHA's
+early stopping, a `min_seeds` above the design's maximum); `ClaimResult.rows` names the rows a claim
+reads, so that `run --decide` adds seeds only where an undecided claim needs them.
 """
 
 from __future__ import annotations
@@ -27,18 +39,25 @@ import pandas as pd
 
 from ..study import Study
 from ..study.claim_checks import Check, Term, claim_checks, later_columns, study_rows
+from ..study.model import Decide
 from ..trial.protocol import ISOLATED_PREFIX
+from .decision import RATIO, Design, Evidence, claim_p, evidence
 from .families import is_timing
-from .stats import ALPHA, MIN_SEEDS, compare, format_p, holm
+from .stats import ALPHA, format_p, holm
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
+NOT_DECIDABLE = "not decidable by seeds"
+MIN_TEST_SEEDS = 2  # the paired t-test needs two seeds (one degree of freedom): exact, if weak, from there
 
 
 @dataclass
 class CheckResult:
     text: str  # the measured values and the relation, e.g. "DAPE: ppl_512 = 5.999 < Kerple: ppl_512 = 6.746"
-    holds: bool
-    p: float = math.nan  # one-sided, in the claimed direction; NaN where no test ran
+    holds: bool  # on the means
+    p: float = math.nan  # sequential one-sided p that the check holds; NaN where no test ran
+    evidence: Evidence | None = None  # effect, interval and both one-sided p-values, where a test ran
+    relation: str = "<"
+    quantity: tuple = ()  # (left term, right term): the checks of one quantity share its effect and interval
 
 
 @dataclass
@@ -46,20 +65,42 @@ class ClaimResult:
     claim: Any  # the study's claim model
     verdict: str = INCONCLUSIVE
     reason: str = ""
-    seeds: int = 0
+    seeds: int = 0  # the seeds it was judged on: with `decide`, the planned look
     checks: list[CheckResult] = field(default_factory=list)
-    p: float = math.nan
+    p: float = math.nan  # two-sided, of the claim (before Holm); NaN where no test ran
     p_holm: float = math.nan
+    decidable: bool = True  # seeds can decide it (claim_decidable); else `not_decidable` says why
+    not_decidable: str = ""
+    rows: set[str] = field(default_factory=set)  # the labels of the rows its checks read
+    looks: tuple[int, ...] = ()  # the planned looks it was judged at (one: a study without `decide`)
+    last_look: bool = False  # judged at the design's last planned look: more seeds are not planned
+    leans_holds: bool = True  # which verdict its evidence points to (the one a significant p gives)
+    waiting: bool = False  # no look yet only because its rows have not finished the first look's seeds
+    alpha: float = ALPHA
 
     @property
     def tested(self) -> bool:
-        """Judged on enough seeds for the paired test (MIN_SEEDS): an untested verdict rests on the means alone."""
-        return self.seeds >= MIN_SEEDS
+        """Judged by the paired test (two or more seeds): an untested verdict rests on the means alone."""
+        return not math.isnan(self.p)
+
+    @property
+    def decided(self) -> bool:
+        """Final under the design: it holds or fails by the test, or seeds cannot decide it."""
+        return (self.tested and self.verdict in (HOLDS, FAILS)) or not self.decidable
+
+    @property
+    def needs_seeds(self) -> bool:
+        """More seeds on its rows could decide it: decidable, undecided, not at the design's last look, and
+        judged (or waiting for the first look's seeds), not held up by a missing metric or evaluation."""
+        return self.decidable and not self.decided and not self.last_look and (self.tested or self.waiting)
 
     @property
     def words(self) -> str:
         """The verdict as the report, the command line and the MLflow tag say it: "holds", "fails",
-        "inconclusive", or for a verdict on fewer than MIN_SEEDS seeds "holds on 1 seed, untested"."""
+        "inconclusive", for a verdict on one seed "holds on 1 seed, untested", and for a claim seeds cannot
+        decide "inconclusive (not decidable by seeds)"."""
+        if not self.decidable and not self.tested and self.verdict == INCONCLUSIVE:
+            return f"{INCONCLUSIVE} ({NOT_DECIDABLE})"
         if self.verdict == INCONCLUSIVE or self.tested:
             return self.verdict
         return f"{self.verdict} on {_seeds(self.seeds)}, untested"
@@ -71,9 +112,75 @@ class ClaimResult:
     def measured(self) -> str:
         return f"{self.held}/{len(self.checks)} checks hold" if self.checks else "–"
 
+    @property
+    def deciding(self) -> CheckResult | None:
+        """The check whose evidence decides the claim: for `fails` the most significant the wrong way, else
+        the weakest on the claimed side (the one a `holds` waits for)."""
+        tested = [check for check in self.checks if check.evidence is not None]
+        if not tested:
+            return None
+        if self.verdict == FAILS or not self.leans_holds:
+            return min(tested, key=lambda check: check.evidence.p_wrong)
+        return max(tested, key=lambda check: check.evidence.p_right)
+
+    def effect(self) -> str:
+        """The deciding check's effect with its interval and the claimed side, e.g. "ratio 0.963 [0.951,
+        0.975], claimed in (0.95, 1)" or "difference -0.58 [-0.68, -0.44], claimed < 0"; "" untested."""
+        check = self.deciding
+        if check is None:
+            return ""
+        ev = check.evidence
+        same = [c for c in self.checks if c.quantity == check.quantity and c.evidence is not None]
+        upper = [c.evidence.bound for c in same if c.relation == "<"]
+        lower = [c.evidence.bound for c in same if c.relation == ">"]
+        if lower and upper:
+            claimed = f"claimed in ({_num(max(lower))}, {_num(min(upper))})"
+        else:
+            claimed = f"claimed {check.relation} {_num(ev.bound)}"
+        return f"{ev.kind} {_num(ev.effect)} [{_num(ev.low)}, {_num(ev.high)}], {claimed}"
+
+
+def _num(value: float) -> str:
+    if math.isinf(value):
+        return "∞" if value > 0 else "-∞"
+    return f"{value:.4g}"
+
 
 def _seeds(n: int) -> str:
     return f"{n} seed" + ("" if n == 1 else "s")
+
+
+def study_design(study: Study, decide: Decide | None = None) -> Decide | None:
+    """The sequential design the study's claims are judged by: `decide` (run --decide's), else its own."""
+    return decide if decide is not None else study.decide
+
+
+def claim_decidable(study: Study, claim: Any, decide: Decide | None = None) -> str | None:
+    """Why adding seeds cannot decide this claim (None: it can), known before anything runs. `decide`: the
+    design (default: the study's `decide:` section, else its defaults, as `run --decide` applies them).
+
+    A `bound` or `length_ratio` on one row is decidable: its per-seed values are tested against the bound
+    (a one-sample t-test), as a comparison's per-seed differences are tested against 0."""
+    design = decide or study.decide or Decide()
+    if study.search.algorithm != "grid":
+        return (f"search.algorithm {study.search.algorithm!r}: its rows are samples the searcher drew, not "
+                "configurations repeated by seed")
+    if study.scheduler.type != "none":
+        return (f"scheduler {study.scheduler.type!r} stops trials early by comparing them with each other: a "
+                "row's seeds are not repeats of one training")
+    try:
+        checks = claim_checks(study, claim)
+    except ValueError as error:
+        return f"the claim does not fit the study: {error}"
+    if not checks:
+        return "it compares nothing"
+    if claim.min_seeds > design.max_seeds:
+        return f"its min_seeds ({claim.min_seeds}) is above decide.max_seeds ({design.max_seeds})"
+    return None
+
+
+def claim_rows(checks: list[Check]) -> set[str]:
+    return {term.label for check in checks for term in (check.left, check.right) if term is not None}
 
 
 def _finished(trials: pd.DataFrame, label: str) -> pd.DataFrame:
@@ -117,11 +224,10 @@ def _unfinished(trials: pd.DataFrame, labels: set[str]) -> list[str]:
     return lines
 
 
-def _sides(trials: pd.DataFrame, check: Check, prefix: str = "") -> tuple[pd.Series, pd.Series]:
+def _sides(trials: pd.DataFrame, check: Check, prefix: str = "") -> tuple[pd.Series, pd.Series | None]:
+    """The check's two sides per seed: its left term, and its right term as measured (None: a constant)."""
     left = _seed_values(trials, check.left, prefix)
-    if check.right is None:
-        return left, pd.Series(check.shift, index=left.index, dtype=float)
-    return left, _seed_values(trials, check.right, prefix) * check.scale + check.shift
+    return left, (_seed_values(trials, check.right, prefix) if check.right is not None else None)
 
 
 def _describe(check: Check, left: float, right: float, prefix: str = "") -> str:
@@ -140,15 +246,6 @@ def _describe(check: Check, left: float, right: float, prefix: str = "") -> str:
             f"{raw:.4g}{shifted}{bound}{measured}")
 
 
-def _one_sided(left: pd.Series, right: pd.Series, relation: str, holds: bool) -> float:
-    comparison = compare(left, right)
-    if comparison.test == "no variance":  # the same difference at every seed: no doubt about its sign
-        return 0.0 if holds else 1.0
-    if not comparison.tested:
-        return math.nan
-    return comparison.p / 2 if holds else 1 - comparison.p / 2
-
-
 def _not_evaluated(study: Study, checks: list[Check], trials: pd.DataFrame) -> list[str]:
     """The columns of `report.lengths` (evaluated after training) that a finished trial of the checks lacks."""
     later = {row.label: later_columns(row) for _, row in study_rows(study)}
@@ -161,18 +258,54 @@ def _not_evaluated(study: Study, checks: list[Check], trials: pd.DataFrame) -> l
     return sorted(set(missing), key=lambda column: (int(column.rsplit("_", 1)[1]), column))
 
 
-def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame, study_path: Any = None) -> ClaimResult:
-    """`study_path`: the study file, as the reason of a claim awaiting `orchestrator evaluate` names it."""
-    result = ClaimResult(claim)
+def _prefix(order: list, available: set) -> int:
+    """How many of `order`'s seeds, from the first, are all available."""
+    count = 0
+    for seed in order:
+        if seed not in available:
+            break
+        count += 1
+    return count
+
+
+def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame, study_path: Any = None,
+                   decide: Decide | None = None) -> ClaimResult:
+    """One claim judged on the trials (before Holm: `evaluate_claims` gives the verdict). `study_path`: the
+    study file, as the reason of a claim awaiting `orchestrator evaluate` names it; `decide`: the sequential
+    design (default: the study's `decide:` section; none: one look at the seeds there are)."""
+    design = study_design(study, decide)
+    result = ClaimResult(claim, alpha=design.alpha if design else ALPHA)
+    reason = claim_decidable(study, claim, design)
+    if reason is not None:
+        result.decidable, result.not_decidable = False, reason
     try:
         checks = claim_checks(study, claim)
     except ValueError as error:
         result.reason = f"the claim does not fit the study: {error}"
         return result
-    labels = {term.label for check in checks for term in (check.left, check.right) if term is not None}
-    unfinished = _unfinished(trials, labels)
-    if unfinished:
+    labels = claim_rows(checks)
+    result.rows = labels
+    prefixes = [_timing_prefix(trials, check) for check in checks]
+    sides = [_sides(trials, check, prefix) for check, prefix in zip(checks, prefixes)]
+    available = set.intersection(*(set(left.index) & (set(right.index) if right is not None else set(left.index))
+                                   for left, right in sides)) if sides else set()
+    if design is not None and result.decidable:
+        order = design.seed_order(list(study.seeds))
+        finished = _prefix(order, available)
+        looks = [n for n in design.looks() if claim.min_seeds <= n <= finished]
+        next_look = next((n for n in design.looks() if n > (looks[-1] if looks else 0)), None)
+        watched = set(order[:next_look or design.max_seeds])
+        unfinished = _unfinished(trials[trials["seed"].isin(watched)], labels)
+        common = order[:looks[-1]] if looks else []
+        plan = Design(tuple(n for n in design.looks() if n >= claim.min_seeds), design.alpha)
+    else:
+        unfinished = _unfinished(trials, labels)
+        common = sorted(available)
+        looks = [len(common)] if len(common) >= max(MIN_TEST_SEEDS, claim.min_seeds) else []
+        plan = Design((len(common),), result.alpha) if looks else None
+    if unfinished and (design is None or not result.decidable or not looks):
         result.reason = "trials not finished: " + "; ".join(unfinished)
+        result.waiting = design is not None and result.decidable  # the first look's trials: pending or failed
         return result
     pending = _not_evaluated(study, checks, trials)
     if pending:  # a length of report.lengths: judged once `orchestrator evaluate` has scored it
@@ -180,60 +313,84 @@ def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame, study_path: A
         result.reason = (f"not evaluated at {', '.join(map(str, lengths))} yet: orchestrator evaluate "
                          f"{study_path or 'STUDY'}")
         return result
-    prefixes = [_timing_prefix(trials, check) for check in checks]
-    sides = [_sides(trials, check, prefix) for check, prefix in zip(checks, prefixes)]
-    seeds = set.intersection(*(set(left.index) & set(right.index) for left, right in sides)) if sides else set()
-    result.seeds = len(seeds)
-    if not seeds:
+    if not available:
         result.reason = "no finished trial logged the metric"
         return result
-    if len(seeds) < claim.min_seeds:
-        result.reason = f"{len(seeds)} seed(s) finished; the claim needs min_seeds = {claim.min_seeds}"
+    if design is not None and result.decidable:
+        if not looks:
+            result.seeds, result.waiting = _prefix(order, available), True
+            result.reason = (f"waiting for seeds: {result.seeds} of the first {order[:next_look]} finished on "
+                             f"its rows; the first look is at {next_look}")
+            return result
+    elif len(common) < claim.min_seeds:
+        result.seeds = len(common)
+        result.reason = f"{len(common)} seed(s) finished; the claim needs min_seeds = {claim.min_seeds}"
         return result
-    common = sorted(seeds)
+    result.seeds = len(common)
+    result.looks = tuple(looks)
+    result.last_look = design is None or not result.decidable or (bool(looks) and looks[-1] == design.max_seeds)
+    ratios = {(check.left, check.right) for check in checks if check.right is not None and check.scale != 1.0}
     for check, prefix, (left, right) in zip(checks, prefixes, sides):
-        left, right = left[common], right[common]
-        a, b = float(left.mean()), float(right.mean())
-        holds = a < b if check.relation == "<" else a > b
-        p = _one_sided(left, right, check.relation, holds) if len(common) >= MIN_SEEDS else math.nan
-        result.checks.append(CheckResult(_describe(check, a, b, prefix), holds, p))
-    tested = [check.p for check in result.checks]
-    result.p = max(tested) if tested and not any(math.isnan(p) for p in tested) else math.nan
+        kind = RATIO if (check.left, check.right) in ratios else None
+        a = left[common].to_numpy(dtype=float)
+        b = right[common].to_numpy(dtype=float) if right is not None else None
+        mean_right = check.scale * float(b.mean()) + check.shift if b is not None else check.shift
+        holds = float(a.mean()) < mean_right if check.relation == "<" else float(a.mean()) > mean_right
+        ev = evidence(plan, a, b, check.relation, check.scale, check.shift, kind) if plan is not None else None
+        result.checks.append(CheckResult(_describe(check, float(a.mean()), mean_right, prefix), holds,
+                                         ev.p_right if ev else math.nan, ev, check.relation,
+                                         (check.left, check.right)))
+    tested = [check.evidence for check in result.checks if check.evidence is not None]
+    if tested and len(tested) == len(result.checks):
+        result.p, result.leans_holds = claim_p(tested)
+    if unfinished:
+        result.reason = "trials not finished (judged without them): " + "; ".join(unfinished)
     return result
 
 
 def _verdict(result: ClaimResult) -> None:
     if not result.checks:
         return  # inconclusive, with its reason already
-    if result.held < len(result.checks):
-        result.verdict = FAILS
-        result.reason = f"{len(result.checks) - result.held} of {len(result.checks)} checks do not hold on the means"
-        if not result.tested:
-            result.reason += f" of {_seeds(result.seeds)} (no paired test with fewer than {MIN_SEEDS} seeds)"
-        first = next(check for check in result.checks if not check.holds)
-        result.reason += f"; the first that does not: ✗ {first.text}"
-    elif math.isnan(result.p_holm):
-        result.verdict = HOLDS
-        result.reason = (f"on the means of {_seeds(result.seeds)} only: no paired test with fewer than {MIN_SEEDS} "
-                         "seeds, so the difference may be seed noise" if not result.tested else "")
-    elif result.p_holm < ALPHA:
-        result.verdict = HOLDS
-        result.reason = f"paired test by seed over {result.seeds} seeds, Holm-corrected {format_p(result.p_holm)}"
+    waiting = result.reason
+    if not result.tested:  # one seed: the means alone, and the words say so
+        result.verdict = HOLDS if result.held == len(result.checks) else FAILS
+        if result.verdict == FAILS:
+            first = next(check for check in result.checks if not check.holds)
+            result.reason = (f"{len(result.checks) - result.held} of {len(result.checks)} checks do not hold on the "
+                             f"means of {_seeds(result.seeds)} (no paired test with fewer than {MIN_TEST_SEEDS} "
+                             f"seeds); the first that does not: ✗ {first.text}")
+        else:
+            result.reason = (f"on the means of {_seeds(result.seeds)} only: no paired test with fewer than "
+                             f"{MIN_TEST_SEEDS} seeds, so the difference may be seed noise")
+        return
+    at = f"{_seeds(result.seeds)}" + (f", looks {list(result.looks)}" if len(result.looks) > 1 else "")
+    if result.p_holm <= result.alpha:
+        result.verdict = HOLDS if result.leans_holds else FAILS
+        result.reason = f"paired test by seed over {at}, Holm-corrected {format_p(result.p_holm)}"
     else:
         result.verdict = INCONCLUSIVE
-        result.reason = (f"holds on the means but not significantly: Holm-corrected {format_p(result.p_holm)} "
-                         f"over {result.seeds} seeds")
+        lean = "holds" if result.leans_holds else "fails"
+        result.reason = (f"not significant: {lean} on the evidence so far, Holm-corrected "
+                         f"{format_p(result.p_holm)} > {result.alpha:g} over {at}")
+    if waiting:
+        result.reason += f"; {waiting}"
+    if not result.decidable:
+        result.reason += f"; {NOT_DECIDABLE}: {result.not_decidable}"
 
 
-def evaluate_claims(study: Study, trials: pd.DataFrame, study_path: Any = None) -> list[ClaimResult]:
-    """Every claim of the study, judged on its in-study trials (any status), Holm-corrected together."""
-    results = [evaluate_claim(study, claim, trials, study_path) for claim in study.expect]
-    for result, adjusted in zip(results, holm([result.p for result in results])):
-        result.p_holm = adjusted
+def evaluate_claims(study: Study, trials: pd.DataFrame, study_path: Any = None,
+                    decide: Decide | None = None) -> list[ClaimResult]:
+    """Every claim of the study, judged on its in-study trials (any status), Holm-corrected together. With
+    a sequential design (`decide`, or the study's own), Holm runs over every claim seeds can decide, those
+    without a test yet counting as p = 1; without one, over the claims that have a test."""
+    design = study_design(study, decide)
+    results = [evaluate_claim(study, claim, trials, study_path, decide) for claim in study.expect]
+    sequential = design is not None
+    pvalues = [(1.0 if math.isnan(r.p) else r.p) if sequential and r.decidable else r.p for r in results]
+    for result, adjusted in zip(results, holm(pvalues)):
+        result.p_holm = adjusted if result.tested else math.nan
         _verdict(result)
     return results
-
-
 # The groups a study's verdicts are counted in: (verdict, tested); untested groups hold verdicts on fewer seeds.
 GROUPS = ((HOLDS, True), (HOLDS, False), (FAILS, True), (FAILS, False), (INCONCLUSIVE, True))
 
@@ -256,23 +413,37 @@ def headline(results: list[ClaimResult]) -> str:
     parts = []
     for (verdict, tested), n in counts.items():
         if tested:
-            suffix = {HOLDS: " (paired test)", FAILS: f" (on {MIN_SEEDS}+ seeds)"}.get(verdict, "") if untested else ""
+            suffix = {HOLDS: " (paired test)", FAILS: f" (on {MIN_TEST_SEEDS}+ seeds)"}.get(verdict, "") if untested else ""
             parts.append(f"{n} {verdict}{suffix}")
         elif n:
             seeds = sorted({r.seeds for r in results if _group(r) == (verdict, tested)})
-            on = _seeds(seeds[0]) if len(seeds) == 1 else f"fewer than {MIN_SEEDS} seeds"
+            on = _seeds(seeds[0]) if len(seeds) == 1 else f"fewer than {MIN_TEST_SEEDS} seeds"
             parts.append(f"{n} {verdict if n == 1 else verdict.removesuffix('s')} on {on} (untested)")
     return ", ".join(parts)
 
 
 def mlflow_record(results: list[ClaimResult]) -> tuple[dict[str, str], dict[str, float]]:
-    """Tags (claim.<id> = its words: "holds", "holds on 1 seed, untested", ...) and metrics for the parent
-    run: claims_holding and claims_failing (on enough seeds for the paired test), claims_holding_untested and
-    claims_failing_untested (fewer), claims_inconclusive, and claim.<id>.p_holm where a test ran."""
+    """Tags (claim.<id> = its words: "holds", "holds on 1 seed, untested", ...; claim.<id>.effect = its effect
+    with interval in words) and metrics for the parent run: claims_holding and claims_failing (tested),
+    claims_holding_untested and claims_failing_untested (one seed), claims_inconclusive, claims_decided; per
+    tested claim claim.<id>.p_holm, .seeds, and .effect, .effect_low, .effect_high where finite."""
     tags = {f"claim.{r.claim.id}": r.words for r in results}
+    tags.update({f"claim.{r.claim.id}.effect": r.effect() for r in results if r.effect()})
     counts = summary(results)
     metrics = {"claims_holding": counts[HOLDS, True], "claims_holding_untested": counts[HOLDS, False],
                "claims_failing": counts[FAILS, True], "claims_failing_untested": counts[FAILS, False],
-               "claims_inconclusive": counts[INCONCLUSIVE, True]}
-    metrics.update({f"claim.{r.claim.id}.p_holm": r.p_holm for r in results if not math.isnan(r.p_holm)})
+               "claims_inconclusive": counts[INCONCLUSIVE, True],
+               "claims_decided": sum(r.decided and r.decidable for r in results)}
+    for r in results:
+        if not r.tested:
+            continue
+        prefix = f"claim.{r.claim.id}"
+        metrics[f"{prefix}.p_holm"] = r.p_holm
+        metrics[f"{prefix}.seeds"] = r.seeds
+        check = r.deciding
+        if check is not None:
+            for name, value in (("effect", check.evidence.effect), ("effect_low", check.evidence.low),
+                                ("effect_high", check.evidence.high)):
+                if math.isfinite(value):
+                    metrics[f"{prefix}.{name}"] = float(value)
     return tags, metrics

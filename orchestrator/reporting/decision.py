@@ -1,0 +1,225 @@
+"""The decision rule for claims: a group-sequential, exact paired t-test at planned looks (seed counts).
+
+A check of a claim ("A < 0.95 x B", "A - B < -margin", "A/B at 8x over 1x <= 2") is a statement about the mean
+of a per-seed difference d_i = left_i - scale x right_i - shift: it holds where E[d] is on the claimed side of 0.
+Seeds are added a batch at a time and the claims are judged at the *planned* looks n_1 < ... < n_K
+(`Decide.looks()`, e.g. 2, 4, 6, 8, 10 seeds); a look at n reads the first n seeds of `Decide.seed_order`, so
+the data of a look extend those of the one before.
+
+At each look k the exact one-sample t-test on d_1..d_{n_k} gives a one-sided p-value p_k in each direction.
+Under a normal null (E[d] = 0) the joint law of (t_1, ..., t_K) does not depend on the spread of d (each t is
+scale-invariant), so the law of the statistic M = min_k p_k / w_k (w_k: the looks' weights, `FIRST_LOOK_WEIGHT`) is
+known exactly; `Design` draws it once by simulation (a fixed random stream: the same data always give the
+same verdict). The *sequential p-value* of a check in one direction is F(min over the looks taken of
+p_k / w_k), F the null distribution function of M over ALL planned looks. Taking fewer looks (stopping once
+decided, or because a budget ran out) only makes the minimum larger, so P(sequential p <= u) <= u under the
+null whatever the stopping rule, as long as looks are only taken at planned seed counts. With one planned
+look (a study without `decide`, judged at the seeds it has) F(u) = u: the plain paired t-test.
+
+Why a group-sequential t-test and not an e-process or a confidence sequence (expectation, ville, confseq):
+with 2-3 seeds, a scale-invariant e-value for a t-test cannot reach 1/alpha = 20 even on an effect of 5 seed
+standard deviations (its largest possible value, from the most favourable sample, is about 18 at n = 2,
+docs/deciding.md), so an anytime-valid rule would never decide at the minimum; the exact t-test at planned
+looks decides a large effect at 2-4 seeds. Group-sequential packages (gsDesign-like) compute boundaries for
+a z-statistic with a known variance, which at 2-10 seeds is far from the t-statistic; here the boundaries
+are exact for the t-statistic (the calibration by simulation is the only approximation: `SIMULATIONS`).
+
+The nominal one-sided level of look k is a_k = lambda x w_k with F(lambda) = alpha / 2: the intervals of
+`interval_at` use it, so that the interval of a check, intersected over the looks taken, covers the true
+effect at every planned look at once with probability >= 1 - alpha.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+SIMULATIONS = 262_144  # null paths drawn per design: F's Monte Carlo error is about +-0.0003 at F = 0.025
+_STREAM = 20_261_202  # the fixed random stream of the calibration
+# The weight of each look's p-value (the first look, then every later one). A first look weighted 2x gets
+# about twice the nominal level of a later one: at 2 seeds the t-test has 1 degree of freedom, and a large
+# effect is decided there only if the first look is not starved (tests/benchmarks/bench_decisions.py
+# compares the weightings: docs/deciding.md).
+FIRST_LOOK_WEIGHT = 2.0
+
+
+def look_weights(looks: tuple[int, ...], first: float = FIRST_LOOK_WEIGHT) -> np.ndarray:
+    return np.array([first] + [1.0] * (len(looks) - 1)) if len(looks) > 1 else np.ones(1)
+
+
+def _student_cdf(dof: np.ndarray | float, t: np.ndarray | float) -> np.ndarray:
+    """P(T <= t) for Student's t with `dof` degrees of freedom (scipy.special: cheap to import)."""
+    from scipy.special import stdtr
+
+    return stdtr(dof, t)
+
+
+def _student_quantile(dof: float, q: float) -> float:
+    from scipy.special import stdtrit
+
+    return float(stdtrit(dof, q))
+
+
+def one_sided_p(d: np.ndarray) -> tuple[float, float]:
+    """(p that E[d] > 0, p that E[d] < 0) by the one-sample t-test of `d` (two or more values). The same
+    value at every seed: no doubt about its sign (0 on its side, 1 on the other; 1 and 1 for zeros)."""
+    n = d.size
+    mean = float(d.mean())
+    spread = float(d.std(ddof=1))
+    if spread == 0 or not math.isfinite(spread):
+        return (0.0 if mean > 0 else 1.0), (0.0 if mean < 0 else 1.0)
+    t = mean / (spread / math.sqrt(n))
+    return float(_student_cdf(n - 1, -t)), float(_student_cdf(n - 1, t))  # P(T >= t), P(T <= t)
+
+
+@dataclass(frozen=True)
+class Design:
+    """Planned looks (seed counts) and the error rate alpha a claim's two-sided decision is made at."""
+
+    looks: tuple[int, ...]
+    alpha: float = 0.05
+    first_weight: float = FIRST_LOOK_WEIGHT  # the first look's weight (later ones: 1)
+
+    def __post_init__(self) -> None:
+        if not self.looks or list(self.looks) != sorted(set(self.looks)) or self.looks[0] < 2:
+            raise ValueError(f"looks must be increasing seed counts of at least 2, got {list(self.looks)}")
+
+    @property
+    def weights(self) -> np.ndarray:
+        return look_weights(self.looks, self.first_weight)
+
+    def statistic(self, p_by_look: list[float]) -> float:
+        """min_k p_k / w_k over the looks taken (the first len(p_by_look) planned ones)."""
+        return min(p / w for p, w in zip(p_by_look, self.weights))
+
+    def sequential_p(self, p_by_look: list[float]) -> float:
+        """F(min_k p_k / w_k): a valid p-value whatever the number of planned looks taken."""
+        if not p_by_look:
+            return 1.0
+        value = self.statistic(p_by_look)
+        if len(self.looks) == 1:
+            return float(min(1.0, value))
+        null = self.null()
+        return (float(np.searchsorted(null, value, side="right")) + 1) / (null.size + 1)
+
+    @property
+    def scale(self) -> float:
+        """lambda: F(lambda) = alpha / 2; look k's nominal one-sided level is lambda x w_k."""
+        if len(self.looks) == 1:
+            return self.alpha / 2
+        null = self.null()
+        count = math.floor(self.alpha / 2 * (null.size + 1)) - 1  # F(null[count - 1]) <= alpha / 2
+        return float(null[count - 1]) if count >= 1 else float(null[0]) / 2
+
+    def null(self) -> np.ndarray:
+        """The sorted null sample of min_k p_k / w_k over every planned look (drawn once per design)."""
+        return _null_minima(self.looks, self.first_weight)
+
+    def nominal(self, look: int) -> float:
+        """The one-sided level of the look at `look` seeds (its index in the plan)."""
+        return self.scale * float(self.weights[self.looks.index(look)])
+
+    def taken(self, seeds: int) -> tuple[int, ...]:
+        """The planned looks at or below `seeds`."""
+        return tuple(n for n in self.looks if n <= seeds)
+
+
+@lru_cache(maxsize=32)
+def _null_minima(looks: tuple[int, ...], first: float) -> np.ndarray:
+    """The sorted null sample of min_k p_k / w_k (upper one-sided p; by symmetry the same law for the lower)."""
+    rng = np.random.default_rng(_STREAM)
+    weights = look_weights(looks, first)
+    minima = np.full(SIMULATIONS, np.inf)
+    chunk = 32_768  # bounded memory: 32k paths x 10 seeds at a time
+    for start in range(0, SIMULATIONS, chunk):
+        x = rng.standard_normal((min(chunk, SIMULATIONS - start), looks[-1]))
+        total, squares = np.cumsum(x, axis=1), np.cumsum(x * x, axis=1)
+        part = minima[start:start + x.shape[0]]
+        for n, w in zip(looks, weights):
+            mean = total[:, n - 1] / n
+            var = (squares[:, n - 1] - n * mean * mean) / (n - 1)
+            t = mean / np.sqrt(np.maximum(var, 1e-300) / n)
+            np.minimum(part, _student_cdf(n - 1, -t) / w, out=part)
+    return np.sort(minima)
+
+
+# --- one check's evidence over the looks -----------------------------------------------------------------------
+DIFFERENCE, RATIO, VALUE = "difference", "ratio", "value"
+
+
+@dataclass
+class Evidence:
+    """A check judged at the looks taken: its effect (A - B, A / B, or A's value, as the claim states it)
+    at the last look, its interval (intersected over the looks), and its sequential one-sided p-values."""
+
+    kind: str  # DIFFERENCE, RATIO or VALUE
+    effect: float
+    low: float
+    high: float
+    bound: float  # the check's bound on the effect's scale: the claimed side of it is where the check holds
+    p_right: float  # sequential p that the check holds (the effect on the claimed side of the bound)
+    p_wrong: float  # ... that it does not
+    seeds: int
+
+
+def _interval(kind: str, a: np.ndarray, b: np.ndarray | None, level: float) -> tuple[float, float]:
+    """The two-sided interval with one-sided `level` in each tail: a t-interval of mean(a - b) or mean(a), or
+    Fieller's interval of mean(a) / mean(b) (the ratios r that a paired t-test of a - r b does not reject)."""
+    n = a.size
+    c = _student_quantile(n - 1, 1 - level)
+    if kind == RATIO:
+        assert b is not None
+        cov = np.cov(a, b, ddof=1)
+        qa = n * b.mean() ** 2 - c * c * cov[1, 1]
+        qb = -2 * (n * a.mean() * b.mean() - c * c * cov[0, 1])
+        qc = n * a.mean() ** 2 - c * c * cov[0, 0]
+        disc = qb * qb - 4 * qa * qc
+        if qa <= 0 or disc < 0:
+            return -math.inf, math.inf  # the denominator's mean is not clearly away from 0: no finite interval
+        root = math.sqrt(disc)
+        return (-qb - root) / (2 * qa), (-qb + root) / (2 * qa)
+    values = a - b if b is not None else a
+    half = c * float(values.std(ddof=1)) / math.sqrt(n)
+    return float(values.mean()) - half, float(values.mean()) + half
+
+
+def evidence(design: Design, left: np.ndarray, right: np.ndarray | None, relation: str, scale: float = 1.0,
+             shift: float = 0.0, kind: str | None = None) -> Evidence:
+    """`left` and `right` (None: the constant `shift`): per-seed values in the design's seed order, as many as
+    the last look taken reads. The check: left `relation` scale x right + shift. `kind`: how its effect is
+    stated (default: a ratio where scale is not 1, else a difference; a value where right is None); a
+    check A < B among ratio checks of the same two sides is the ratio A/B < 1."""
+    kind = kind or (VALUE if right is None else (RATIO if scale != 1.0 else DIFFERENCE))
+    bound = shift if kind != RATIO else scale
+    d = left - (scale * right if right is not None else 0.0) - shift
+    sign = -1.0 if relation == "<" else 1.0  # the claimed side: d < 0 for "<"
+    looks = design.taken(left.size)
+    rights, wrongs, low, high = [], [], -math.inf, math.inf
+    for n in looks:
+        above, below = one_sided_p(d[:n])
+        rights.append(above if sign > 0 else below)
+        wrongs.append(below if sign > 0 else above)
+        lo, hi = _interval(kind, left[:n], right[:n] if right is not None else None, design.nominal(n))
+        low, high = max(low, lo), min(high, hi)
+    n = looks[-1]
+    a, b = left[:n], (right[:n] if right is not None else None)
+    if kind == RATIO:
+        effect = float(a.mean() / b.mean())
+    else:
+        effect = float((a - b).mean()) if b is not None else float(a.mean())
+    if low > high:  # the looks' intervals do not meet (a rare draw): the last look's alone
+        low, high = _interval(kind, a, b, design.nominal(n))
+    return Evidence(kind, effect, low, high, bound, design.sequential_p(rights), design.sequential_p(wrongs), n)
+
+
+def claim_p(checks: list[Evidence]) -> tuple[float, bool]:
+    """(two-sided p, leans to "holds") of a claim made of `checks`. It holds where every check does (an
+    intersection-union test: the largest of their p_right) and fails where any check is on the wrong side
+    (a union: the smallest p_wrong, times the number of checks). The claim's p is twice the smaller of the
+    two, so that under no effect the chance of either false verdict is at most alpha in all."""
+    hold = max(check.p_right for check in checks)
+    fail = min(1.0, len(checks) * min(check.p_wrong for check in checks))
+    return min(1.0, 2 * min(hold, fail)), hold <= fail

@@ -1,0 +1,246 @@
+"""How the claims' decision rule (orchestrator/reporting/decision.py) behaves, by simulation: 10,000 studies
+per setting, each one claim "the effect is above 0" read on per-seed differences d_1..d_10 (seed-to-seed
+spread 1: effects are in seed standard deviations).
+
+    python tests/benchmarks/bench_decisions.py              # ~1 minute on a busy 2-core machine
+    python tests/benchmarks/bench_decisions.py --studies 2000 --no-evalue
+
+Prints:
+1. Under no effect (normal, and Student t with 3 degrees of freedom: heavy tails), the false-verdict rate
+   (the claim declared to hold or to fail) of the sequential rule at the default design (`decide:` defaults:
+   looks at 2, 4, 6, 8, 10 seeds), with its exact 95% (Clopper-Pearson) interval, against the nominal alpha;
+   and the naive rule "add a seed until the t-test's p < 0.05 (at most 10)", which the sequential rule
+   replaces.
+2. Under effects of 0.5, 1, 2 and 5 seed SDs: the sequential rule's power (the claim declared to hold), the
+   mean and 90th percentile of the seeds it trained, against fixed designs of 3, 5 and 10 seeds (the
+   two-sided paired t-test at the same alpha).
+3. Designs compared: the first look's weight (decision.FIRST_LOOK_WEIGHT: 1 is Pocock's constant level, 2
+   the default, 4) and the looks (decide's min_seeds and batch), for one claim and for 8 claims with Holm.
+4. A study of 8 claims with Holm across them: any false verdict under no effect, seeds per claim under effects.
+5. The largest value a scale-invariant e-value for the t-test can take at 2-4 seeds (why the rule is not an
+   e-process): at 2 seeds it stays below 1/alpha = 20 even for an effect of 5 SDs.
+
+The rule is simulated vectorised (every study at once) with the product's calibrated null law
+(Design.null()); the first 300 studies of each setting are also judged by the product's own per-claim
+code (decision.evidence and claim_p, look by look) and the two must agree: "agree 300/300".
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import integrate, stats
+from scipy.special import stdtr
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from orchestrator.reporting.decision import Design, claim_p, evidence
+from orchestrator.study.model import Decide
+
+ALPHA = 0.05
+MAX_SEEDS = 10
+
+
+def draw(studies: int, effect: float, tails: str, rng: np.random.Generator) -> np.ndarray:
+    """Per-seed differences with mean `effect` and standard deviation 1 (t3 scaled to unit variance)."""
+    if tails == "normal":
+        noise = rng.standard_normal((studies, MAX_SEEDS))
+    else:
+        noise = rng.standard_t(3, (studies, MAX_SEEDS)) / math.sqrt(3.0)
+    return effect + noise
+
+
+def _p_sides(d: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(p that the mean is above 0, p that it is below) of the t-test on the first n columns, per row."""
+    x = d[:, :n]
+    t = x.mean(axis=1) / (x.std(axis=1, ddof=1) / math.sqrt(n))
+    return stdtr(n - 1, -t), stdtr(n - 1, t)
+
+
+def sequential(design: Design, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(verdict: +1 holds, -1 fails, 0 inconclusive; seeds trained) of the rule, every study at once: at each
+    planned look, the sequential p-values F(min_k p_k / w_k) of both sides; decided where 2 x the smaller is
+    at most alpha; an undecided study goes on to the next look."""
+    null = design.null() if len(design.looks) > 1 else None
+    studies = d.shape[0]
+    verdict = np.zeros(studies, dtype=int)
+    seeds = np.full(studies, design.looks[-1])
+    best_up = np.full(studies, np.inf)
+    best_down = np.full(studies, np.inf)
+    for n, w in zip(design.looks, design.weights):
+        up, down = _p_sides(d, n)
+        best_up, best_down = np.minimum(best_up, up / w), np.minimum(best_down, down / w)
+        if null is None:
+            f_up, f_down = best_up, best_down
+        else:
+            f_up = np.searchsorted(null, best_up, side="right") / null.size
+            f_down = np.searchsorted(null, best_down, side="right") / null.size
+        p = np.minimum(1.0, 2 * np.minimum(f_up, f_down))
+        now = (verdict == 0) & (p <= design.alpha)
+        verdict[now] = np.where(f_up[now] <= f_down[now], 1, -1)
+        seeds[now] = n
+    return verdict, seeds
+
+
+def product(design: Design, d: np.ndarray) -> tuple[int, int]:
+    """One study judged by the product's code, look by look, as `run --decide` does."""
+    for n in design.looks:
+        check = evidence(design, d[:n], None, ">")
+        p, holds = claim_p([check])
+        if p <= design.alpha:
+            return (1 if holds else -1), n
+    return 0, design.looks[-1]
+
+
+def fixed(d: np.ndarray, n: int) -> np.ndarray:
+    up, down = _p_sides(d, n)
+    p = np.minimum(1.0, 2 * np.minimum(up, down))
+    return np.where(p <= ALPHA, np.where(up <= down, 1, -1), 0)
+
+
+def naive(d: np.ndarray, start: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Add a seed until the two-sided t-test's p < 0.05, from `start` seeds up to 10."""
+    verdict = np.zeros(d.shape[0], dtype=int)
+    seeds = np.full(d.shape[0], MAX_SEEDS)
+    for n in range(start, MAX_SEEDS + 1):
+        now = (verdict == 0) & (fixed(d, n) != 0)
+        verdict[now] = fixed(d, n)[now]
+        seeds[now] = n
+    return verdict, seeds
+
+
+def rate(hits: int, total: int) -> str:
+    low = stats.beta.ppf(0.025, hits, total - hits + 1) if hits else 0.0
+    high = stats.beta.ppf(0.975, hits + 1, total - hits) if hits < total else 1.0
+    return f"{hits / total:.4f} [{low:.4f}, {high:.4f}]"
+
+
+def holm_adjusted(p: np.ndarray) -> np.ndarray:
+    """Holm's adjusted p-values of each row (study) of `p` (studies x claims)."""
+    m = p.shape[1]
+    order = np.argsort(p, axis=1)
+    ranked = np.take_along_axis(p, order, axis=1) * (m - np.arange(m))
+    adjusted = np.minimum(1.0, np.maximum.accumulate(ranked, axis=1))
+    out = np.empty_like(p)
+    np.put_along_axis(out, order, adjusted, axis=1)
+    return out
+
+
+def many_claims(design: Design, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A study of several claims (d: studies x claims x seeds, each claim on its own rows), as `run --decide`
+    runs it: at each look the undecided claims' rows get their seeds, every claim's sequential p (its last
+    look's for the decided ones) is Holm-corrected, and a claim is decided where its adjusted p <= alpha.
+    Returns (verdicts, seeds per claim)."""
+    studies, claims, _ = d.shape
+    null = design.null()
+    verdict = np.zeros((studies, claims), dtype=int)
+    seeds = np.full((studies, claims), design.looks[-1])
+    best_up = np.full((studies, claims), np.inf)
+    best_down = np.full((studies, claims), np.inf)
+    p = np.ones((studies, claims))
+    f_up = np.ones((studies, claims))
+    f_down = np.ones((studies, claims))
+    for n, w in zip(design.looks, design.weights):
+        open_ = verdict == 0
+        x = d[:, :, :n]
+        t = x.mean(axis=2) / (x.std(axis=2, ddof=1) / math.sqrt(n))
+        best_up = np.where(open_, np.minimum(best_up, stdtr(n - 1, -t) / w), best_up)
+        best_down = np.where(open_, np.minimum(best_down, stdtr(n - 1, t) / w), best_down)
+        f_up = (np.searchsorted(null, best_up.ravel(), side="right").reshape(best_up.shape) + 1) / (null.size + 1)
+        f_down = (np.searchsorted(null, best_down.ravel(), side="right").reshape(best_up.shape) + 1) / (null.size + 1)
+        p = np.minimum(1.0, 2 * np.minimum(f_up, f_down))
+        now = open_ & (holm_adjusted(p) <= design.alpha)
+        verdict[now] = np.where(f_up[now] <= f_down[now], 1, -1)
+        seeds[now] = n
+    return verdict, seeds
+
+
+def max_evalue(n: int, effect: float) -> float:
+    """The largest likelihood ratio of the scale-invariant statistic (the direction of the sample) between a
+    mean of `effect` SDs and 0, at the most favourable sample (every seed equal): any scale-invariant e-value
+    for this alternative is at most this."""
+    shift = effect * math.sqrt(n)
+    top = integrate.quad(lambda r: r ** (n - 1) * math.exp(-((r - shift) ** 2) / 2), 0, np.inf)[0]
+    bottom = integrate.quad(lambda r: r ** (n - 1) * math.exp(-(r ** 2) / 2), 0, np.inf)[0]
+    return top / bottom
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--studies", type=int, default=10_000)
+    parser.add_argument("--no-evalue", action="store_true")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    rng = np.random.default_rng(7)
+    looks = tuple(Decide().looks())
+    design = Design(looks, ALPHA)
+    print(f"Design: looks at {list(looks)} seeds, alpha = {ALPHA}, first look's weight {design.first_weight:g}; "
+          f"nominal one-sided level per look {[round(design.nominal(n), 5) for n in looks]}; "
+          f"{args.studies} studies per setting\n")
+
+    print("1. No effect: false verdicts (holds or fails), rate [95% CI]")
+    for tails in ("normal", "t3"):
+        d = draw(args.studies, 0.0, tails, rng)
+        verdict, seeds = sequential(design, d)
+        agree = sum(product(design, d[i]) == (verdict[i], seeds[i]) for i in range(min(300, len(d))))
+        naive_verdict, _ = naive(d)
+        print(f"   {tails:6}  sequential {rate(int((verdict != 0).sum()), len(d))} (nominal {ALPHA}), "
+              f"mean seeds {seeds.mean():.2f}; agree {agree}/{min(300, len(d))}; "
+              f"naive 'add a seed until p < 0.05' {rate(int((naive_verdict != 0).sum()), len(d))}; "
+              f"fixed 3/5/10 {' / '.join(f'{(fixed(d, n) != 0).mean():.4f}' for n in (3, 5, 10))}")
+
+    print("\n2. Effects (normal): power (declared to hold) and seeds trained")
+    print(f"   {'effect':>6}  {'sequential power':>16}  {'mean seeds':>10}  {'p90 seeds':>9}  "
+          f"{'fixed 3':>7}  {'fixed 5':>7}  {'fixed 10':>8}  agree")
+    for effect in (0.5, 1.0, 2.0, 5.0, 10.0, 20.0):
+        d = draw(args.studies, effect, "normal", rng)
+        verdict, seeds = sequential(design, d)
+        agree = sum(product(design, d[i]) == (verdict[i], seeds[i]) for i in range(min(300, len(d))))
+        print(f"   {effect:>6g}  {(verdict == 1).mean():>16.4f}  {seeds.mean():>10.2f}  "
+              f"{np.percentile(seeds, 90):>9g}  " + "  ".join(f"{(fixed(d, n) == 1).mean():>7.4f}"
+                                                         for n in (3, 5)) + f"  {(fixed(d, 10) == 1).mean():>8.4f}"
+              + f"  {agree}/{min(300, len(d))}")
+
+    print("\n3. Designs compared (decide: min_seeds, batch; first look's weight): one claim, and a study of 8 "
+          "claims with Holm (section 4); power / mean seeds per claim at each effect")
+    for decide, weight in ((Decide(), 1.0), (Decide(), 2.0), (Decide(), 4.0), (Decide(min_seeds=3), 2.0),
+                           (Decide(min_seeds=3, batch=1), 2.0), (Decide(min_seeds=2, batch=1), 2.0)):
+        other = Design(tuple(decide.looks()), ALPHA, first_weight=weight)
+        cells = []
+        for effect in (0.0, 1.0, 2.0, 5.0, 20.0):
+            one, seeds = sequential(other, draw(args.studies, effect, "normal", np.random.default_rng(11)))
+            many, many_seeds = many_claims(other, effect + np.random.default_rng(12).standard_normal(
+                (args.studies // 4, 8, MAX_SEEDS)))
+            if effect == 0:
+                cells.append(f"null {(one != 0).mean():.3f} | {(many != 0).any(axis=1).mean():.3f}")
+            else:
+                cells.append(f"{effect:g}: {(one == 1).mean():.2f}/{seeds.mean():.2f} | "
+                             f"{(many == 1).mean():.2f}/{many_seeds.mean():.2f}")
+        print(f"   looks {decide.looks()} weight {weight:g}: " + "; ".join(cells))
+
+    print("\n4. A study of 8 claims, each on its own rows, Holm across them (as kernel_size's 8 claims)")
+    claims = 8
+    d = rng.standard_normal((args.studies, claims, MAX_SEEDS))
+    verdict, seeds = many_claims(design, d)
+    print(f"   no effect: studies with any false verdict {rate(int((verdict != 0).any(axis=1).sum()), args.studies)}, "
+          f"seeds per claim {seeds.mean():.2f}")
+    for effect in (2.0, 5.0, 10.0, 20.0):
+        verdict, seeds = many_claims(design, effect + rng.standard_normal((args.studies, claims, MAX_SEEDS)))
+        print(f"   effect {effect:g} on every claim: claims decided {(verdict == 1).mean():.4f}, seeds per claim mean "
+              f"{seeds.mean():.2f}, p90 {np.percentile(seeds, 90):g}")
+
+    if not args.no_evalue:
+        print("\n5. The largest possible scale-invariant e-value (needs >= 20 to decide at alpha 0.05)")
+        for n in (2, 3, 4):
+            print(f"   {n} seeds: " + ", ".join(f"effect {effect:g} SD: {max_evalue(n, effect):.3g}"
+                                              for effect in (1.0, 2.0, 5.0)))
+    print(f"\n({time.perf_counter() - started:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
