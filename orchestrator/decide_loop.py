@@ -43,6 +43,7 @@ LOOK_METRICS = (LOOK_SEEDS, LOOK_TRIALS, LOOK_GPU_HOURS, LOOK_DECIDED, LOOK_WAIT
 # What became of a claim in the sequence.
 DECIDED, WAITING, NOT_DECIDABLE, TRIAL_FAILED = "decided", "waiting on more seeds", "not decidable by seeds", "stopped"
 MAX_REACHED, BUDGET_SPENT = "undecided at max_seeds", "undecided: budget spent"
+NOT_BY_SEEDS = "undecided: waiting on something seeds do not give"  # its reason says what (orchestrator evaluate ...)
 
 
 # --- the decision rule, as the loop reads it (reporting/claims.py) ---------------------------------------------
@@ -54,12 +55,13 @@ class Judged:
     verdict: str
     decided: bool
     decidable: bool
+    needs_seeds: bool  # more seeds on its rows could decide it (not, e.g., a length still to be evaluated)
     rows: list[str]  # the row labels its checks read
     seeds: int
     reason: str = ""
-    effect: Any = None
-    interval: Any = None
+    effect: str = ""  # the effect with its interval and the claimed side, as the report says it
     p: float | None = None
+    p_holm: float | None = None
 
 
 def claim_rows(study: Study, claim: Any) -> list[str]:
@@ -72,33 +74,21 @@ def claim_rows(study: Study, claim: Any) -> list[str]:
 
 def not_decidable(study: Study, claim: Any) -> str | None:
     """Why seeds cannot decide this claim, or None: the decision rule's `claim_decidable`."""
-    from .reporting import claims
+    from .reporting.claims import claim_decidable
 
-    rule = getattr(claims, "claim_decidable", None)
-    if rule is not None:
-        return rule(study, claim)
-    from .study.claim_checks import claim_checks  # a rule without it: a bound on single rows has no pair of rows
-
-    if all(check.right is None for check in claim_checks(study, claim)):
-        return "it bounds single rows by a fixed value: there are no two rows whose seeds a test can pair"
-    return None
+    return claim_decidable(study, claim)
 
 
 def judge(study: Study, frame: Any, study_path: Any = None) -> list[Judged]:
     """Every claim of the study judged on `frame` (the look's trials) by the report's decision rule."""
-    from .reporting.claims import FAILS, HOLDS, evaluate_claims
+    from .reporting.claims import evaluate_claims
 
     judged = []
     for result in evaluate_claims(study, frame, study_path):
-        decided = getattr(result, "decided", None)
-        if decided is None:  # a rule without sequential decisions: a tested verdict is a decision
-            decided = result.verdict in (HOLDS, FAILS) and bool(getattr(result, "tested", False))
-        rows = getattr(result, "rows", None) or claim_rows(study, result.claim)
-        p = getattr(result, "p_holm", None)
-        judged.append(Judged(result.claim.id, getattr(result, "words", result.verdict), bool(decided),
-                             bool(getattr(result, "decidable", True)), sorted(rows), int(result.seeds),
-                             result.reason, _plain(getattr(result, "effect", None)),
-                             _plain(getattr(result, "interval", None)), _plain(getattr(result, "p", p))))
+        effect = result.effect() if callable(getattr(result, "effect", None)) else ""
+        judged.append(Judged(result.claim.id, result.words, result.decided, result.decidable, result.needs_seeds,
+                             sorted(result.rows), int(result.seeds), result.reason or result.not_decidable,
+                             effect, _plain(result.p), _plain(result.p_holm)))
     return judged
 
 
@@ -125,9 +115,9 @@ class ClaimState:
     seeds: int = 0
     look: int | None = None  # the look that settled it
     reason: str = ""
-    effect: Any = None
-    interval: Any = None
+    effect: str = ""
     p: float | None = None
+    p_holm: float | None = None
 
 
 @dataclass
@@ -301,14 +291,16 @@ def _judge_look(context: RunContext, sequence: Sequence, index: int, planned: li
         broken = [failed[row] for row in judged.rows if row in failed]
         state.rows = judged.rows
         state.verdict, state.seeds, state.reason = judged.verdict, judged.seeds, judged.reason
-        state.effect, state.interval, state.p = judged.effect, judged.interval, judged.p
+        state.effect, state.p, state.p_holm = judged.effect, judged.p, judged.p_holm
         if broken:
             state.status, state.look = TRIAL_FAILED, index
             state.reason = "a trial it reads failed: " + "; ".join(broken)[:300]
-        elif judged.decided:
-            state.status, state.look = DECIDED, index
         elif not judged.decidable:
             state.status, state.look = NOT_DECIDABLE, index
+        elif judged.decided:
+            state.status, state.look = DECIDED, index
+        elif not judged.needs_seeds:  # e.g. a length of report.lengths not evaluated yet, a metric missing
+            state.status, state.look = NOT_BY_SEEDS, index
 
 
 def _close(sequence: Sequence, status: str, why: str) -> None:
@@ -336,12 +328,15 @@ def progress_line(sequence: Sequence) -> str:
     settled = [f"{s.id} ({s.verdict}, {s.seeds} seeds)" for s in states if s.status == DECIDED]
     waiting = [s.id for s in states if s.status == WAITING]
     stopped = [f"{s.id} ({s.reason})" for s in states if s.status == TRIAL_FAILED]
+    elsewhere = [f"{s.id} ({s.reason})" for s in states if s.status == NOT_BY_SEEDS]
     parts = [f"After look {look.index + 1} ({look.seeds} seeds, {look.trials} trials in all): "
              f"settled: {', '.join(settled) or 'none'}"]
     if waiting:
         parts.append(f"waiting on more seeds: {', '.join(waiting)}")
     if stopped:
         parts.append(f"stopped by a failed trial: {', '.join(stopped)}")
+    if elsewhere:
+        parts.append(f"not settled by more seeds: {', '.join(elsewhere)}")
     if look.stopped:
         parts.append(f"done: {look.stopped}")
     return "; ".join(parts)
