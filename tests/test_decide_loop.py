@@ -179,12 +179,11 @@ def _start(path, cwd):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_decide_run_killed_between_looks_resumes_without_retraining_and_decides_the_same(tmp_path):
-    # long vs short is decided at the first look; long vs twin (the same training but for a learning rate
-    # 1% apart) is not, so the second look trains 2 more seeds of long and twin (150 steps each: still running
-    # when the kill lands after the first look is recorded).
-    rows = [ROWS[0], {"label": "long", "set": {"train.steps": 150}},
-            {"label": "twin", "set": {"train.steps": 150, "train.lr": 1.01e-3}}]
-    claims = [OBVIOUS, {**OBVIOUS, "id": "twin_is_lower", "variant": "twin", "than": "long"}]
+    # long vs short is decided at the first look (2 seeds, Holm over the 2 claims); twin vs long (the same
+    # training but for a learning rate 1% apart) is judged from 4 seeds on (its min_seeds), so the second look
+    # trains 2 more seeds of long and twin alone, while the kill lands (as soon as the first look is recorded).
+    rows = [*ROWS, {"label": "twin", "set": {"train.steps": 60, "train.lr": 1.01e-3}}]
+    claims = [OBVIOUS, {**OBVIOUS, "id": "twin_is_lower", "variant": "twin", "than": "long", "min_seeds": 4}]
     document = _study(name="killed", variants=rows, expect=claims, decide={"max_seeds": 4})
     for folder in ("killed", "reference"):
         (tmp_path / folder).mkdir()
@@ -208,7 +207,7 @@ def test_a_decide_run_killed_between_looks_resumes_without_retraining_and_decide
     experiment = client.get_experiment_by_name("killed")
     before = {run.info.run_id: run.data.tags[TRIAL_ID_TAG] for run in client.search_runs(
         [experiment.experiment_id], f"tags.`{ROLE_TAG}` = 'trial' and attributes.status = 'FINISHED'")}
-    assert len(before) >= 4  # the first look (3 rows x 2 seeds) finished, at most part of the second
+    assert len(before) >= 6  # the first look (3 rows x 2 seeds) finished, at most part of the second
     first = _looks(uri, "killed")
     assert len(first["looks"]) == 1 and {c["id"]: c["status"] for c in first["claims"]}["twin_is_lower"] == WAITING
 
@@ -235,7 +234,7 @@ def test_a_decide_run_killed_between_looks_resumes_without_retraining_and_decide
     assert sorted(ids) == sorted(run.data.tags[TRIAL_ID_TAG] for run in reference_runs)  # the same trials
     # The first look trains every row; the second only the rows the undecided claim reads.
     assert [look["rows"] for look in mine["looks"]] == [["short", "long", "twin"], ["long", "twin"]]
-    assert len(ids) == 8  # 3 rows x 2 seeds, then long and twin x 2 more
+    assert len(ids) == 10  # 3 rows x 2 seeds, then long and twin x 2 more
 
 
 @pytest.mark.slow
