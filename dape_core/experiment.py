@@ -60,9 +60,10 @@ class ExperimentResult:
 
     def metrics(self) -> dict[str, float]:
         """Flat numeric metrics, named as the orchestrator logs them (dape_core/metric_names.py)."""
-        values = (self.final_train_loss, self.train_seconds, self.eval_seconds, self.tokens_seen, self.num_parameters,
-                  self.flops_per_token, self.peak_memory_bytes / 2**20)
-        out = dict(zip(names.SCALARS, values))
+        out = {names.TRAIN_LOSS: self.final_train_loss, names.TRAIN_SECONDS: self.train_seconds,  # by name, not by
+               names.EVAL_SECONDS: self.eval_seconds, names.TOKENS_SEEN: self.tokens_seen,  # SCALARS' positions
+               names.NUM_PARAMETERS: self.num_parameters, names.FLOPS_PER_TOKEN: self.flops_per_token,
+               names.PEAK_MEMORY_MB: self.peak_memory_bytes / 2**20}
         if self.ms_per_step is not None:
             out[names.MS_PER_STEP] = self.ms_per_step
         if self.weights:

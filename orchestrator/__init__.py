@@ -10,7 +10,8 @@ Bottom to top (each imports only its own floor and those below; tests/test_layer
     reporting/  results frame and report from the tracking store
     evaluation/, slurm/, doctor/   `orchestrator evaluate`, `slurm`, `doctor`
     run.py      `orchestrator run`: execution, then the report
-    cli.py      the `orchestrator` command
+    commands/   each command's work, over one invocation (the study located, loaded, its store and folders)
+    cli.py      the `orchestrator` command: its arguments and help, each command handed to commands/
 
 The names below are imported on first use, so that `orchestrator --help` does not load torch.
 """

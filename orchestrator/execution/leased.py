@@ -90,7 +90,7 @@ def _wait_for_holders(leases: LeaseBook, trial_ids: set[str], say: Callable[[str
 def _finished(study: Study, store: StudyStore, trial_ids: set[str]) -> set[str]:
     """Of `trial_ids`, the grid trials that have a FINISHED run in the store (a search row has no identity to
     look up: see _done_elsewhere)."""
-    if not trial_ids or study.search.algorithm != "grid":
+    if not trial_ids or study.search.sampled:
         return set()
     return trial_ids & store.finished_trial_ids()
 
@@ -99,6 +99,6 @@ def _done_elsewhere(study: Study, store: StudyStore, leases: LeaseBook, trial_id
     """Of trials no longer held by anyone: those another orchestrator completed. A grid trial is complete when
     the store has its FINISHED run; a search row (its samples have no identity in advance) when the
     orchestrator that held it gave it back rather than dying."""
-    if study.search.algorithm == "grid":
+    if not study.search.sampled:
         return _finished(study, store, trial_ids)
     return trial_ids - leases.taken_over

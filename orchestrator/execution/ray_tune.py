@@ -112,7 +112,7 @@ def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storag
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     # ... so the result grid Tune builds at the end finds no result files: its warning about them is not ours.
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
-    sampling = study.search.algorithm != "grid"
+    sampling = study.search.sampled
     payloads = [trial.payload() for trial in trials]
     param_space: dict = {"trial": tune.grid_search(payloads) if len(payloads) > 1 or not sampling else payloads[0]}
     param_space["checkpoint_root"] = str(storage_dir.resolve() / "checkpoints")
@@ -128,7 +128,7 @@ def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storag
         tune.with_resources(run_trial, lambda config: _trial_resources(config, study)),
         param_space=param_space,
         tune_config=tune.TuneConfig(
-            num_samples=study.search.num_samples if sampling else 1,
+            num_samples=study.search.samples_per_row,
             search_alg=_search_algorithm(study),
             scheduler=_scheduler(study, max_steps),
             max_concurrent_trials=study.resources.max_concurrent,
@@ -155,7 +155,7 @@ def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storag
     slots = int(cpus // (study.resources.cpus * widest)) if study.resources.cpus else 1
     if study.resources.max_concurrent:
         slots = min(slots, study.resources.max_concurrent)
-    return max(1, min(slots, len(trials) * (study.search.num_samples if sampling else 1)))
+    return max(1, min(slots, len(trials) * study.search.samples_per_row))
 
 
 def _trial_resources(config: dict, study: Study) -> tune.PlacementGroupFactory:

@@ -58,7 +58,7 @@ def select_trials(study: Study, rows: list[Trial], store: StudyStore,
                   failed_only: bool = False) -> tuple[list[Trial], list[Trial]]:
     """(to run, already finished) of the study's expanded `rows`. With `failed_only`, only trials whose latest
     run FAILED are run."""
-    if study.search.algorithm != "grid":
+    if study.search.sampled:
         return rows, []  # sampled trials have no identity before Tune samples them
     trials, stored = distinct(rows), StoredIdentities(rows)  # rows sharing a trial run it once
     done = store.finished_trial_ids()
@@ -89,7 +89,7 @@ def run_study(context: RunContext) -> StudyOutcome:
     if todo:  # (the measured durations read every finished run of the store: not for nothing to run)
         todo = longest_first(todo, study, load_measured(context.tracking_uri))  # so that no long trial ends the study alone
     progress = context.progress or ConsoleProgress(len(todo))
-    progress.total = len(todo) if study.search.algorithm == "grid" else study.search.num_samples * len(todo)
+    progress.total = study.search.samples_per_row * len(todo)
     if todo and not context.local:  # before the parent run: an unreachable cluster leaves nothing behind
         _prepare_ray(context, progress.message)
     source = code_source()  # which code ran: mlflow.source.* tags, code_version, the uncommitted diff's hash
@@ -197,7 +197,7 @@ def _tally_outcome(outcome: StudyOutcome, tally: Tally, study: Study, todo: list
     outcome.trial_seconds = sum(tally.work_seconds.values())
     outcome.steps_run = sum(tally.steps_run.values())
     outcome.trials_run = len(tally.started)
-    if study.search.algorithm == "grid":
+    if not study.search.sampled:
         for trial in todo:
             if trial.trial_id not in tally.finished and trial.trial_id not in tally.failed:
                 outcome.failed[trial.trial_id] = "trial did not finish"

@@ -73,7 +73,7 @@ def plan_rows(study: Study, measured: MeasuredSteps | None, finished: set[str]) 
     trials = expand(study)
     stored, shared = StoredIdentities(trials), shared_rows(trials)
     for position, trial in enumerate(trials):
-        if study.search.algorithm != "grid":
+        if study.search.sampled:
             rows += _sample_rows(study, trial, measured)
             continue
         cost, seconds, basis = trial_duration(trial.config, study, measured)
@@ -104,7 +104,7 @@ def legend(study: Study) -> list[str]:
         "GPU (bf16 at about 40% of an H100/H200's dense peak) x resources.gpus, times the workers (ideal scaling): "
         "an order of magnitude.",
     ]
-    if study.search.algorithm != "grid":
+    if study.search.sampled:
         lines.append(f"Search ({study.search.algorithm}): one row per sample ({study.search.num_samples}); the "
                      "sampled values are not known before it runs, so est. time spans the cheapest to the costliest "
                      "corner of the space; an early-stopping scheduler ends some samples sooner.")

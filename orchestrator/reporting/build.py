@@ -17,6 +17,7 @@ import dape_core.metric_names as names
 
 from ..folders import folder_lock
 from ..study import Study
+from ..study.metric_families import TIME
 from ..tracking.store import StudyStore
 from ..trial.trials import Trial
 from . import fingerprint, plots, render_html, render_latex, render_md, sweeps
@@ -24,7 +25,7 @@ from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .document import ReportDocument
 from .heat_maps import stored_heat_maps
 from .results import ValueChoice, metric_history, study_results
-from .search import is_search, search_section
+from .search import search_section
 from .tables import build_tables
 from .timing_source import prefer_isolated, timing_note
 
@@ -68,7 +69,7 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
     frame = study_results(store, study, value, expanded)
     trials, outside = frame[frame["in_study"]], frame[~frame["in_study"]]
     inputs = fingerprint.of_inputs(study, frame, value)
-    kept = None if is_search(study) or rebuild else fingerprint.unchanged(folder, inputs)
+    kept = None if study.search.sampled or rebuild else fingerprint.unchanged(folder, inputs)
     if kept is not None:  # the same inputs, the same code: the report on disk is this report
         return _kept(study, store, folder, value, trials, outside, kept, attach, study_path)
     plot_dir = folder / "plots"
@@ -76,7 +77,7 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
         shutil.rmtree(plot_dir)  # figures of a previous report may no longer apply
     fingerprint.forget(folder)  # until this report is whole
     search, figures, tabled = None, [], trials
-    if is_search(study):
+    if study.search.sampled:
         history = metric_history(store, trials, study.search.metric)
         search, figures = search_section(study, study_path, store, trials, history, plot_dir)
         tabled = trials[~trials["stopped_early"].astype(bool)]  # samples ASHA stopped never reached evaluation
@@ -120,7 +121,7 @@ def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.Da
     # claims read the logged columns themselves, so that a check never compares an isolated side with a contended one.
     tables = build_tables(prefer_isolated(tabled), value_text, tail_text, headline=study.report.metric)
     for table in tables:
-        if table.family.key == "time":
+        if table.family.declared is TIME:
             table.tail_text += timing_note(tabled)
     claims = evaluate_claims(study, trials, study_path)
     return ReportDocument(study_name=study.name, description=study.description, tracking_uri=store.tracking_uri,

@@ -11,34 +11,49 @@ import pandas as pd
 
 import dape_core.metric_names as names
 
+from ..study.metric_families import ACCURACY, DELTA_P, METRIC_FAMILIES, PPL, SECONDS, TIME, MetricFamily, family_of
 from .columns import metric_columns
 
 
 @dataclass(frozen=True)
 class Family:
+    """How the report shows one metric family (study/metric_families.py declares the family itself: its name,
+    label, column rule and direction)."""
+
+    declared: MetricFamily
     key: str  # file and anchor names: table_<key>.csv
-    title: str
     description: str  # what a cell measures, for the caption
-    match: Callable[[str], bool]
     header: Callable[[str], str]
     order: Callable[[str], tuple]
-    lower_is_better: bool
     decimals: int
     compare: str  # "ratio" (positive quantities) or "difference" (signed ones, accuracies)
     significance: bool
-    metric: str  # its name as a study's report.metric (the headline table): ppl, delta_p, accuracy, time
     by_length: bool = False  # columns are evaluation lengths: plotted against the length
     reference: Callable[[list[str]], str] = lambda columns: columns[-1]  # the ratio/Δ column's source
+
+    @property
+    def metric(self) -> str:
+        """Its name as a study's report.metric (the headline table): ppl, delta_p, accuracy, time."""
+        return self.declared.name
+
+    @property
+    def title(self) -> str:
+        return self.declared.label
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.declared.lower_is_better
+
+    def match(self, column: str) -> bool:
+        return self.declared.matches(column)
 
     def columns(self, frame: pd.DataFrame) -> list[str]:
         found = [c for c in metric_columns(frame) if self.match(c) and frame[c].notna().any()]
         return sorted(found, key=self.order)
 
 
-_PPL, _DELTA_P = names.per_length_pattern(names.PPL), names.per_length_pattern(names.DELTA_P)
 _MS_FORWARD = names.per_length_pattern(names.MS_FORWARD)
 _ACCURACY = re.compile("^(" + "|".join(names.ACCURACY_PREFIXES) + ")")
-_SECONDS = (names.TRAIN_SECONDS, names.EVAL_SECONDS)
 
 
 def _time_header(column: str) -> str:
@@ -46,7 +61,7 @@ def _time_header(column: str) -> str:
         return "ms/step"
     if match := _MS_FORWARD.match(column):
         return f"ms/fwd L={match.group(1)}"
-    if column in _SECONDS:
+    if column in SECONDS:
         return column.replace("_seconds", " s")
     return column.removeprefix(names.TIMING_PREFIX).replace("_", " ") + " ms"
 
@@ -58,7 +73,7 @@ def _time_order(column: str) -> tuple:
         return (1, int(match.group(1)), column)
     if column.startswith(names.TIMING_PREFIX):
         return (2, 0, column)
-    return (3, _SECONDS.index(column) if column in _SECONDS else 9, column)
+    return (3, SECONDS.index(column) if column in SECONDS else 9, column)
 
 
 def _time_reference(columns: list[str]) -> str:
@@ -72,33 +87,31 @@ def _accuracy_header(column: str) -> str:
     return _ACCURACY.sub("", column).replace("_", " ")
 
 
-FAMILIES = (
-    Family("perplexity", "Perplexity by evaluation length",
-           "Perplexity on the last K tokens of held-out windows of each evaluation length L. Lower is better.",
-           match=lambda c: bool(_PPL.match(c)), header=lambda c: f"L={names.length_of(c, names.PPL)}",
-           order=lambda c: (names.length_of(c, names.PPL),),
-           lower_is_better=True, decimals=3, compare="ratio", significance=True, metric="ppl", by_length=True),
-    Family("delta_p", "ΔP (information gain) by evaluation length",
-           "ΔP(L) = perplexity with the last T_train tokens as context minus perplexity with all L tokens, on "
-           "the same scored tail. Above 0: the model uses context beyond its training length. Higher is better.",
-           match=lambda c: bool(_DELTA_P.match(c)), header=lambda c: f"L={names.length_of(c, names.DELTA_P)}",
-           order=lambda c: (names.length_of(c, names.DELTA_P),),
-           lower_is_better=False, decimals=3, compare="difference", significance=True, metric="delta_p",
-           by_length=True),
-    Family("accuracy", "Accuracy",
-           "Per-token accuracy (averaged over the test lengths where the task has several). Higher is better.",
-           match=lambda c: bool(_ACCURACY.match(c)), header=_accuracy_header, order=lambda c: (c,),
-           lower_is_better=False, decimals=3, compare="difference", significance=True, metric="accuracy"),
-    Family("time", "Time cost",
-           "Milliseconds per training step and per forward pass (median after warm-up) where measured, and "
-           "wall-clock seconds of training and evaluation. Lower is better; hardware as in the device column "
-           "of the trials table.",
-           match=lambda c: c.startswith(names.TIMING_PREFIX) or c in _SECONDS, header=_time_header, order=_time_order,
-           lower_is_better=True, decimals=2, compare="ratio", significance=False, metric="time",
-           reference=_time_reference),
-)
-
-
+_SHOWN = {  # each declared family's presentation
+    PPL.name: Family(PPL, "perplexity",
+                     "Perplexity on the last K tokens of held-out windows of each evaluation length L. Lower is better.",
+                     header=lambda c: f"L={names.length_of(c, names.PPL)}", order=lambda c: (names.length_of(c, names.PPL),),
+                     decimals=3, compare="ratio", significance=True, by_length=True),
+    DELTA_P.name: Family(DELTA_P, "delta_p",
+                         "ΔP(L) = perplexity with the last T_train tokens as context minus perplexity with all L tokens, "
+                         "on the same scored tail. Above 0: the model uses context beyond its training length. Higher "
+                         "is better.",
+                         header=lambda c: f"L={names.length_of(c, names.DELTA_P)}",
+                         order=lambda c: (names.length_of(c, names.DELTA_P),),
+                         decimals=3, compare="difference", significance=True, by_length=True),
+    ACCURACY.name: Family(ACCURACY, "accuracy",
+                          "Per-token accuracy (averaged over the test lengths where the task has several). Higher is "
+                          "better.",
+                          header=_accuracy_header, order=lambda c: (c,), decimals=3, compare="difference",
+                          significance=True),
+    TIME.name: Family(TIME, "time",
+                      "Milliseconds per training step and per forward pass (median after warm-up) where measured, and "
+                      "wall-clock seconds of training and evaluation. Lower is better; hardware as in the device column "
+                      "of the trials table.",
+                      header=_time_header, order=_time_order, decimals=2, compare="ratio", significance=False,
+                      reference=_time_reference),
+}
+FAMILIES = tuple(_SHOWN[family.name] for family in METRIC_FAMILIES)  # in the declared order
 
 
 def is_timing(column: str) -> bool:
@@ -112,7 +125,5 @@ def headline_first(metric: str) -> list[Family]:
 
 
 def higher_is_better(column: str) -> bool:
-    for family in FAMILIES:
-        if family.match(column):
-            return not family.lower_is_better
-    return False
+    family = family_of(column)
+    return family is not None and not family.lower_is_better

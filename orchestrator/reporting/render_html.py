@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Callable
 from html import escape
 
 from . import cells, render_claims, render_md, render_search
 from .document import ReportDocument
+from .outline import report_title, sections
 from .tables import Table
 
 STYLE = """
@@ -105,8 +107,8 @@ def _code(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
 
 
-def render(document: ReportDocument) -> str:
-    parts = [f"<h1>Ablation report: {escape(document.study_name)}</h1>"]
+def _header(document: ReportDocument, title: str | None) -> list[str]:
+    parts = [f"<h1>{escape(report_title(document))}</h1>"]
     if document.description:
         parts.append(f"<p>{escape(document.description.strip())}</p>")
     parts.append(f'<p class="meta">{escape(document.counts())}. From the MLflow store '
@@ -118,42 +120,63 @@ def render(document: ReportDocument) -> str:
     facts = document.provenance()
     if facts:
         parts.append('<ul class="meta">' + "".join(f"<li>{escape(k)}: <code>{escape(v)}</code></li>" for k, v in facts) + "</ul>")
-    parts.append(render_claims.html(document.claims))
-    if document.decide_note:
-        parts.append(f'<p class="meta">{escape(document.decide_note)}</p>')
-    if document.search is not None:
-        parts.append(render_search.html(document.search))
+    return parts
+
+
+def _tables(document: ReportDocument, title: str | None) -> list[str]:
     if not document.tables:
-        parts.append(f"<p>{escape(document.no_tables_text())}</p>")
+        return [f"<p>{escape(document.no_tables_text())}</p>"]
+    parts = []
     for number, table in enumerate(document.tables, start=1):
         parts += [f"<h2>{escape(table.family.title)}</h2>", _main_table(table, number),
-                  f'<p class="note">Every number behind the table: <a href="table_{table.family.key}.csv">'
-                  f"table_{table.family.key}.csv</a></p>", _significance_table(table)]
-    if document.best_points:
-        best = document.best_points
-        head = "".join(f"<th>{escape(h)}</th>" for h in best.header)
-        body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in line) + "</tr>" for line in best.body)
-        parts.append(f'<h2>Best grid point per variant</h2><table class="results" id="best-grid-point"><caption>'
-                     f"{escape(best.caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-    if document.plots:
-        parts.append("<h2>Plots</h2>")
-        parts += [_figure(plot) for plot in document.plots]
-    unfinished = document.unfinished()
-    if unfinished:
-        parts.append("<h2>Trials not finished</h2><ul>" +
-                     "".join(f'<li class="problem">{escape(line)}</li>' for line in unfinished) + "</ul>")
-    outside = document.outside_lines()
-    if outside:
-        parts.append("<h2>Runs this study file no longer defines (left out of the tables)</h2><ul>" +
-                     "".join(f"<li>{escape(line)}</li>" for line in outside) + "</ul>")
+                  (f'<p class="note">Every number behind the table: <a href="table_{table.family.key}.csv">'
+                  f"table_{table.family.key}.csv</a></p>"), _significance_table(table)]
+    return parts
+
+
+def _best_points(document: ReportDocument, title: str | None) -> list[str]:
+    best = document.best_points
+    head = "".join(f"<th>{escape(h)}</th>" for h in best.header)
+    body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in line) + "</tr>" for line in best.body)
+    return [(f'<h2>{escape(title)}</h2><table class="results" id="best-grid-point"><caption>'
+            f"{escape(best.caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")]
+
+
+def _plots(document: ReportDocument, title: str | None) -> list[str]:
+    return [f"<h2>{escape(title)}</h2>"] + [_figure(plot) for plot in document.plots]
+
+
+def _listed(lines: list[str], title: str | None, css: str = "") -> list[str]:
+    return [f"<h2>{escape(title)}</h2><ul>" + "".join(f"<li{css}>{escape(line)}</li>" for line in lines) + "</ul>"]
+
+
+def _trials(document: ReportDocument, title: str | None) -> list[str]:
     listing = document.trial_listing().map(escape)
     links, note = document.run_links()
     if "run id" in listing:  # each run id a link to the run's page in MLflow's UI
         listing["run id"] = [f'<a href="{escape(link)}">{run_id}</a>' if link else run_id
                              for run_id, link in zip(listing["run id"], links)]
-    parts.append("<h2>Trials</h2>" + (f'<p class="note">{_code(note)}</p>' if note else "") +
-                 listing.to_html(index=False, classes="trials", border=0, escape=False))
-    body = "\n".join(parts)
+    return [f"<h2>{escape(title)}</h2>" + (f'<p class="note">{_code(note)}</p>' if note else "") +
+            listing.to_html(index=False, classes="trials", border=0, escape=False)]
+
+
+# Each section of the outline (outline.py) as HTML parts: (document, the section's title) -> parts.
+BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
+    "header": _header,
+    "claims": lambda document, title: [render_claims.html(document.claims)]
+    + ([f'<p class="meta">{escape(document.decide_note)}</p>'] if document.decide_note else []),
+    "search": lambda document, title: [render_search.html(document.search)],
+    "tables": _tables,
+    "best_points": _best_points,
+    "plots": _plots,
+    "unfinished": lambda document, title: _listed(document.unfinished(), title, ' class="problem"'),
+    "outside": lambda document, title: _listed(document.outside_lines(), title),
+    "trials": _trials,
+}
+
+
+def render(document: ReportDocument) -> str:
+    body = "\n".join(part for section in sections(document) for part in BLOCKS[section.key](document, section.title))
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>Ablation report: {escape(document.study_name)}</title><style>{STYLE}</style></head>"
+            f"<title>{escape(report_title(document))}</title><style>{STYLE}</style></head>"
             f"<body>\n{body}\n</body></html>\n")

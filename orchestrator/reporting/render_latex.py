@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 from . import cells
 from .document import ReportDocument
+from .outline import sections
 from .tables import Table
 
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
@@ -88,8 +90,17 @@ def best_points_tex(document: ReportDocument) -> str:
     return "\n".join(lines)
 
 
+# The sections of the outline (outline.py) that tables.tex holds, each as LaTeX tables; the rest of the report
+# (its prose, plots and listings) is for report.md and report.html.
+BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
+    "tables": lambda document, title: [table_tex(t, document.study_name) + "\n" for t in document.tables],
+    "best_points": lambda document, title: [best_points_tex(document) + "\n"],
+}
+LEFT_OUT = frozenset({"header", "claims", "search", "plots", "unfinished", "outside", "trials"})
+
+
 def render(document: ReportDocument) -> str:
-    header = [f"% Ablation tables for study {escape(document.study_name)}, generated from the MLflow store by "
-              "`orchestrator report`.", r"% Needs \usepackage{booktabs} in the preamble.", ""]
-    best = [best_points_tex(document) + "\n"] if document.best_points else []
-    return "\n".join(header + [table_tex(t, document.study_name) + "\n" for t in document.tables] + best)
+    header = [(f"% Ablation tables for study {escape(document.study_name)}, generated from the MLflow store by "
+              "`orchestrator report`."), r"% Needs \usepackage{booktabs} in the preamble.", ""]
+    return "\n".join(header + [part for section in sections(document) if section.key in BLOCKS
+                               for part in BLOCKS[section.key](document, section.title)])

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tabulate import tabulate
 
 from . import cells, render_claims, render_search
 from .document import ReportDocument
+from .outline import report_title, sections
 from .tables import Table
 
 
@@ -66,21 +69,22 @@ def baselines(table: Table) -> str:
     return ", ".join(table.baseline_names)
 
 
-def render(document: ReportDocument) -> str:
-    out = [f"# Ablation report: {document.study_name}", ""]
+def _header(document: ReportDocument, title: str | None) -> list[str]:
+    out = [f"# {report_title(document)}", ""]
     if document.description:
         out += [document.description.strip(), ""]
-    out += [f"{document.counts()}. From the MLflow store {document.tracking_uri} (experiment "
-            f"{document.experiment_id})."]
+    out += [(f"{document.counts()}. From the MLflow store {document.tracking_uri} (experiment "
+            f"{document.experiment_id}).")]
     out += ["", "Setup:"] + [f"- {name}: {_escape(text)}" for name, text in document.setup()] + [""] if document.setup() else []
     out += [f"- {name}: {value}" for name, value in document.provenance()]
     out.append("")
-    out += render_claims.markdown(document.claims)
-    out += [document.decide_note, ""] if document.decide_note else []
-    if document.search is not None:
-        out += render_search.markdown(document.search)
+    return out
+
+
+def _tables(document: ReportDocument, title: str | None) -> list[str]:
     if not document.tables:
-        out += [document.no_tables_text(), ""]
+        return [document.no_tables_text(), ""]
+    out = []
     for number, table in enumerate(document.tables, start=1):
         out += [f"## {table.family.title}", "", f"*Table {number}.* {_escape(table.caption())}", "", main_table(table), "",
                 f"Every number behind the table: [table_{table.family.key}.csv](table_{table.family.key}.csv)", ""]
@@ -89,31 +93,55 @@ def render(document: ReportDocument) -> str:
             out += [f"Significance: {_escape(note)}", ""]
         significance = significance_table(table)
         if significance:
-            out += [f"Against the baseline ({baselines(table)}): difference of means, Holm-corrected p-value, "
-                    "Cohen's d, test and seeds:", "", significance, ""]
-    if document.best_points:
-        best = document.best_points
-        out += ["## Best grid point per variant", "", f"*{_escape(best.caption)}*", "",
-                _grid(best.header, [[_escape(cell) for cell in line] for line in best.body], names=2), ""]
-    if document.plots:
-        out += ["## Plots", ""]
-        for plot in document.plots:
-            vector = f" ([SVG](plots/{plot.vector.name}))" if plot.vector else ""
-            out += [f"![{plot.title}](plots/{plot.path.name})", "", f"*{_escape(plot.caption)}*{vector}", ""]
-    unfinished = document.unfinished()
-    if unfinished:
-        out += ["## Trials not finished", ""] + [f"- {_escape(line)}" for line in unfinished] + [""]
-    outside = document.outside_lines()
-    if outside:
-        out += ["## Runs this study file no longer defines (left out of the tables)", ""]
-        out += [f"- {_escape(line)}" for line in outside] + [""]
+            out += [(f"Against the baseline ({baselines(table)}): difference of means, Holm-corrected p-value, "
+                    "Cohen's d, test and seeds:"), "", significance, ""]
+    return out
+
+
+def _best_points(document: ReportDocument, title: str | None) -> list[str]:
+    best = document.best_points
+    return [f"## {title}", "", f"*{_escape(best.caption)}*", "",
+            _grid(best.header, [[_escape(cell) for cell in line] for line in best.body], names=2), ""]
+
+
+def _plots(document: ReportDocument, title: str | None) -> list[str]:
+    out = [f"## {title}", ""]
+    for plot in document.plots:
+        vector = f" ([SVG](plots/{plot.vector.name}))" if plot.vector else ""
+        out += [f"![{plot.title}](plots/{plot.path.name})", "", f"*{_escape(plot.caption)}*{vector}", ""]
+    return out
+
+
+def _listed(lines: list[str], title: str | None) -> list[str]:
+    return [f"## {title}", ""] + [f"- {_escape(line)}" for line in lines] + [""]
+
+
+def _trials(document: ReportDocument, title: str | None) -> list[str]:
     listing = document.trial_listing()
     links, note = document.run_links()
     if "run id" in listing:  # each run id a link to the run's page in MLflow's UI
         listing["run id"] = [f"[{run_id}]({link})" if link else run_id for run_id, link in zip(listing["run id"], links)]
-    out += ["## Trials", ""] + ([f"*{_escape(note)}*", ""] if note else [])
-    out += [_grid(list(listing.columns), listing.to_numpy().tolist(), numbers=False), ""]
-    return "\n".join(out)
+    out = [f"## {title}", ""] + ([f"*{_escape(note)}*", ""] if note else [])
+    return out + [_grid(list(listing.columns), listing.to_numpy().tolist(), numbers=False), ""]
+
+
+# Each section of the outline (outline.py) as Markdown lines: (document, the section's title) -> lines.
+BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
+    "header": _header,
+    "claims": lambda document, title: (render_claims.markdown(document.claims)
+                                       + ([document.decide_note, ""] if document.decide_note else [])),
+    "search": lambda document, title: render_search.markdown(document.search),
+    "tables": _tables,
+    "best_points": _best_points,
+    "plots": _plots,
+    "unfinished": lambda document, title: _listed(document.unfinished(), title),
+    "outside": lambda document, title: _listed(document.outside_lines(), title),
+    "trials": _trials,
+}
+
+
+def render(document: ReportDocument) -> str:
+    return "\n".join(line for section in sections(document) for line in BLOCKS[section.key](document, section.title))
 
 
 def summary(document: ReportDocument) -> str:

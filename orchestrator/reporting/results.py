@@ -113,7 +113,7 @@ def study_results(store: StudyStore, study: Study | None = None, value: ValueCho
     runs = store.trial_runs()
     if study is not None and trials is None:
         trials = expand(study)
-    if study is not None and study.search.algorithm != "grid":
+    if study is not None and study.search.sampled:
         rows = _search_rows(runs, trials)
     else:
         rows = _grid_rows(runs, study, trials)

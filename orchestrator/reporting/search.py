@@ -31,10 +31,6 @@ from .plots import Plot, save_figure
 GRID_PROFILE = "grid"
 
 
-def is_search(study: Study) -> bool:
-    return study.search.algorithm != "grid"
-
-
 @dataclass
 class GridComparison:
     name: str  # the grid's experiment

@@ -29,7 +29,7 @@ ANNOTATE_CELLS = 48  # values written in the cells while there are at most this 
 
 def sweep_axes(study: Study) -> list[str]:
     """The grid's axes with several values, for a grid (not one-at-a-time) of two or more of them."""
-    if study.search.algorithm != "grid" or study.one_at_a_time:
+    if study.search.sampled or study.one_at_a_time:
         return []
     axes = [key for key, values in study.axes.items() if len(values) > 1]
     return axes if len(axes) >= 2 else []

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..study.metric_families import PPL
 from .families import Family, headline_first
 from .stats import MIN_SEEDS, Comparison, Summary, apply_holm, compare_arrays, summarise_array
 
@@ -231,7 +232,7 @@ def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text:
     return table
 
 
-def build_tables(frame: pd.DataFrame, value_text: str, tail_text: str = "", headline: str = "ppl") -> list[Table]:
+def build_tables(frame: pd.DataFrame, value_text: str, tail_text: str = "", headline: str = PPL.name) -> list[Table]:
     """One table per metric family the trials logged, the `headline` family (report.metric) first."""
     tables = []
     for family in headline_first(headline):

@@ -18,15 +18,15 @@ from dape_core.data import DataConfig, data_problems
 if TYPE_CHECKING:
     from .trial_checks import ResolvedTrial
 
-README_SECTION = 'README: "From a corpus to a paper-profile run"'
+GUIDE_SECTION = 'docs/guides/corpus.md, "Preparing a corpus"'
 
 
 def prepare_hint(cfg: DataConfig) -> str:
     """The command that makes a missing token file (and its tokenizer) where the section looks for them."""
     if cfg.source != "tokens":
-        return f"; see {README_SECTION}"
+        return f"; see {GUIDE_SECTION}"
     folder = Path(cfg.path).parent
-    return f"; prepare it with `orchestrator data prepare CORPUS --output {folder}` ({README_SECTION})"
+    return f"; prepare it with `orchestrator data prepare CORPUS --output {folder}` ({GUIDE_SECTION})"
 
 
 def section_problems(cfg: DataConfig, launch_dir: Path) -> list[str]:

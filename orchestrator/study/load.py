@@ -75,6 +75,15 @@ def study_problems(study: Study) -> tuple[list[str], list[ResolvedTrial]]:
     return problems, trials
 
 
+def _base_problems(raw: dict, known: list[str]) -> list[str]:
+    """The base config's own problems where the study's fields have some too, so that one run reports both
+    (a typo at the top and one in base.model) rather than the base's only once the others are fixed."""
+    base = raw.get("base")
+    if not isinstance(base, dict) or any(problem.startswith("study.base") for problem in known):
+        return []
+    return [problem for problem in validate_config(base, "base")[1] if problem not in known]
+
+
 def _profiled(original: dict, name: str) -> tuple[Study | None, list[str]]:
     """A profile applied to the file as written (not on top of another profile), validated as a Study."""
     try:
@@ -116,7 +125,8 @@ def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
     try:
         study = Study.model_validate(raw)
     except ValidationError as error:
-        raise StudyError(source, [*problems, *format_pydantic(error, "study", Study)]) from None
+        found = format_pydantic(error, "study", Study)
+        raise StudyError(source, [*problems, *found, *_base_problems(raw, found)]) from None
     found, trials = study_problems(study)
     found = [*problems, *found]
     found += _profile_problems(original, study, profile, found)

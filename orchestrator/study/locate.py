@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .problems import StudyError
+from .problems import StudyError, did_you_mean
 
 STUDIES_FOLDER = "studies"
 SUFFIXES = (".yaml", ".yml")
@@ -42,9 +42,11 @@ def study_file(argument: str | Path, cwd: Path | None = None) -> Path:
     candidate = (cwd or Path.cwd()) / STUDIES_FOLDER / f"{argument}.yaml"
     if candidate.is_file():
         return candidate
+    known = sorted(path.stem for path in candidate.parent.glob("*.yaml"))
+    there = f" The studies there: {', '.join(known)}{did_you_mean(str(argument), known)}." if known else ""
     raise StudyError(str(argument), [
         f"(file): no such study: {argument!r} is neither a file nor a study in {candidate.parent} "
-        f"(tried {candidate}). Give the study file's path, or the name of a file in studies/."])
+        f"(tried {candidate}). Give the study file's path, or the name of a file in studies/.{there}"])
 
 
 def project_folder(study_path: str | Path | None, cwd: Path | None = None) -> Path:

@@ -32,12 +32,11 @@ from dape_core.types import (FiniteFloat, NonEmptyStr, NonNegativeFloat, NonNega
                              Seed, StrictBool)
 
 from .expect import Claim, later_length, length_tokens
+from .metric_families import PPL, ReportMetric
 from .overrides import resolve
 from .rows import Cell, comparisons, study_cells
 
 SECTIONS = ("model", "data", "train", "eval", "che", "distributed")  # dape_core.ExperimentConfig's sections
-# The report's metric families (orchestrator.reporting.families.FAMILIES), by the prefix of their columns.
-ReportMetric = Literal["ppl", "delta_p", "accuracy", "time"]
 LaterLength = Annotated[Any, AfterValidator(later_length), WithJsonSchema(  # report.lengths: 4096 or "16x"
     {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^\d+(\.\d+)?x$"}]})]
 KeepWeights = Literal["final", "none"]  # what a finished trial keeps of its model (README "Weights kept")
@@ -131,8 +130,11 @@ class Distribution(_Strict):
         return self
 
 
+GRID = "grid"  # search.algorithm of a study whose rows are its trials (axes, zip); the others sample a space
+
+
 class Search(_Strict):
-    algorithm: Literal["grid", "random", "optuna"] = "grid"
+    algorithm: Literal["grid", "random", "optuna"] = GRID
     num_samples: PositiveInt = Field(1, description="Configurations sampled (random/optuna).")
     metric: NonEmptyStr = Field(names.VAL_LOSS, description="Metric the searcher and scheduler optimise "
                                 "(validation checks that every trial logs it).")
@@ -140,11 +142,23 @@ class Search(_Strict):
     space: dict[SweepKey, Distribution] = Field(default_factory=dict, description="Dotted key -> distribution.")
     seed: Seed = 0
 
+    @property
+    def sampled(self) -> bool:
+        """A sampling search (random, optuna): Tune draws num_samples configurations of `space` for each row, and
+        a sampled trial has no identity before it is drawn. Otherwise a grid: each row is one trial. The one
+        test of grid versus sampled; every floor reads it."""
+        return self.algorithm != GRID
+
+    @property
+    def samples_per_row(self) -> int:
+        """The trials each row becomes: num_samples for a sampling search, one for a grid."""
+        return self.num_samples if self.sampled else 1
+
     @model_validator(mode="after")
     def _space_for_samplers(self) -> "Search":
-        if self.algorithm != "grid" and not self.space:
+        if self.sampled and not self.space:
             raise ValueError(f"search.algorithm {self.algorithm!r} needs a 'space' of distributions")
-        if self.algorithm == "grid" and self.space:
+        if not self.sampled and self.space:
             raise ValueError("search.space is for random/optuna; a grid is declared with 'axes'")
         return self
 
@@ -159,7 +173,7 @@ class Scheduler(_Strict):
 
 
 class ReportSpec(_Strict):
-    metric: ReportMetric = Field("ppl", description="The report's headline metric family, its first table: "
+    metric: ReportMetric = Field(PPL.name, description="The report's headline metric family, its first table: "
                                  "ppl (perplexity by length), delta_p (ΔP by length), accuracy (CHE tasks), "
                                  "time (ms per step, seconds). The other families follow.")
     baseline: str | None = Field(None, description="The rows' baseline: a variant's label (its row at each grid "
@@ -264,7 +278,7 @@ class Study(_Strict):
             raise ValueError(f"variants: duplicate label(s) {duplicates}; each row of the report needs its own name")
         if sum(variant.baseline for variant in self.variants) > 1:
             raise ValueError("variants: more than one variant is marked baseline: true; mark exactly one")
-        if self.search.algorithm != "grid" and (self.axes or self.zip):
+        if self.search.sampled and (self.axes or self.zip):
             raise ValueError(
                 f"search.algorithm {self.search.algorithm!r} cannot take grid 'axes'/'zip' (Ray Tune's samplers "
                 "do not expand grids): declare them in search.space as {type: choice, values: [...]}"

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import dape_core.metric_names as names
 
-from .trial_metrics import FAMILY_COLUMNS, listing, logged_metrics, periodic_metrics
+from .metric_families import BY_NAME, METRIC_FAMILIES
+from .trial_metrics import listing, logged_metrics, periodic_metrics
 
 if TYPE_CHECKING:
     from .model import Study
@@ -25,7 +26,7 @@ def search_problems(study: "Study", trials: list["ResolvedTrial"]) -> list[str]:
     logged = set.intersection(*(logged_metrics(cfg) for cfg in configs))
     periodic = set.intersection(*(periodic_metrics(cfg) for cfg in configs))
     problems = []
-    sampling = study.search.algorithm != "grid"
+    sampling = study.search.sampled
     asha = study.scheduler.type == "asha"
     own_metric = study.scheduler.metric is not None
     if sampling and study.search.metric not in logged:
@@ -66,8 +67,8 @@ def _grace_problems(study: "Study", trials: list["ResolvedTrial"]) -> list[str]:
 def _report_problems(study: "Study", logged: set[str]) -> list[str]:
     """A report.metric the file names (not the default) must have columns in these trials."""
     family = study.report.metric
-    if "metric" not in study.report.model_fields_set or any(FAMILY_COLUMNS[family].match(name) for name in logged):
+    if "metric" not in study.report.model_fields_set or any(BY_NAME[family].matches(name) for name in logged):
         return []
-    families = [name for name, pattern in FAMILY_COLUMNS.items() if any(pattern.match(m) for m in logged)]
+    families = [known.name for known in METRIC_FAMILIES if any(known.matches(m) for m in logged)]
     return [f"report.metric: {family!r} has no column in these trials (they log {listing(logged)}); "
             f"pick one of {', '.join(families)}"]

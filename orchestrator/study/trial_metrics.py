@@ -13,12 +13,6 @@ import re
 import dape_core.metric_names as names
 from dape_core.experiment_config import ExperimentConfig
 
-# The report's metric families (ReportSpec.metric), by the columns that make their table.
-FAMILY_COLUMNS = {"ppl": names.per_length_pattern(names.PPL), "delta_p": names.per_length_pattern(names.DELTA_P),
-                  "accuracy": re.compile("^(" + "|".join(names.ACCURACY_PREFIXES) + ")"),
-                  "time": re.compile(rf"^({names.TIMING_PREFIX}|{names.TRAIN_SECONDS}$)")}
-
-
 def periodic_metrics(cfg: ExperimentConfig) -> set[str]:
     """Reported while the trial trains: what ASHA can compare trials on at its rungs."""
     return {names.TRAIN_LOSS} | ({names.VAL_LOSS} if cfg.train.eval_every else set())

@@ -1,0 +1,25 @@
+"""The claims' verdicts after `run` and `report`: one line, and exit 4 with --strict-claims where one fails."""
+
+from __future__ import annotations
+
+import typer
+
+from .output import EXIT_CLAIMS_FAILED, console, err
+
+
+def claims_line(claims: list) -> None:
+    if claims:
+        from ..reporting.claims import headline
+
+        console.print("Claims: " + headline(claims)  # verdicts on fewer than 3 seeds counted apart, as untested
+                      + " (the report's Claims section; MLflow tags claim.<id> on the study's run)")
+
+
+def exit_on_failed_claims(claims: list, strict: bool) -> None:
+    """Claims are findings: they change the exit code only when asked to (--strict-claims)."""
+    from ..reporting.claims import FAILS
+
+    failing = [claim.claim.id for claim in claims if claim.verdict == FAILS]
+    if strict and failing:
+        err.print(f"--strict-claims: {len(failing)} claim(s) fail: {', '.join(failing)}")
+        raise typer.Exit(EXIT_CLAIMS_FAILED)

@@ -1,0 +1,32 @@
+"""`orchestrator plan`: the expanded trial table with costs and what is already finished; launches nothing.
+The rows are planning/plan_view.py's, their table planning/plan_table.py's."""
+
+from __future__ import annotations
+
+from .invocation import Invocation
+from .output import console
+
+
+def plan(invocation: Invocation) -> None:
+    from ..planning.learned import load_measured
+    from ..planning.plan_table import plan_table, summary_lines, weights_line
+    from ..planning.plan_view import legend, plan_rows
+    from ..tracking.uri import store_missing
+
+    study = invocation.study
+    store = invocation.stored()
+    finished = store.finished_trial_ids() if store else set()
+    # ms per step of the store's finished runs (any experiment), or None where there is no store yet
+    measured = None if store_missing(invocation.uri) is not None else load_measured(invocation.uri)
+    rows = plan_rows(study, measured, finished)
+    console.print(plan_table(study, invocation.profile, rows))
+    for line in summary_lines(study, rows):
+        console.print(line)
+    for line in legend(study):
+        console.print(line)
+    from ..planning.seeds_needed import SeedRuns, load_seed_runs, plan_lines
+
+    runs = load_seed_runs(invocation.uri) if measured is not None else SeedRuns()  # the seed-to-seed spreads
+    for line in plan_lines(study, runs, measured):  # the claims' expected seeds and their cost (run --decide)
+        console.print(line, markup=False)
+    console.print(weights_line(study, rows))

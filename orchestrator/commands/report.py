@@ -1,0 +1,31 @@
+"""`orchestrator report`: the study's report built from the tracking store (orchestrator/reporting/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .claims import claims_line, exit_on_failed_claims
+from .invocation import Invocation
+from .output import EXIT_INVALID, browse_hint, console, stop
+
+
+def report(invocation: Invocation, *, reports_dir: Path | None, value: str, full: bool, attach: bool,
+           strict_claims: bool) -> None:
+    try:
+        from ..reporting.results import ValueChoice
+
+        choice = ValueChoice.parse(value)
+    except ValueError as error:
+        stop(f"[red]Invalid option[/red] --{error}", EXIT_INVALID)
+    from ..reporting import build_report, render_md
+
+    reports_dir = invocation.writable_folder(reports_dir, "reports", "--reports-dir")
+    store = invocation.stored_or_exit("No results")
+    built = build_report(invocation.study, store, reports_dir, choice, invocation.study_path, attach)
+    console.print(built.markdown if full else render_md.summary(built.document), markup=False)
+    attached = "; attached to the study's parent run in MLflow" if attach and store.parent_run_id else ""
+    console.print(f"Report: {built.folder / 'report.html'} (also report.md, tables.tex, CSV, plots/){attached}")
+    console.print(browse_hint(invocation.study_path, invocation.tracking_flag))
+    claims_line(built.claims)
+    exit_on_failed_claims(built.claims, strict_claims)
+

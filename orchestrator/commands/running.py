@@ -1,0 +1,109 @@
+"""`orchestrator run`: run every unfinished trial of a study, then write its report (orchestrator/run.py), and
+say in one paragraph, never a traceback, why a run stopped."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from ..errors import OrchestratorError, exception_chain
+from .claims import claims_line, exit_on_failed_claims
+from .invocation import Invocation
+from .output import (
+    EXIT_CTRL_C,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_TRIALS_FAILED,
+    browse_hint,
+    console,
+    first_line,
+    stop,
+)
+
+
+def on_cluster(address: str | None) -> bool:
+    """On a cluster (--address, RAY_ADDRESS) the driver's disk may not be the workers': each trial checks its data."""
+    return bool(address or os.environ.get("RAY_ADDRESS"))
+
+
+def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None, storage_dir: Path | None,
+        local: bool, connect_timeout: float, resource_wait: float, failed_only: bool, debug: bool,
+        strict_claims: bool, decide: bool = False) -> None:
+    """`decide` (--decide), or a study's `decide:` section: seeds added until its claims are decided
+    (orchestrator/decide_loop.py)."""
+    from ..decide_loop import with_decide
+    from ..trial.trials import expand
+
+    study, study_path, profile = invocation.study, invocation.study_path, invocation.profile
+    deciding = with_decide(study, decide)  # the sequence's study, or None; refused: exit 2, nothing run
+    study = deciding or study
+    rows = expand(study)  # once: the run and its report read these
+    if local:
+        _exit_if_not_local(rows)
+    from ..tracking.uri import ui_command
+
+    uri = invocation.uri
+    reports_dir = invocation.writable_folder(reports_dir, "reports", "--reports-dir")
+    storage_dir = invocation.writable_folder(storage_dir, ".orchestrator", "--storage-dir")
+    console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
+    try:
+        from ..execution.context import RunContext
+        from ..run import run_and_report
+
+        context = RunContext.create(study, uri, connect_timeout, rows=rows, storage_dir=storage_dir, address=address,
+                                    local=local, failed_only=failed_only, resource_wait=resource_wait,
+                                    study_path=study_path)
+        if deciding is not None:
+            from ..decide_loop import decide_and_report
+
+            outcome = decide_and_report(context, reports_dir, say=lambda line: console.print(line, markup=False))
+        else:
+            outcome = run_and_report(context, reports_dir)
+    except OrchestratorError:
+        raise  # reported by main() as one paragraph with its exit code
+    except KeyboardInterrupt:
+        stop("Interrupted. Finished trials are safe in the tracking store; run the same command to resume.", EXIT_CTRL_C)
+    except Exception as error:  # one paragraph, not a traceback: what failed, and that the study can resume
+        if debug:
+            raise
+        refused = _refused_value(error)
+        if refused:  # the user's input, not an outage: re-running would fail the same way
+            stop(f"[red]The tracking store refused a value of this study[/red]: {escape(refused)}. Change it in "
+                 "the study file (or its overrides) and run again. Add --debug for the traceback.", EXIT_INVALID)
+        stop(f"[red]The study stopped[/red]: {type(error).__name__}: {first_line(error)}. "
+             f"Trials that finished are recorded in {uri}; once the cause is fixed, run the same command "
+             "to resume without repeating them. Add --debug for the traceback.", EXIT_INTERRUPTED)
+    console.print()
+    console.print(outcome.report_summary, markup=False)
+    console.print(f"Report: {outcome.report_dir / 'report.html'} (also report.md, tables.tex, CSV, plots/; attached "
+                  "to the study's parent run in MLflow)")
+    console.print(f"{browse_hint(study_path, invocation.tracking_flag)}  (or: {ui_command(uri)})")
+    overhead = f"; orchestration overhead {outcome.overhead:.1%}" if outcome.overhead is not None else ""
+    console.print(f"Wall time {outcome.wall_seconds:.0f}s; {len(outcome.skipped)} trial(s) reused, "
+                  f"{outcome.trials_run} run, {len(outcome.failed)} failed; "
+                  f"{outcome.steps_run} training steps{overhead}")
+    claims_line(outcome.claims)
+    if outcome.failed:
+        raise typer.Exit(EXIT_TRIALS_FAILED)
+    exit_on_failed_claims(outcome.claims, strict_claims)
+
+
+def _exit_if_not_local(rows: list) -> None:
+    from ..execution.local import multi_worker_problem
+
+    problem = multi_worker_problem(rows)
+    if problem:
+        stop(f"[red]Invalid argument[/red]: {problem}. Nothing was run.", EXIT_INVALID)
+
+
+def _refused_value(error: BaseException) -> str | None:
+    """MLflow's message where it rejected a value the study gave (a name or a param too long, ...)."""
+    from mlflow.exceptions import MlflowException
+
+    for cause in exception_chain(error):
+        if isinstance(cause, MlflowException) and cause.error_code == "INVALID_PARAMETER_VALUE":
+            return first_line(cause)
+    return None

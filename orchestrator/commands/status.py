@@ -1,0 +1,30 @@
+"""`orchestrator status`: each trial's state in the tracking store."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from .invocation import Invocation
+from .output import console
+
+
+def status(invocation: Invocation) -> None:
+    from ..trial.trials import StoredIdentities, expand
+
+    study = invocation.study
+    store = invocation.stored()
+    runs = store.latest_runs() if store else {}
+    table = Table(title=f"{study.name}: {invocation.uri}")
+    for column in ("trial", "id", "state", "detail"):
+        table.add_column(column)
+    counts: dict[str, int] = {}
+    rows = expand(study)
+    stored = StoredIdentities(rows)
+    for trial in rows:
+        run = stored.lookup(trial, runs)
+        state = run.info.status if run else "TO RUN"
+        detail = (run.data.tags.get("error", "") if run else "")[:100]
+        counts[state] = counts.get(state, 0) + 1
+        table.add_row(trial.run_name, trial.trial_id, state, detail)
+    console.print(table)
+    console.print(", ".join(f"{count} {state.lower()}" for state, count in counts.items()))

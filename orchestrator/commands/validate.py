@@ -1,0 +1,34 @@
+"""`orchestrator validate`: check study files without running anything, every file's problems in one run."""
+
+from __future__ import annotations
+
+import typer
+from rich.markup import escape
+
+from .output import EXIT_INVALID, console, err
+
+
+def validate(studies: list[str], profile: str | None) -> None:
+    """Each study with the chosen profile and its data; every other profile's missing data is a note."""
+    from ..study import StudyError, load_study, profile_data_notes, read_study
+    from ..study.locate import study_file
+    from ..trial.trials import distinct, expand
+
+    invalid = 0
+    for path in studies:
+        try:
+            file = study_file(path)
+            study = load_study(file, profile=profile, check_data=True)
+        except StudyError as error:
+            invalid += 1
+            err.print(f"[red]Invalid study[/red] {escape(str(error))}")
+            continue
+        profiles = f"; profiles: {', '.join(study.profiles)}" if study.profiles else ""
+        expanded = expand(study)
+        rows, trials = len(expanded), len(distinct(expanded))
+        shared = f" ({rows} rows: {rows - trials} share another row's trial)" if rows != trials else ""
+        console.print(f"{path}: valid, {trials} trial(s){shared}{profiles}")
+        for note in profile_data_notes(read_study(file)[0], profile):
+            console.print(f"  note: {escape(note)}")
+    if invalid:
+        raise typer.Exit(EXIT_INVALID)

@@ -1,0 +1,48 @@
+"""The report's outline, written once: its sections in order, each with its title and when it shows.
+
+render_md, render_html and render_latex each walk `sections(document)` and render every section with their own
+block for its key (a format may leave a section out: tables.tex holds only the tables). A section's title is
+spelt here alone. Reordering the report is reordering SECTIONS; a new section is one line here and one block
+per format (tests/test_report_outline.py checks that every format has a block for every section).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .document import ReportDocument
+
+
+@dataclass(frozen=True)
+class Section:
+    """One part of the report. `title`: its heading (None: the section heads itself, e.g. one heading per
+    table, or none); `shown`: whether this document has it."""
+
+    key: str
+    title: str | None = None
+    shown: Callable[[ReportDocument], bool] = lambda document: True
+
+
+def report_title(document: ReportDocument) -> str:
+    """The report's own title (the page's heading and the HTML <title>)."""
+    return f"Ablation report: {document.study_name}"
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("header"),  # the title, the description, the counts and the store, the setup, the provenance
+    Section("claims", shown=lambda document: bool(document.claims)),  # headed by render_claims
+    Section("search", shown=lambda document: document.search is not None),  # headed by render_search
+    Section("tables"),  # one section per metric family, headed by its title; a sentence where there is none
+    Section("best_points", "Best grid point per variant", lambda document: bool(document.best_points)),
+    Section("plots", "Plots", lambda document: bool(document.plots)),
+    Section("unfinished", "Trials not finished", lambda document: bool(document.unfinished())),
+    Section("outside", "Runs this study file no longer defines (left out of the tables)",
+            lambda document: bool(document.outside_lines())),
+    Section("trials", "Trials"),
+)
+
+
+def sections(document: ReportDocument) -> list[Section]:
+    """The sections this document shows, in the report's order."""
+    return [section for section in SECTIONS if section.shown(document)]
