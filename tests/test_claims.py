@@ -139,13 +139,17 @@ def test_the_paired_test_and_holm_match_scipy(judged, built):
 def test_claims_section_comes_first_with_measured_values(judged):
     _, report, results = judged
     text = report.markdown
-    assert text.index("## Claims") < text.index("## Perplexity")
-    assert re.search(r"\| dape_flat_to_4x\s.*\| \*\*holds\*\*\s*\| 3\s*\|", text)
+    assert text.index("## Claims") < text.index("## Perplexity") < text.index("## Claims in detail")
+    # One line per claim: verdict, effect with its interval and the claimed side, seeds, source.
+    assert re.search(r"\| dape_flat_to_4x\s.*\| \*\*holds\*\*\s*\| value [0-9.]+ \[[0-9.]+, [0-9.]+\], "
+                     r"claimed < 1\.5\s*\| 3\s*\| test\s*\|", text)
     ratio = results["dape_flat_to_4x"].checks[0]
     assert ratio.holds and ratio.text.startswith("DAPE-Kerple: ppl_128/ppl_32 = ")
     html = (report.folder / "report.html").read_text()
     assert html.index('id="claims"') < html.index('id="table-perplexity"')
     assert '<tr class="claim-fails">' in html
+    assert html.index('id="table-perplexity"') < html.index('id="claim-details"')
+    assert '<details class="claim-holds"><summary>dape_flat_to_4x: holds, value ' in html
 
 
 @pytest.mark.slow
@@ -186,8 +190,11 @@ def test_a_verdict_on_one_seed_never_reads_like_a_tested_one(judged, built):
     assert headline(list(tested.values())) == "1 holds, 1 fails, 2 inconclusive"
     text = "\n".join(render_claims.markdown(claims))
     assert "*holds on 1 seed, untested*" in text and "**holds**" not in text
-    assert "**dape_flat_to_4x** (holds on 1 seed, untested):" in text
-    assert '<tr class="claim-holds claim-untested">' in render_claims.html(claims)
+    assert re.search(r"\|\s*no interval on 1 seed\s*\|", text)
+    details = "\n".join(render_claims.details_markdown(claims, "Claims in detail"))
+    assert "**dape_flat_to_4x** (*holds on 1 seed, untested*, test):" in details and "**holds**" not in details
+    assert '<tr class="claim-untested">' in render_claims.html(claims)  # never the colour of a pass
+    assert "claim-holds" not in render_claims.html(claims)
     tags, metrics = mlflow_record(claims)
     assert tags["claim.dape_flat_to_4x"] == "holds on 1 seed, untested"
     assert (metrics["claims_holding"], metrics["claims_holding_untested"], metrics["claims_failing"],
@@ -202,7 +209,8 @@ def test_strict_claims_sets_the_exit_code(built, tmp_path):
     common = ["--tracking-uri", built.tracking_uri, "--reports-dir", str(tmp_path / "reports")]
     lenient = runner.invoke(app, ["report", str(study_file), *common])
     assert lenient.exit_code == 0, lenient.output
-    assert "Claims: 1 holds, 1 fails, 0 inconclusive" in lenient.output  # 3 seeds: every verdict tested
+    # 3 seeds: both verdicts tested, and the cost of deciding them (the study's 6 trials).
+    assert "Claims: 2 of 2 claims decided (1 holds, 1 fails) on 6 trials" in lenient.output
     strict = runner.invoke(app, ["report", str(study_file), *common, "--strict-claims"])
     assert strict.exit_code == EXIT_CLAIMS_FAILED == 4 and "dape1x3_tenfold_lower" in strict.output
     # `run` on the finished study reruns nothing, reports, and exits by the same rule.

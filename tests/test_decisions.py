@@ -15,7 +15,7 @@ from scipy import stats
 
 import report_study
 from orchestrator import StudyError, parse_study
-from orchestrator.reporting.claims import claim_decidable, evaluate_claims
+from orchestrator.reporting.claims import claim_decidable, decision_summary, evaluate_claims, rows_needing_seeds
 from orchestrator.reporting.decision import Design, claim_p, evidence, one_sided_p
 from orchestrator.study.model import Decide
 
@@ -208,6 +208,7 @@ def test_a_claim_is_judged_at_the_largest_planned_look_its_rows_finished():
     one = _frame({label: v[:1] for label, v in values.items()})
     (waiting,) = evaluate_claims(study, one)
     assert waiting.verdict == "inconclusive" and not waiting.tested and waiting.needs_seeds
+    assert rows_needing_seeds([waiting, stopped]) == {"DAPE-Kerple", "DAPE1x3-Kerple"}
     assert "waiting for seeds" in waiting.reason and "first look is at 2" in waiting.reason
 
 
@@ -239,3 +240,55 @@ def test_claims_seeds_cannot_decide_say_why_before_anything_runs():
 def test_decide_refuses_a_maximum_below_the_minimum():
     with pytest.raises(StudyError, match="max_seeds"):
         _study([BELOW], decide={"min_seeds": 4, "max_seeds": 3})
+
+
+def test_the_command_lines_summary_counts_decided_claims_and_their_cost():
+    rng = np.random.default_rng(12)
+    study = _study([BELOW, {**BELOW, "id": "at_64", "at": [64]}],
+                   decide={"min_seeds": 2, "max_seeds": 4, "batch": 2})
+    results = evaluate_claims(study, _frame({"DAPE-Kerple": [6.0, 6.3], "DAPE1x3-Kerple": [5.4, 5.7001]}))
+    assert [r.verdict for r in results] == ["holds", "inconclusive"], [r.reason for r in results]
+    assert decision_summary(results, trials=4) == "1 of 2 claims decided (1 holds, 0 fail) on 4 trials; 1 undecided"
+    one_seed = evaluate_claims(_study([BELOW]), _frame(_pair(0.9, 0.001, 1, rng)))
+    assert decision_summary(one_seed) == "0 of 1 claim decided (0 hold, 0 fail); 1 judged on 1 seed (untested)"
+
+
+def test_the_interval_intersected_over_the_looks_covers_the_effect():
+    """Over the planned looks taken, the intersected interval misses the true effect at most alpha of the time."""
+    design = Design(LOOKS, ALPHA)
+    d = 0.7 + np.random.default_rng(13).standard_normal((1500, LOOKS[-1]))
+    missed = sum(not (check.low <= 0.7 <= check.high) for check in (evidence(design, row, None, ">") for row in d))
+    assert _within_nominal(missed, len(d))
+
+
+# --- the report: one line per claim at the top, the checks after the tables ------------------------------------
+def _rendered(results) -> tuple[str, str]:
+    from orchestrator.reporting import render_html, render_md
+    from orchestrator.reporting.document import ReportDocument
+
+    trials = pd.DataFrame({"label": ["DAPE-Kerple"], "seed": [0], "status": ["FINISHED"], "run_name": ["x · s0"],
+                           "run_id": ["0123456789abcdef0123456789abcdef"], "trial_id": ["aaaa"]})
+    document = ReportDocument(study_name="claims", description="", tracking_uri="file:///tmp/nowhere",
+                              experiment_id="1", value_text="final value", trials=trials,
+                              outside=pd.DataFrame(columns=["run_name", "status", "trial_id"]), claims=results)
+    return render_md.render(document), render_html.render(document), document.no_tables_text()
+
+
+def test_the_claims_read_at_a_glance_with_their_checks_after_the_tables():
+    study = _study([BELOW, WITHIN])
+    results = evaluate_claims(study, _frame(_pair(0.97, 0.002, 5, np.random.default_rng(14))))
+    markdown, html, no_tables = _rendered(results)
+    top = markdown[markdown.index("## Claims"):markdown.index("## Claims in detail")]
+    lines = [line for line in top.splitlines() if line.startswith("| below") or line.startswith("| close")]
+    assert len(lines) == 2  # one line per claim: verdict, effect [interval], seeds, source
+    assert "**holds**" in lines[1] and "ratio 0.97" in lines[1] and "claimed in (0.95, 1.05)" in lines[1]
+    assert "| 5 " in lines[1] and "| test " in lines[1] and "✓" not in top
+    tables = markdown.index(no_tables)  # the tables' section (here: no table, said in a sentence)
+    assert tables < markdown.index("## Claims in detail") < markdown.index("## Trials")  # details after the tables
+    assert "✓ DAPE1x3-Kerple: ppl_32" in markdown.split("## Claims in detail")[1]
+    assert html.index('id="claims"') < html.index('id="claim-details"')
+    assert html.count("<details class=\"claim-holds\">") == 2  # collapsible, one per claim
+    one = evaluate_claims(study, _frame(_pair(0.97, 0.002, 1, np.random.default_rng(14))))
+    markdown, html, _ = _rendered(one)
+    assert "*holds on 1 seed, untested*" in markdown and "**holds" not in markdown
+    assert 'class="claim-untested"' in html and 'class="claim-holds' not in html  # never coloured like a pass

@@ -7,11 +7,12 @@ import typer
 from .output import EXIT_CLAIMS_FAILED, console, err
 
 
-def claims_line(claims: list) -> None:
+def claims_line(claims: list, trials: int | None = None) -> None:
+    """How many claims are decided, how, and at what cost: `trials`, the study's finished trials."""
     if claims:
-        from ..reporting.claims import headline
+        from ..reporting.claims import decision_summary
 
-        console.print("Claims: " + headline(claims)  # verdicts on fewer than 3 seeds counted apart, as untested
+        console.print("Claims: " + decision_summary(claims, trials)  # verdicts on one seed counted apart, untested
                       + " (the report's Claims section; MLflow tags claim.<id> on the study's run)")
 
 

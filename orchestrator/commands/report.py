@@ -26,6 +26,6 @@ def report(invocation: Invocation, *, reports_dir: Path | None, value: str, full
     attached = "; attached to the study's parent run in MLflow" if attach and store.parent_run_id else ""
     console.print(f"Report: {built.folder / 'report.html'} (also report.md, tables.tex, CSV, plots/){attached}")
     console.print(browse_hint(invocation.study_path, invocation.tracking_flag))
-    claims_line(built.claims)
+    claims_line(built.claims, int((built.document.trials["status"] == "FINISHED").sum()))
     exit_on_failed_claims(built.claims, strict_claims)
 

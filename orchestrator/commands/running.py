@@ -85,7 +85,7 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
     console.print(f"Wall time {outcome.wall_seconds:.0f}s; {len(outcome.skipped)} trial(s) reused, "
                   f"{outcome.trials_run} run, {len(outcome.failed)} failed; "
                   f"{outcome.steps_run} training steps{overhead}")
-    claims_line(outcome.claims)
+    claims_line(outcome.claims, len(outcome.trials) - len(outcome.failed))
     if outcome.failed:
         raise typer.Exit(EXIT_TRIALS_FAILED)
     exit_on_failed_claims(outcome.claims, strict_claims)

@@ -162,7 +162,7 @@ def claim_decidable(study: Study, claim: Any, decide: Decide | None = None) -> s
     A `bound` or `length_ratio` on one row is decidable: its per-seed values are tested against the bound
     (a one-sample t-test), as a comparison's per-seed differences are tested against 0."""
     design = decide or study.decide or Decide()
-    if study.search.algorithm != "grid":
+    if study.search.sampled:
         return (f"search.algorithm {study.search.algorithm!r}: its rows are samples the searcher drew, not "
                 "configurations repeated by seed")
     if study.scheduler.type != "none":
@@ -420,6 +420,30 @@ def headline(results: list[ClaimResult]) -> str:
             on = _seeds(seeds[0]) if len(seeds) == 1 else f"fewer than {MIN_TEST_SEEDS} seeds"
             parts.append(f"{n} {verdict if n == 1 else verdict.removesuffix('s')} on {on} (untested)")
     return ", ".join(parts)
+
+
+def rows_needing_seeds(results: list[ClaimResult]) -> set[str]:
+    """The rows `run --decide` adds seeds to: those the claims that more seeds could decide read."""
+    return {row for result in results if result.needs_seeds for row in result.rows}
+
+
+def decision_summary(results: list[ClaimResult], trials: int | None = None) -> str:
+    """How many claims are decided, how, and at what cost, for the command line: e.g. "6 of 8 claims decided
+    (5 hold, 1 fails) on 24 trials; 2 undecided"; verdicts on one seed are counted as untested."""
+    decided = [r for r in results if r.decidable and r.decided]
+    holds, fails = (sum(r.verdict == verdict for r in decided) for verdict in (HOLDS, FAILS))
+    text = (f"{len(decided)} of {len(results)} claim{'s' if len(results) != 1 else ''} decided "
+            f"({holds} hold{'s' if holds == 1 else ''}, {fails} fail{'s' if fails == 1 else ''})")
+    if trials is not None:
+        text += f" on {trials} trial{'s' if trials != 1 else ''}"
+    untested = sum(not r.tested and r.verdict != INCONCLUSIVE for r in results)
+    undecided = sum(r.decidable and not r.decided for r in results) - untested
+    seeds = sum(r.needs_seeds for r in results)
+    rest = [f"{undecided} undecided" + (f" ({seeds} could use more seeds)" if seeds else "") if undecided else "",
+            f"{untested} judged on 1 seed (untested)" if untested else "",
+            f"{len(results) - sum(r.decidable for r in results)} {NOT_DECIDABLE}"
+            if not all(r.decidable for r in results) else ""]
+    return "; ".join([text, *[part for part in rest if part]])
 
 
 def mlflow_record(results: list[ClaimResult]) -> tuple[dict[str, str], dict[str, float]]:

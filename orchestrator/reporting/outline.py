@@ -36,6 +36,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("tables"),  # one section per metric family, headed by its title; a sentence where there is none
     Section("best_points", "Best grid point per variant", lambda document: bool(document.best_points)),
     Section("plots", "Plots", lambda document: bool(document.plots)),
+    Section("claim_details", "Claims in detail", lambda document: bool(document.claims)),  # each claim's checks
     Section("unfinished", "Trials not finished", lambda document: bool(document.unfinished())),
     Section("outside", "Runs this study file no longer defines (left out of the tables)",
             lambda document: bool(document.outside_lines())),

@@ -1,62 +1,110 @@
-"""The report's Claims section (Markdown and HTML): the first thing a reader sees, since it says which of the
-paper's claims this run reproduces. One row per claim (verdict, seeds, Holm-corrected p, why), then each
-claim's measured values. A verdict on fewer than 3 seeds reads "holds on 1 seed, untested" (claims.py's
-`ClaimResult.words`), in italics, never the bold **holds** of a claim that passed the paired test."""
+"""The report's claims (Markdown and HTML), in two parts.
+
+At the top, the first thing a reader sees: one line per claim, read at a glance: its verdict, its effect
+with the interval, the seeds it was judged on and its source. After the tables, each claim in detail: why
+(the test, Holm's p, what it waits for), and every check with its measured means, effect and p-values
+(collapsible in HTML). A verdict on one seed reads "holds on 1 seed, untested" (claims.py's
+`ClaimResult.words`) in italics and is never coloured like a tested verdict.
+"""
 
 from __future__ import annotations
 
-import math
 from html import escape
 
 from tabulate import tabulate
 
-from .claims import ClaimResult, headline
-from .stats import format_p
+from .claims import FAILS, HOLDS, INCONCLUSIVE, ClaimResult, decision_summary
 
-INTRO = ("Each claim of the study file's `expect:` section, judged on this run: *holds* (on the means of the "
-         "seeds and a paired test by seed, Holm-corrected across the claims, at 0.05), *fails* (the means "
-         "contradict it) or *inconclusive* (trials missing, fewer seeds than the claim's min_seeds, or not "
-         "significant). With fewer than 3 seeds no test is possible: the verdict rests on the means alone and "
-         "says so (*holds on 1 seed, untested*); a difference smaller than the seed-to-seed spread reads the same.")
+DOCS = "docs/deciding.md"
 
 
-def _headline(results: list[ClaimResult]) -> str:
-    return headline(results)
+def intro(results: list[ClaimResult]) -> str:
+    alpha = results[0].alpha if results else 0.05
+    return (f"Each claim of the study's `expect:` section, judged on this run: *holds* or *fails* where a paired "
+            f"test by seed decides it (two-sided, at {alpha:g} for the study: Holm-corrected across its claims, "
+            f"and spent over the planned looks where seeds were added), else *inconclusive*. The effect is the "
+            f"claim's difference, ratio or value with its {1 - alpha:.0%} interval. With one seed no test is "
+            f"possible: the verdict says so. The rule: {DOCS}. Here: {decision_summary(results)}.")
 
 
-def _verdict_cell(result: ClaimResult) -> str:
-    return f"**{result.words}**" if result.tested or result.verdict == "inconclusive" else f"*{result.words}*"
+def _effect(result: ClaimResult) -> str:
+    if result.effect():
+        return result.effect()
+    return "no interval on 1 seed" if result.checks and not result.tested else "–"
 
 
-def _claim_text(result: ClaimResult) -> str:
-    return result.claim.text or result.claim.kind
+def _seeds(result: ClaimResult) -> str:
+    if len(result.looks) > 1:
+        return f"{result.seeds} (looks {', '.join(map(str, result.looks))})"
+    return str(result.seeds) if result.seeds else "–"
+
+
+def _strong(result: ClaimResult) -> bool:
+    """A verdict the test reached (or an inconclusive one): shown in bold; an untested one is in italics."""
+    return result.tested or result.verdict == INCONCLUSIVE
 
 
 def _row(result: ClaimResult) -> list[str]:
-    p = format_p(result.p_holm) if not math.isnan(result.p_holm) else "–"
-    return [result.claim.id, _claim_text(result), result.claim.source, _verdict_cell(result), str(result.seeds),
-            result.measured(), p, result.reason or "–"]
+    return [result.claim.id, result.claim.text or result.claim.kind, result.words, _effect(result), _seeds(result),
+            result.claim.source]
 
 
-HEADER = ["claim", "statement", "source", "verdict", "seeds", "measured", "p (Holm)", "why"]
+HEADER = ["claim", "statement", "verdict", "effect [interval], claimed", "seeds", "source"]
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
 
 
 def markdown(results: list[ClaimResult]) -> list[str]:
+    """The claims section: its heading, what the verdicts mean, and one line per claim."""
     if not results:
         return []
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|")
-
-    out = ["## Claims", "", f"{INTRO} Here: {_headline(results)}.", ""]
-    body = [[cell(text) for text in _row(result)] for result in results]
-    out += [tabulate(body, headers=HEADER, tablefmt="pipe", disable_numparse=True), ""]
+    body = []
     for result in results:
-        if result.checks:
-            out += [f"**{result.claim.id}** ({result.words}):", ""]
-            out += [f"- {'✓' if check.holds else '✗'} {cell(check.text)}"
-                    + (f" (one-sided p = {check.p:.3g})" if not math.isnan(check.p) else "") for check in result.checks]
-            out.append("")
+        cells = [_md(text) for text in _row(result)]
+        cells[2] = f"**{cells[2]}**" if _strong(result) else f"*{cells[2]}*"
+        body.append(cells)
+    return ["## Claims", "", intro(results), "", tabulate(body, headers=HEADER, tablefmt="pipe", disable_numparse=True),
+            "", "Each claim's checks and the test behind its verdict follow the tables.", ""]
+
+
+def _check_lines(result: ClaimResult) -> list[str]:
+    lines = []
+    for check in result.checks:
+        line = f"{'✓' if check.holds else '✗'} {check.text}"
+        ev = check.evidence
+        if ev is not None:
+            line += (f" — {ev.kind} {ev.effect:.4g} [{ev.low:.4g}, {ev.high:.4g}], sequential one-sided p "
+                     f"{ev.p_right:.3g} that it holds, {ev.p_wrong:.3g} that it does not")
+        lines.append(line)
+    return lines
+
+
+def _why(result: ClaimResult) -> str:
+    parts = [result.reason or "–"]
+    if result.tested:
+        parts.append(f"the claim's p before Holm: {result.p:.3g}")
+    return "; ".join(parts)
+
+
+def details_markdown(results: list[ClaimResult], title: str) -> list[str]:
+    """After the tables: each claim's verdict, why, and its checks."""
+    out = [f"## {title}", ""]
+    for result in results:
+        words = f"**{result.words}**" if _strong(result) else f"*{result.words}*"
+        out += [f"**{result.claim.id}** ({words}, {result.claim.source}): {_md(result.claim.text or result.claim.kind)}",
+                "", f"- why: {_md(_why(result))}"]
+        out += [f"- {_md(line)}" for line in _check_lines(result)] + [""]
     return out
+
+
+def _css_class(result: ClaimResult) -> str:
+    """holds / fails / inconclusive by the test; an untested verdict gets claim-untested alone: never the
+    colour of a pass or a failure."""
+    if not _strong(result):
+        return "claim-untested"
+    return {HOLDS: "claim-holds", FAILS: "claim-fails"}.get(result.verdict, "claim-inconclusive")
 
 
 def html(results: list[ClaimResult]) -> str:
@@ -65,20 +113,23 @@ def html(results: list[ClaimResult]) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in HEADER)
     rows = []
     for result in results:
-        cells = _row(result)
-        cells[3] = result.words
-        tds = "".join(f"<td>{escape(text)}</td>" for text in cells)
-        strength = "" if result.tested or result.verdict == "inconclusive" else " claim-untested"
-        rows.append(f'<tr class="claim-{result.verdict}{strength}">{tds}</tr>')
-    details = []
-    for result in results:
-        if result.checks:
-            items = "".join(f"<li>{'✓' if c.holds else '✗'} {escape(c.text)}"
-                            + (f" (one-sided p = {c.p:.3g})" if not math.isnan(c.p) else "") + "</li>"
-                            for c in result.checks)
-            details.append(f"<details><summary>{escape(result.claim.id)}: {escape(result.words)}, "
-                           f"{escape(result.measured())}</summary><ul>{items}</ul></details>")
-    return (f'<h2 id="claims">Claims</h2><p class="meta">{escape(INTRO.replace("*", "").replace("`", ""))} Here: '
-            f"{escape(_headline(results))}.</p>"
+        cells = [f"<td>{escape(text)}</td>" for text in _row(result)]
+        cells[2] = f'<td class="verdict">{escape(result.words)}</td>'
+        rows.append(f'<tr class="{_css_class(result)}">{"".join(cells)}</tr>')
+    text = escape(intro(results).replace("*", "").replace("`", ""))
+    return (f'<h2 id="claims">Claims</h2><p class="meta">{text}</p>'
             f'<table class="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
-            + "".join(details))
+            '<p class="meta">Each claim\'s checks and the test behind its verdict follow the tables.</p>')
+
+
+def details_html(results: list[ClaimResult], title: str) -> str:
+    """After the tables: one collapsible block per claim."""
+    blocks = []
+    for result in results:
+        items = "".join(f"<li>{escape(line)}</li>" for line in [f"why: {_why(result)}", *_check_lines(result)])
+        summary = f"{result.claim.id}: {result.words}" + (f", {result.effect()}" if result.effect() else "")
+        blocks.append(f'<details class="{_css_class(result)}"><summary>{escape(summary)}</summary>'
+                      f"<p>{escape(result.claim.text or result.claim.kind)} ({escape(result.claim.source)})</p>"
+                      f"<ul>{items}</ul></details>")
+    return f'<h2 id="claim-details">{escape(title)}</h2>' + "".join(blocks)
+

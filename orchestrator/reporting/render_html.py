@@ -37,10 +37,11 @@ figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 0.88em; color: #333; }
 li.problem { color: #a00; }
 table.claims td, table.claims th { text-align: left; font-size: 0.88em; white-space: normal; }
-tr.claim-holds td:nth-child(4) { color: #070; font-weight: bold; }
-tr.claim-fails td:nth-child(4) { color: #b00; font-weight: bold; }
-tr.claim-inconclusive td:nth-child(4) { color: #a60; font-weight: bold; }
-tr.claim-untested td:nth-child(4) { font-weight: normal; font-style: italic; }
+tr.claim-holds td.verdict, details.claim-holds summary { color: #070; font-weight: bold; }
+tr.claim-fails td.verdict, details.claim-fails summary { color: #b00; font-weight: bold; }
+tr.claim-inconclusive td.verdict, details.claim-inconclusive summary { color: #a60; font-weight: bold; }
+tr.claim-untested td.verdict, details.claim-untested summary { color: #555; font-style: italic; }
+details { margin: 0.4em 0; } details ul { margin: 0.3em 0 0.8em; font-size: 0.9em; }
 """
 
 
@@ -169,6 +170,7 @@ BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
     "tables": _tables,
     "best_points": _best_points,
     "plots": _plots,
+    "claim_details": lambda document, title: [render_claims.details_html(document.claims, title)],
     "unfinished": lambda document, title: _listed(document.unfinished(), title, ' class="problem"'),
     "outside": lambda document, title: _listed(document.outside_lines(), title),
     "trials": _trials,

@@ -134,6 +134,7 @@ BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
     "tables": _tables,
     "best_points": _best_points,
     "plots": _plots,
+    "claim_details": lambda document, title: render_claims.details_markdown(document.claims, title),
     "unfinished": lambda document, title: _listed(document.unfinished(), title),
     "outside": lambda document, title: _listed(document.outside_lines(), title),
     "trials": _trials,

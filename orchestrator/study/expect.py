@@ -73,8 +73,9 @@ class _Claim(BaseModel):
                         "such as che_acc_test, ms_per_step, train_loss.")
     where: dict[str, Any] = Field(default_factory=dict, description="Dotted key -> value: only the rows whose "
                                   "config has that value (e.g. {model.pos_encoding: rope}).")
-    min_seeds: int = Field(1, ge=1, description="Fewer finished seeds than this: inconclusive. With 3 or more, "
-                           "a paired test by seed (Holm-corrected across the study's claims) must agree.")
+    min_seeds: int = Field(1, ge=1, description="Fewer finished seeds than this: inconclusive. With 2 or more, "
+                           "the verdict is a paired test by seed (Holm-corrected across the study's claims; with "
+                           "`decide`, at its planned looks): docs/deciding.md.")
 
 
 def _as_list(value: Any) -> Any:
