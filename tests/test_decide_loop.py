@@ -252,3 +252,12 @@ def test_the_report_of_a_study_run_without_decide_says_what_decide_would_add(tmp
     decided = parse_study(_study(name="noted", decide={}))
     assert "would train about" not in build_report(decided, write_store(decided, uri), tmp_path / "other",
                                                    attach=False).markdown
+
+
+def test_failed_only_is_refused_with_decide(tmp_path, capsys):
+    path = tmp_path / "both.yaml"
+    path.write_text(yaml.safe_dump(_study(name="both")))
+    code, output = run_cli(capsys, "run", path, "--decide", "--failed-only", "--local",
+                           "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert code == 2 and "--failed-only" in output and "Nothing was run" in output, output
+    assert not (tmp_path / "mlflow.db").exists()

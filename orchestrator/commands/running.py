@@ -39,6 +39,9 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
 
     study, study_path, profile = invocation.study, invocation.study_path, invocation.profile
     deciding = with_decide(study, decide)  # the sequence's study, or None; refused: exit 2, nothing run
+    if deciding is not None and failed_only:
+        stop("[red]Invalid option[/red] --failed-only: a run that adds seeds until its claims are decided reruns "
+             "its failed trials anyway (run it again without --failed-only). Nothing was run.", EXIT_INVALID)
     study = deciding or study
     rows = expand(study)  # once: the run and its report read these
     if local:
