@@ -129,11 +129,12 @@ def _check_spread(check: Check, left: _Side, right: _Side | None) -> tuple[float
     return effect, math.hypot(left.sd, check.scale * right.sd), "borrowed" if left.borrowed or right.borrowed else "own"
 
 
-def seeds_for(effect: float, sd: float, decide: Decide, claims: int) -> int | None:
-    """The first planned look with about 80% power for `effect` at alpha / claims; None: beyond max_seeds."""
+def seeds_for(effect: float, sd: float, decide: Decide, claims: int, min_seeds: int = 1) -> int | None:
+    """The first planned look (at `min_seeds` or more: the claim's own) with about 80% power for `effect` at
+    alpha / claims; None: beyond max_seeds."""
     from scipy.stats import t
 
-    for n in decide.looks():
+    for n in [n for n in decide.looks() if n >= min_seeds]:
         if sd <= 0:
             return n
         if abs(effect) * math.sqrt(n) / sd >= t.ppf(1 - decide.alpha / max(claims, 1), n - 1) + POWER_Z:
@@ -161,7 +162,7 @@ def claim_costs(study: Study, runs: SeedRuns, measured=None, decide: Decide | No
             seeds, known = decide.min_seeds, False
             basis = "unknown (no seed-to-seed spread of these rows in the store): the minimum applies"
         else:
-            needed = [seeds_for(effect, sd, decide, len(study.expect)) for effect, sd, _ in found]
+            needed = [seeds_for(effect, sd, decide, len(study.expect), claim.min_seeds) for effect, sd, _ in found]
             borrowed = any(kind == "borrowed" for _, _, kind in found)
             spread = "spread of runs of the same shape" if borrowed else "these rows' own seeds"
             if any(n is None for n in needed):
