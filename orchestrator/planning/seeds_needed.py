@@ -158,8 +158,9 @@ def claim_costs(study: Study, runs: SeedRuns, measured=None, decide: Decide | No
         found = [_check_spread(check, _Side(runs, configs[check.left.label], device, check.left),
                                _Side(runs, configs[check.right.label], device, check.right) if check.right else None)
                  for check in checks]
-        if not checks or any(item is None for item in found):
-            seeds, known = decide.min_seeds, False
+        if not checks or any(item is None for item in found):  # the first look the claim can be judged at
+            seeds = next((n for n in decide.looks() if n >= claim.min_seeds), decide.max_seeds)
+            known = False
             basis = "unknown (no seed-to-seed spread of these rows in the store): the minimum applies"
         else:
             needed = [seeds_for(effect, sd, decide, len(study.expect), claim.min_seeds) for effect, sd, _ in found]
