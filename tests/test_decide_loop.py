@@ -247,7 +247,7 @@ def test_the_report_of_a_study_run_without_decide_says_what_decide_would_add(tmp
     study = parse_study(_study(name="noted"))  # one seed: its claims are untested
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     report = build_report(study, write_store(study, uri), tmp_path / "reports", attach=False)
-    assert ("would train about 2 more trial(s) (4 in all)" in report.markdown
+    assert ("would train about 2 more trial(s): 4 in all" in report.markdown
             and "the minimum (2 seeds) is counted" in report.markdown), report.markdown
     decided = parse_study(_study(name="noted", decide={}))
     assert "would train about" not in build_report(decided, write_store(decided, uri), tmp_path / "other",

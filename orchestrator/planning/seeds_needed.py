@@ -232,6 +232,10 @@ def decide_note(study: Study, tracking_uri: str, finished: int) -> str:
               f"({Decide().min_seeds} seeds) is counted" if unknown else "")
     device = f"{study.resources.gpus:g} GPU" if study.resources.gpus else f"{study.resources.cpus:g} CPU"
     return (f"Deciding these claims by seeds (`orchestrator run --decide`, defaults) would train about "
-            f"{max(trials - finished, 0)} more trial(s) ({trials} in all), about {hours * 3600 / per_device / 60:.0f} "
-            f"more minutes of training one trial at a time on {device} in all{spread}; `orchestrator plan` gives the "
+            f"{max(trials - finished, 0)} more trial(s): {trials} in all, about {_minutes(hours * 3600 / per_device)} "
+            f"of training for all of them, one trial at a time on {device}{spread}; `orchestrator plan` gives the "
             "seeds and cost per claim.")
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} hours" if seconds >= 7200 else f"{max(seconds / 60, 1):.0f} minutes"
