@@ -261,3 +261,16 @@ def test_failed_only_is_refused_with_decide(tmp_path, capsys):
                            "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert code == 2 and "--failed-only" in output and "Nothing was run" in output, output
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_the_store_s_trials_of_a_decide_study_include_the_seeds_it_added_and_no_other():
+    from orchestrator.trial.trials import expand_stored
+
+    study = parse_study(_study(seeds=[5], decide={"min_seeds": 2, "max_seeds": 6}))
+    every = expand(study.model_copy(update={"seeds": [5, 6, 7, 8, 9, 10]}))
+    added = {trial.trial_id for trial in every if trial.label == "long" and trial.seed in (7, 8)}
+    trials = expand_stored(study, added)
+    assert sorted((t.label, t.seed) for t in trials) == [("long", 5), ("long", 6), ("long", 7), ("long", 8),
+                                                         ("short", 5), ("short", 6)]
+    assert [(t.label, t.seed) for t in expand_stored(parse_study(_study(seeds=[5])), added)] == [("short", 5),
+                                                                                                ("long", 5)]

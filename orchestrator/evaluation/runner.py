@@ -27,7 +27,7 @@ from ..errors import StudyInterrupted, UserInputError
 from ..study import Study
 from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
 from ..trial.protocol import SERIES
-from ..trial.trials import Trial, expand
+from ..trial.trials import Trial, expand_stored
 from .request import EVALUATION_TAG_PREFIX, EvalRequest, TrialTask, missing_lengths, timed, weights_path
 
 
@@ -231,7 +231,8 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
     started = time.monotonic()
     store = StudyStore.open(tracking_uri, study.name)
     outcome = EvaluationOutcome()
-    trials = expand(study)  # once: the stored runs are matched against these, and the report reads them
+    # once: the stored runs are matched against these, and the report reads them (with the seeds decide added)
+    trials = expand_stored(study, {run.data.tags.get(TRIAL_ID_TAG) for run in store.trial_runs()})
     tasks = plan_tasks(study, store, request, outcome, trials)
     for note in outcome.without_weights:
         say(f"note: {note}")
