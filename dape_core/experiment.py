@@ -57,6 +57,9 @@ class ExperimentResult:
     attention_kernels: str = ""
     weights: list[str] = field(default_factory=list)  # the stored model's files (dape_core.stored), if kept
     weights_seconds: float = 0.0  # the time writing them took
+    # The evaluation protocol its per-length perplexities were measured under (dape_core.data.PROTOCOL_VERSION;
+    # docs/protocol.md); None where there are none (CHE).
+    eval_protocol: int | None = None
 
     def metrics(self) -> dict[str, float]:
         """Flat numeric metrics, named as the orchestrator logs them (dape_core/metric_names.py)."""
@@ -183,33 +186,36 @@ def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointS
     return result
 
 
-def protocol_windows(cfg: ExperimentConfig, corpus) -> dict:
-    """The evaluation windows of every length of `cfg.eval` and of the training length (ΔP needs it): they
-    depend on the longest length (windows end at the same positions at every length), so a stored model
-    evaluated later at `cfg.eval.lengths` scores exactly what a trial with those lengths scored."""
-    from .data import evaluation_windows
+def protocol_windows(cfg: ExperimentConfig, corpus, lengths: list[int] | None = None) -> dict:
+    """The evaluation windows of every length of `cfg.eval` and of the training length (ΔP needs it), or of
+    `lengths` only: protocol `PROTOCOL_VERSION` (docs/protocol.md). Their tails are fixed in the held-out
+    stream whatever the lengths, so a stored model evaluated later at any length scores the tokens a trial
+    with that length in its `eval.lengths` scored, and the same tokens as at its other lengths."""
+    from .data import tail_windows
 
-    lengths = sorted(set(cfg.eval.lengths) | {cfg.train.seq_len})
-    return evaluation_windows(corpus.split(cfg.eval.split), lengths, cfg.eval.windows_per_length, cfg.eval.seed)
+    if lengths is None:
+        lengths = sorted(set(cfg.eval.lengths) | {cfg.train.seq_len})
+    return tail_windows(corpus.stream_regions(cfg.eval.split), lengths, cfg.eval.windows_per_length,
+                        cfg.eval.tail_tokens, cfg.eval.seed)
 
 
 def evaluate_stored(model, cfg: ExperimentConfig, artifacts_dir=None, corpus=None, precision: str | None = None,
                     lengths: list[int] | None = None) -> dict:
     """The evaluation protocol of `cfg.eval` on an already trained model (`dape_core.stored.load_model`),
-    without training: the ExperimentResult fields perplexity, delta_p, eval_seconds, ms_forward and
-    artifacts, computed as `run_experiment` computes them (bit-identical on CPU at the same thread count).
-    lengths: score only these (and the training length, for ΔP) of `cfg.eval.lengths`, on the windows drawn
-    for all of them: the same values, without the cost of the others."""
+    without training: the ExperimentResult fields perplexity, delta_p, eval_seconds, ms_forward, artifacts and
+    eval_protocol, computed as `run_experiment` computes them (bit-identical on CPU at the same thread count).
+    lengths: score only these (and the training length, for ΔP): the same values as with all of `cfg.eval.lengths`
+    (the windows of a length do not depend on the others), without the cost of the others."""
     from .data import load_corpus
     from .train import resolve_precision
 
     corpus = corpus or load_corpus(cfg.data)
     device = next(model.parameters()).device
-    windows = protocol_windows(cfg, corpus)
     if lengths is not None:
-        keep = set(lengths) | {cfg.train.seq_len}
-        windows = {length: rows for length, rows in windows.items() if length in keep}
+        windows = protocol_windows(cfg, corpus, sorted(set(lengths) | {cfg.train.seq_len}))
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, lengths=sorted(set(lengths))))
+    else:
+        windows = protocol_windows(cfg, corpus)
     return _evaluate(model, windows, cfg, resolve_precision(precision or cfg.train.precision, device), artifacts_dir)
 
 
@@ -232,6 +238,7 @@ def _validation(model, corpus, cfg: ExperimentConfig, precision):
 def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_dir) -> dict:
     """The evaluation protocol on the trained model: perplexity and ΔP by length, then (optionally) the
     forward time per length and the heat maps. Returns those ExperimentResult fields."""
+    from .evaluate.config import PROTOCOL_VERSION
     from .evaluate import attention_rows, delta_p, forward_ms_from_evaluation, perplexity_by_length, save_heat_maps
 
     started = time.perf_counter()
@@ -253,7 +260,7 @@ def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_
         title = f"{cfg.model.pos_encoding} / {cfg.model.processor}, L={longest}"
         artifacts = [str(path) for path in save_heat_maps(rows, folder, title)]
     return {"perplexity": perplexity, "delta_p": gains, "eval_seconds": eval_seconds, "ms_forward": ms_forward,
-            "artifacts": artifacts}
+            "artifacts": artifacts, "eval_protocol": PROTOCOL_VERSION}
 
 
 def _run_che_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointStore | None,

@@ -91,7 +91,8 @@ class ExperimentConfig:
                              "(e.g. data.test_fraction: 0.05) or evaluate on 'validation'")
         if self.data.source == "tokens" and self.data.chunk_tokens <= max(self.eval.lengths):
             raise ValueError(f"data.chunk_tokens={self.data.chunk_tokens} must exceed the longest evaluation length "
-                             f"{max(self.eval.lengths)}: evaluation windows lie inside held-out chunks")
+                             f"{max(self.eval.lengths)}: a longer window would join held-out chunks that are not "
+                             "contiguous text")
         vocabulary = self.data.known_vocabulary
         if vocabulary is not None and self.model.vocab_size < vocabulary:
             raise ValueError(f"model.vocab_size={self.model.vocab_size} is below the data's vocabulary of {vocabulary} "

@@ -7,7 +7,8 @@ would be overspent. A claim decided at a look keeps that decision: its rows trai
 undecided claim reads them.
 
 Each look is an ordinary run of the study's trials (execution/runner.py's `run_study`, on Ray, a cluster, SLURM or
-`--local`) over the trials planned so far, so finished trials are skipped by their identity (config hash with its
+`--local`) over the trials planned so far, followed by the scoring of their `report.lengths` (run.py's
+`evaluate_later`, so that claims at those lengths are judged at every look), so finished trials are skipped by their identity (config hash with its
 seed) and nothing is trained twice. The sequence keeps no state of its own: it is recomputed from the store, look
 by look, judging each look on exactly the seeds that look planned, so a rerun after Ctrl-C, a killed driver or a
 SLURM requeue takes the same looks and reaches the same decisions. Each look is recorded on the study's MLflow
@@ -30,6 +31,7 @@ from .execution.context import RunContext
 from .execution.runner import StudyOutcome, run_study
 from .reporting.build import build_report
 from .reporting.render_md import summary
+from .run import evaluate_later
 from .study import Decide, Study
 from .study.decide_checks import decide_problems
 from .trial.trials import Trial, distinct, expand
@@ -218,7 +220,9 @@ def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
             break
         counts, planned = grown, candidate
         say(f"Look {index + 1} of at most {len(plan)}: {seeds} seeds for {_rows_words(active, labels)}")
-        outcome = run_study(replace(context, rows=planned, progress=None))
+        look_context = replace(context, rows=planned, progress=None)
+        outcome = run_study(look_context)
+        evaluate_later(look_context, outcome, reports_dir, say)  # the look's report.lengths, as `run` scores them
         _add(total, outcome)
         look = Look(index, seeds, [label for label in labels if label in active], len(distinct(planned)),
                     round(sum(hours[trial.trial_id] for trial in distinct(planned)), 4))

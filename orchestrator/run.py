@@ -1,25 +1,57 @@
-"""`orchestrator run`'s work, above both halves it joins: run the study's unfinished trials (execution/), then
-write its report from the store (reporting/), both from one expansion of the study (the run context's rows).
-Neither half imports the other; cli.py and the tests that run a study call this."""
+"""`orchestrator run`'s work, above both halves it joins: run the study's unfinished trials (execution/), score
+the lengths of its `report.lengths` its finished trials lack (evaluation/), then write its report from the store
+(reporting/), all from one expansion of the study (the run context's rows). None of the halves imports another;
+the command line and the tests that run a study call this."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Callable
 
+from .evaluation.runner import EvaluationRefused, evaluate_study
+from .evaluation.request import EvalRequest
 from .execution.context import RunContext
 from .execution.runner import StudyOutcome, run_study
 from .reporting.build import build_report
 from .reporting.render_md import summary
 
 
-def run_and_report(context: RunContext, reports_dir: Path = Path("reports")) -> StudyOutcome:
-    """Run the study (execution/runner.py), then build its report into `reports_dir` and attach it to the
-    study's parent run. The outcome's wall time covers both, from the context's start."""
+def run_and_report(context: RunContext, reports_dir: Path = Path("reports"),
+                   say: Callable[[str], None] = print) -> StudyOutcome:
+    """Run the study (execution/runner.py), evaluate its `report.lengths` (`evaluate_later`), then build its
+    report into `reports_dir` and attach it to the study's parent run. The outcome's wall time covers all three,
+    from the context's start."""
     outcome = run_study(context)
+    evaluate_later(context, outcome, reports_dir, say)
     report = build_report(context.study, context.store, reports_dir, study_path=context.study_path,
                           trials=context.rows)
     outcome.report_dir, outcome.claims = report.folder, report.claims
     outcome.report_summary = summary(report.document)
     outcome.wall_seconds = time.monotonic() - context.started
     return outcome
+
+
+def evaluate_later(context: RunContext, outcome: StudyOutcome, reports_dir: Path,
+                   say: Callable[[str], None] = print) -> None:
+    """The main job ends judged: the lengths of the study's `report.lengths` that its finished trials lack are
+    scored from their kept models as `orchestrator evaluate STUDY` scores them, on the Ray the trials ran on
+    (one task per trial, reserving the study's resources) or in this process with `local`. Resumable like it:
+    a length a trial has is never scored again, so a second run adds nothing. A trial whose evaluation failed
+    is counted with the failed trials (its training stays recorded); lengths too long for the device's memory
+    are a note, and the claims that need them stay inconclusive saying so."""
+    study = context.study
+    if not study.report.lengths:
+        return
+    try:
+        evaluated = evaluate_study(study, context.tracking_uri, EvalRequest(), local=context.local,
+                                   address=context.address, reports_dir=reports_dir, study_path=context.study_path,
+                                   say=say, report=False)
+    except EvaluationRefused as error:
+        say(f"note: report.lengths not evaluated: {error}")
+        return
+    if evaluated.evaluated:
+        say(f"report.lengths: {len(evaluated.evaluated)} trial(s) evaluated in {evaluated.wall_seconds:.0f}s wall "
+            f"({evaluated.task_seconds:.0f}s of evaluation)")
+    for name, reason in evaluated.failed.items():
+        outcome.failed[f"{name} (evaluation at report.lengths)"] = reason

@@ -56,7 +56,8 @@ def write_store(study: Study, tracking_uri: str) -> StudyStore:
     from mlflow.entities import Metric
 
     from dape_core.metric_names import by_length as series
-    from orchestrator.trial.protocol import SERIES
+    from dape_core.evaluate.config import PROTOCOL_VERSION
+    from orchestrator.trial.protocol import EVAL_PROTOCOL_TAG, SERIES
     from orchestrator.tracking.events import TrialStarted
     from orchestrator.tracking.params import resolved_params
 
@@ -78,7 +79,8 @@ def write_store(study: Study, tracking_uri: str) -> StudyStore:
                     for length, value in series(final, prefix).items()]
         store.client.log_batch(run_id, metrics=metrics)
         store.log_params(run_id, resolved_params({"device": "cpu", "precision": "fp32"}))
-        store.set_tags(run_id, {"device": "cpu", "precision": "fp32", "data_hash": "synthetic"})
+        store.set_tags(run_id, {"device": "cpu", "precision": "fp32", "data_hash": "synthetic",
+                                **({EVAL_PROTOCOL_TAG: str(PROTOCOL_VERSION)} if not trial.config.get("che") else {})})
         store.end_trial_run(run_id, "FINISHED")
     store.end_parent("FINISHED")
     return store

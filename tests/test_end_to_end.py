@@ -78,7 +78,7 @@ def test_failing_trial_is_recorded_and_the_study_goes_on(tmp_path, local_ray):
     spec = yaml.safe_load(yaml.safe_dump(TINY))
     spec["name"] = "tiny_failure"
     spec["seeds"] = [0]
-    # Valid config, but no held-out document is this long: the trial fails at evaluation time.
+    # Valid config, but the held-out text is shorter than one window: the trial fails at evaluation time.
     spec["variants"].append({"label": "TooLong", "set": {"eval.lengths": [32, 10_000_000]}})
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     outcome = run_and_report(RunContext.create(parse_study(spec), uri, storage_dir=tmp_path / "state"), tmp_path / "reports")
@@ -86,7 +86,7 @@ def test_failing_trial_is_recorded_and_the_study_goes_on(tmp_path, local_ray):
     client = MlflowClient(uri)
     by_label = {run.data.tags["label"]: run for run in _trial_runs(client, "tiny_failure")}
     assert by_label["TooLong"].info.status == "FAILED"
-    assert "no held-out document" in by_label["TooLong"].data.tags["error"]
+    assert "the held-out text holds" in by_label["TooLong"].data.tags["error"]
     assert by_label["Kerple"].info.status == "FINISHED"
     assert by_label["DAPE1x3-Kerple"].info.status == "FINISHED"
     report = (tmp_path / "reports" / "tiny_failure" / "report.md").read_text()

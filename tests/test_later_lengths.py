@@ -1,6 +1,7 @@
 """Claims at lengths evaluated after training (`report.lengths`): validated without changing any trial's identity,
-inconclusive in the report until `orchestrator evaluate STUDY` (no --lengths) scores those lengths, then judged
-like any other claim on exactly the values the trials would have logged with those lengths in `eval.lengths`."""
+scored by `orchestrator run` once its trials finish (as `orchestrator evaluate STUDY` scores them), so a fresh run
+ends with every claim judged, on exactly the values the trials would have logged with those lengths in
+`eval.lengths`."""
 
 from __future__ import annotations
 
@@ -67,7 +68,10 @@ def test_bad_report_lengths_are_named_each_with_its_field():
 
 
 @pytest.mark.slow
-def test_a_claim_at_a_later_length_waits_for_evaluate_then_is_judged(tmp_path, monkeypatch):
+@pytest.mark.timeout(300)
+def test_a_fresh_run_judges_the_claims_at_its_report_lengths(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
     from orchestrator.execution.context import RunContext
     from orchestrator.run import run_and_report
 
@@ -76,44 +80,41 @@ def test_a_claim_at_a_later_length_waits_for_evaluate_then_is_judged(tmp_path, m
     spec = _spec("later", [32, 64], ["4x"], CLAIMS)
     path = tmp_path / "later.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    said: list[str] = []
     outcome = run_and_report(RunContext.create(parse_study(spec), uri, storage_dir=tmp_path / "state",
-                                               local=True, study_path=path), tmp_path / "reports")
+                                               local=True, study_path=path), tmp_path / "reports", say=said.append)
     assert outcome.ok, outcome.failed
-    report = tmp_path / "reports" / "later" / "report.md"
-    text = report.read_text()
-    waiting = f"not evaluated at 128 yet: orchestrator evaluate {path}"
-    assert text.count(waiting) >= 2, text  # both claims at 4x: inconclusive, never an error or "fails"
-    assert "does not fit the study" not in text
-    runs = _runs(uri, "later")
-    assert not any("ppl_128" in run.data.metrics for run in runs.values())
-
-    # No --lengths: the report.lengths the finished trials lack, on the windows of eval.lengths + report.lengths.
-    result = _evaluate(path, uri, "--local")
-    assert result.exit_code == 0, result.output
-    assert "2 trial(s) evaluated" in " ".join(result.output.split())
+    assert "Evaluating 2 stored trial(s) in this process" in said
+    # Every claim judged by the run itself, those at 4x = 128 (report.lengths only) included.
+    assert {r.claim.id: r.verdict in ("holds", "fails") and r.seeds == 1 for r in outcome.claims} == \
+        {claim["id"]: True for claim in CLAIMS}, [(r.claim.id, r.verdict, r.reason) for r in outcome.claims]
+    text = (tmp_path / "reports" / "later" / "report.md").read_text()
+    assert "not evaluated at 128 yet" not in text and "L=128" in text
     runs = _runs(uri, "later")
     for run in runs.values():
         assert {"ppl_128", "delta_p_128"} <= set(run.data.metrics)
+    ppl = {label: run.data.metrics["ppl_128"] for label, run in runs.items()}
+    verdicts = {r.claim.id: r for r in outcome.claims}
+    assert (verdicts["wider_better_at_4x"].verdict == "holds") == (ppl["DAPE1x3"] < ppl["DAPE"])
     # Exactly what a trial trained with 128 in eval.lengths logs (bit-identical on CPU).
     long = _spec("long", [32, 64, 128], variants=VARIANTS[1:])
     assert run_and_report(RunContext.create(parse_study(long), uri, storage_dir=tmp_path / "state",
-                                            local=True), tmp_path / "reports").ok
+                                            local=True), tmp_path / "reports", say=said.append).ok
     assert runs["DAPE1x3"].data.metrics["ppl_128"] == _runs(uri, "long")["DAPE1x3"].data.metrics["ppl_128"]
 
-    text = report.read_text()
-    assert "not evaluated at 128 yet" not in text
-    assert "ppl_128" in text and "L=128" in text  # judged, and the tables have the new column
-    from orchestrator.reporting.claims import evaluate_claims
-    from orchestrator.reporting.results import load_results
+    # Resumable: a second run has nothing to train or evaluate, and neither has `evaluate`, which ends with the
+    # run's claims line.
+    said.clear()
+    again = run_and_report(RunContext.create(parse_study(spec), uri, storage_dir=tmp_path / "state",
+                                             local=True, study_path=path), tmp_path / "reports", say=said.append)
+    assert again.ok and len(again.skipped) == 2 and not said, said
+    run_id = runs["DAPE"].info.run_id
+    assert len(MlflowClient(uri).get_metric_history(run_id, "ppl_128")) == 1
+    result = _evaluate(path, uri, "--local")
+    assert result.exit_code == 0 and "already evaluated" in result.output, result.output
+    from orchestrator.reporting.claims import headline
 
-    study = parse_study(spec)
-    verdicts = {r.claim.id: r for r in evaluate_claims(study, load_results(study, uri), path)}
-    assert all(r.verdict in ("holds", "fails") and r.seeds == 1 for r in verdicts.values()), verdicts
-    ppl = {label: run.data.metrics["ppl_128"] for label, run in runs.items()}
-    assert (verdicts["wider_better_at_4x"].verdict == "holds") == (ppl["DAPE1x3"] < ppl["DAPE"])
-    # Evaluated: a second evaluate with no --lengths has nothing to do.
-    again = _evaluate(path, uri, "--local")
-    assert again.exit_code == 0 and "already evaluated" in again.output, again.output
+    assert f"Claims: {headline(outcome.claims)}" in " ".join(result.output.split())
 
 
 CHE_BASE = {"model": {"preset": "tiny", "n_layer": 1, "d_model": 32, "n_head": 2, "pos_encoding": "kerple",
@@ -137,9 +138,9 @@ def _che_spec(name: str, test_lengths: list[int], later: list | None = None, cla
 
 @pytest.mark.slow
 def test_che_trials_keep_weights_and_are_scored_at_new_test_lengths(tmp_path, monkeypatch):
-    """A CHE trial keeps its model; `orchestrator evaluate` scores a test length it was not trained to report,
-    exactly as a trial with that length in che.test_lengths logs it (and its own lengths again, identically);
-    a claim on it (report.lengths) waits for the evaluation."""
+    """A CHE trial keeps its model; `orchestrator run` scores its report.lengths and `orchestrator evaluate` a
+    test length it was not trained to report, exactly as a trial with that length in che.test_lengths logs it
+    (and its own lengths again, identically); a claim on it (report.lengths) is judged by the run."""
     import torch
     from mlflow.tracking import MlflowClient
 
@@ -154,19 +155,16 @@ def test_che_trials_keep_weights_and_are_scored_at_new_test_lengths(tmp_path, mo
     path = tmp_path / "che_later.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     kwargs = {"storage_dir": tmp_path / "state", "local": True}
-    assert run_and_report(RunContext.create(parse_study(spec), uri, study_path=path, **kwargs),
-                          tmp_path / "reports").ok
+    ran = run_and_report(RunContext.create(parse_study(spec), uri, study_path=path, **kwargs), tmp_path / "reports")
+    assert ran.ok and [r.verdict for r in ran.claims] == ["holds"]  # report.lengths (24) scored by the run
     run = _runs(uri, "che_later")["DAPE1x3-Kerple"]
     assert "orchestrator.weights" in run.data.tags, "a CHE trial keeps its model"
     report = tmp_path / "reports" / "che_later" / "report.md"
-    assert f"not evaluated at 24 yet: orchestrator evaluate {path}" in report.read_text()
 
     def no_step(*args, **kwargs):
         raise AssertionError("an optimizer step was taken during evaluate")
 
     monkeypatch.setattr(torch.optim.AdamW, "step", no_step)
-    result = _evaluate(path, uri, "--local")  # report.lengths: 24
-    assert result.exit_code == 0, result.output
     again = _evaluate(path, uri, "--local", "--lengths", "12", "16")  # 12 between the own ones; 16 its own
     assert again.exit_code == 0, again.output
     monkeypatch.undo()

@@ -18,7 +18,7 @@ _PUBLIC = {  # name -> the submodule it lives in
     "stdlib_files": "sources", "SPLITS": "splits", "TEST": "splits", "TRAIN": "splits",
     "VALIDATION": "splits", "ByteTokenizer": "tokenization", "HFTokenizer": "tokenization",
     "load_tokenizer": "tokenization", "TokenBatch": "windows", "TrainStream": "windows",
-    "evaluation_windows": "windows", "anchored": "preflight", "data_problems": "preflight",
+    "evaluation_windows": "windows", "tail_windows": "windows", "PROTOCOL_VERSION": "windows", "anchored": "preflight", "data_problems": "preflight",
     "PrepareConfig": "prepare", "prepare_corpus": "prepare", "TokenFileChanged": "token_meta",
     "read_metadata": "token_meta", "verify_token_file": "token_meta",
 }
@@ -35,6 +35,6 @@ if TYPE_CHECKING:
     from .splits import SPLITS, TEST, TRAIN, VALIDATION
     from .token_meta import TokenFileChanged, read_metadata, verify_token_file
     from .tokenization import ByteTokenizer, HFTokenizer, load_tokenizer
-    from .windows import TokenBatch, TrainStream, evaluation_windows
+    from .windows import PROTOCOL_VERSION, TokenBatch, TrainStream, evaluation_windows, tail_windows
 
 __getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC)

@@ -7,6 +7,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ..evaluate.config import PROTOCOL_VERSION  # noqa: F401 (the version of `tail_windows`)
+
 
 class TokenBatch(NamedTuple):
     """A language-model batch: inputs [B, T] and their next tokens, targets [B, T]."""
@@ -73,9 +75,57 @@ class TrainStream:
         self.generator.set_state(state["generator"].cpu())
 
 
+
+
+def tail_windows(regions: list[np.ndarray], lengths: list[int], n_windows: int, tail: int, seed: int) -> dict[int, torch.Tensor]:
+    """Windows of L + 1 tokens for each length L, all ending at the same `n_windows` tails of `tail` tokens.
+
+    The held-out split is read as one token stream: its regions end to end (documents with their separators,
+    as GPT-NeoX's evaluation concatenates them), joined at its end to its start (one more document boundary).
+    The tails are non-overlapping blocks of `tail` tokens of that stream, `n_windows` of them picked by `seed`:
+    they depend on neither the lengths nor the longest one, so a length evaluated later scores the same
+    tokens, with more context before them. The window at L is the L + 1 tokens ending at the tail's end, read
+    around the joined stream where the tail lies less than L tokens from its start. ΔP's nesting holds: the
+    window at the training length is the tail of every longer one.
+    """
+    regions = [region for region in regions if len(region)]
+    sizes = np.array([len(region) for region in regions], dtype=np.int64)
+    total = int(sizes.sum())
+    longest = max(lengths) + 1  # a window reads L tokens and predicts the next one at every position
+    if longest > total:
+        raise ValueError(f"the held-out text holds {total} tokens, fewer than the {longest} a window at "
+                         f"L={longest - 1} reads: lower the longest evaluation length or use more held-out text")
+    slots = total // tail
+    if slots < n_windows:
+        raise ValueError(f"held-out text holds only {slots} tails of {tail} tokens but the evaluation budget needs "
+                         f"{n_windows}: lower eval.tokens_per_length (or eval.n_windows), raise data.val_fraction, "
+                         "or add data")
+    rng = np.random.default_rng(seed)
+    ends = (np.sort(rng.choice(slots, size=n_windows, replace=False)) + 1) * tail  # exclusive stream positions
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    return {length: torch.from_numpy(np.stack([_stream_slice(regions, starts, total, int(end) - length - 1, length + 1)
+                                               for end in ends]))
+            for length in lengths}
+
+
+def _stream_slice(regions: list[np.ndarray], starts: np.ndarray, total: int, begin: int, count: int) -> np.ndarray:
+    """`count` tokens of the joined stream from position `begin` (negative: from the stream's end), as int64;
+    only the regions the slice touches are read (a memory-mapped split stays on disk)."""
+    pieces, position, left = [], begin % total, count
+    while left:
+        index = int(np.searchsorted(starts, position, side="right")) - 1
+        offset = position - int(starts[index])
+        piece = regions[index][offset : offset + left]
+        pieces.append(np.asarray(piece, dtype=np.int64))
+        left -= len(piece)
+        position = (position + len(piece)) % total
+    return np.concatenate(pieces)
+
+
 def evaluation_windows(docs: list[np.ndarray], lengths: list[int], n_windows: int, seed: int,
                        strict: bool = True) -> dict[int, torch.Tensor]:
-    """Windows of L + 1 tokens for each length L, all ending at the same positions of the same held-out documents.
+    """Windows of L + 1 tokens for each length L, all ending at the same positions of the same held-out documents
+    (protocol 1's evaluation windows; now `train.eval_every`'s validation windows).
 
     Every length scores the same tail tokens and differs only in how much context precedes them, which
     makes ratios across lengths steadier (docs/method.md §6); so the window of the training length is the tail of

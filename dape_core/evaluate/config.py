@@ -10,6 +10,12 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ..types import NonNegativeInt, PositiveInt, Seed, StrictBool
 
+# The evaluation protocol's version (docs/protocol.md), recorded with every per-length metric it produced:
+# 1: windows were slots of (longest length) + 1 tokens inside one held-out document, so a length added later drew
+#    other text; 2: tails fixed in the held-out token stream (`dape_core.data.tail_windows`), so every length,
+#    whenever it is evaluated, scores the same tokens. Here, beside the `eval:` section and free of torch, so
+#    that the orchestrator reads it without loading a model.
+PROTOCOL_VERSION = 2
 DEFAULT_TOKENS_PER_LENGTH = 2048  # 64 windows scored on their last 32 tokens
 EvalSplit = Literal["validation", "test"]
 
@@ -27,7 +33,7 @@ Lengths = Annotated[list[PositiveInt], Field(min_length=1), AfterValidator(_dist
 class EvalConfig:
     """lengths: evaluation lengths (each ≥ the training length). tail_tokens: K, the scored last positions
     of every window (256 at paper scale). tokens_per_length: scored tokens per length, the same budget at
-    every length (windows = budget / K, the same document tails at every length); or give n_windows
+    every length (windows = budget / K, the same stream tails at every length: docs/protocol.md); or give n_windows
     instead (default budget: 2048 tokens). batch_size: windows per forward pass. split: the held-out split
     evaluated (`test` needs data.test_fraction > 0). timing: ms per evaluation batch at every length,
     timed on the evaluation's own batches (the first timing_warmup dropped, then the median; extra passes

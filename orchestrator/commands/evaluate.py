@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import OrchestratorError
+from .claims import claims_line
 from .invocation import Invocation
 from .output import (
     EXIT_CTRL_C,
@@ -48,7 +49,7 @@ def evaluate(invocation: Invocation, lengths: list[int], *, tail_tokens: int | N
     from ..tracking.lookup import StudyNotFound
 
     study, study_path = invocation.study, invocation.study_path
-    reports_dir = invocation.writable_folder(reports_dir, "reports", "--reports-dir")
+    reports_dir = invocation.writable_reports(reports_dir)
     uri = invocation.uri
     request = EvalRequest(lengths=tuple(lengths), tail_tokens=tail_tokens, n_windows=windows,
                           visualise=visualise, time=time_it, time_repeats=repeats, again=again)
@@ -77,5 +78,6 @@ def evaluate(invocation: Invocation, lengths: list[int], *, tail_tokens: int | N
                   f"{len(outcome.failed)} failed")
     for name, reason in outcome.failed.items():
         err.print(f"[red]{escape(name)}[/red]: {escape(reason)}")
+    claims_line(outcome.claims)  # the verdicts it was run to settle, as `run` prints them
     if outcome.failed:
         raise typer.Exit(EXIT_TRIALS_FAILED)

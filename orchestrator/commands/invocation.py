@@ -102,6 +102,17 @@ class Invocation:
         """`folder(given, name)`, or exit 2 where it cannot be written (`option` names it in the message)."""
         return writable(self.folder(given, name), option)
 
+    def reports_folder(self, given: Path | None) -> Path:
+        """Where this store's reports go: --reports-dir, else the store's own folder (tracking/uri.py
+        `reports_root`: the project's reports/ for the project's store, never for another store)."""
+        from ..tracking.uri import reports_root
+
+        return given if given is not None else reports_root(self.uri, self.study_path)
+
+    def writable_reports(self, given: Path | None) -> Path:
+        """`reports_folder(given)`, or exit 2 where it cannot be written."""
+        return writable(self.reports_folder(given), "--reports-dir")
+
     def stored(self) -> StudyStore | None:
         """The study's store for reading, or None where the study has not run there yet (nothing is created)."""
         from ..tracking.lookup import StudyNotFound

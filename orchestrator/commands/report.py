@@ -19,7 +19,7 @@ def report(invocation: Invocation, *, reports_dir: Path | None, value: str, full
         stop(f"[red]Invalid option[/red] --{error}", EXIT_INVALID)
     from ..reporting import build_report, render_md
 
-    reports_dir = invocation.writable_folder(reports_dir, "reports", "--reports-dir")
+    reports_dir = invocation.writable_reports(reports_dir)
     store = invocation.stored_or_exit("No results")
     built = build_report(invocation.study, store, reports_dir, choice, invocation.study_path, attach)
     console.print(built.markdown if full else render_md.summary(built.document), markup=False)

@@ -49,7 +49,7 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
     from ..tracking.uri import ui_command
 
     uri = invocation.uri
-    reports_dir = invocation.writable_folder(reports_dir, "reports", "--reports-dir")
+    reports_dir = invocation.writable_reports(reports_dir)
     storage_dir = invocation.writable_folder(storage_dir, ".orchestrator", "--storage-dir")
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
     try:
@@ -64,7 +64,7 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
 
             outcome = decide_and_report(context, reports_dir, say=lambda line: console.print(line, markup=False))
         else:
-            outcome = run_and_report(context, reports_dir)
+            outcome = run_and_report(context, reports_dir, say=lambda line: console.print(line, markup=False))
     except OrchestratorError:
         raise  # reported by main() as one paragraph with its exit code
     except KeyboardInterrupt:

@@ -27,7 +27,7 @@ def slurm(invocation: Invocation, *, reports_dir: Path | None, storage_dir: Path
         stop("[red]Invalid option[/red]: " + escape("; ".join(found)) + ". Nothing was submitted.", EXIT_INVALID)
     slurm_dir = invocation.folder(None, "slurm").resolve()
     target = JobTarget(study.name, study_path.resolve(), Path.cwd().resolve(), invocation.uri,
-                       invocation.folder(reports_dir, "reports").resolve(),
+                       invocation.reports_folder(reports_dir).resolve(),
                        invocation.folder(storage_dir, ".orchestrator").resolve(), slurm_dir, invocation.profile,
                        invocation.overrides)
     text = render(request, target)

@@ -1,9 +1,11 @@
 """What `orchestrator evaluate` is asked to do to each stored trial, and what is already done: plain data, no torch.
 
 A trial is evaluated again at its own protocol (tail size, windows, split, seed and batch of its `eval:`
-section) unless `--tail-tokens` or `--windows` change it. Its evaluation at lengths `L...` draws the windows
-of its own lengths plus `L...` (windows depend on the longest length: `dape_core.experiment.protocol_windows`),
-so `ppl_<L>` is exactly what the trial would have logged had `L` been in the study's `eval.lengths`.
+section) unless `--tail-tokens` or `--windows` change it. Its evaluation at lengths `L...` scores the tails
+its other lengths scored (they are fixed in the held-out stream: `dape_core.data.tail_windows`, protocol
+PROTOCOL_VERSION), so `ppl_<L>` is exactly what the trial would have logged had `L` been in the study's
+`eval.lengths`. A trial measured under an older protocol (its tag `eval.protocol`; none: 1) has every length
+it has scored again with those asked for, so that its row never mixes protocols (docs/protocol.md).
 
 Metrics of the trial's own protocol keep the trial's names (`ppl_<L>`, `delta_p_<L>`, `ms_forward_<L>`, and
 the series `ppl_by_length`, `delta_p_by_length`); those of another protocol carry it in their name
@@ -17,11 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import dape_core.metric_names as names
+from dape_core.evaluate.config import PROTOCOL_VERSION
 
 from ..tracking.store import WEIGHTS_TAG
 from ..trial.protocol import ISOLATED_PREFIX
-
-EVALUATION_TAG_PREFIX = "orchestrator.evaluation."  # one tag per evaluation of the run: what, how, when
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ import dape_core.metric_names as names
 from ..errors import StudyInterrupted, UserInputError
 from ..study import Study
 from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
-from ..trial.protocol import SERIES
+from ..trial.protocol import EVAL_PROTOCOL_TAG, EVALUATION_TAG_PREFIX, SERIES, measured_under
 from ..trial.trials import Trial, expand_stored
-from .request import EVALUATION_TAG_PREFIX, EvalRequest, TrialTask, missing_lengths, timed, weights_path
+from .request import PROTOCOL_VERSION, EvalRequest, TrialTask, missing_lengths, timed, weights_path
 
 
 class EvaluationRefused(UserInputError):
@@ -46,6 +46,7 @@ class EvaluationOutcome:
     task_seconds: float = 0.0
     report_dir: Path | None = None
     report_summary: str = ""
+    claims: list = field(default_factory=list)  # the rebuilt report's reporting.claims.ClaimResult, one per claim
 
     @property
     def ok(self) -> bool:
@@ -98,6 +99,9 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
         shorter = [length for length in wanted if length < seq_len]
         lengths = missing_lengths([length for length in wanted if length >= seq_len], {} if request.again and
                                   request.lengths else metrics, suffix)
+        stale = not suffix and measured_under(tags) != PROTOCOL_VERSION and bool(names.by_length(metrics, names.PPL))
+        if stale:  # a row never mixes protocols: every length it has, scored again with those asked for
+            lengths = sorted(set(lengths) | set(names.by_length(metrics, names.PPL)) | set(own["lengths"]))
         time_it = request.time and (request.again or not timed(metrics))
         if not lengths and not request.visualise and not time_it:
             outcome.skipped.append(name)
@@ -110,6 +114,9 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
                          timed_lengths=sorted(set(own["lengths"]) | set(lengths) | set(names.by_length(metrics, names.PPL))))
         if shorter:
             task.notes.append(f"lengths {shorter} are below its training length {seq_len}: not evaluated")
+        if stale:
+            task.notes.append(f"measured under evaluation protocol {measured_under(tags)}: every length it has is "
+                              f"scored again under protocol {PROTOCOL_VERSION} (docs/protocol.md)")
         tasks.append(task)
     return tasks
 
@@ -205,6 +212,8 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
             points = names.by_length(metrics, prefix)
             if points:
                 store.log_series(task.run_id, name, points, timestamp_ms=now)
+        if result.get("eval_protocol") is not None and task.lengths:  # the row's lengths, all of them if it was stale
+            store.set_tags(task.run_id, {EVAL_PROTOCOL_TAG: str(result["eval_protocol"])})
     for path in result.get("artifacts") or []:
         if Path(path).is_file():
             store.log_artifact(task.run_id, Path(path), "attention")
@@ -212,7 +221,8 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
     what = {"lengths": task.lengths, "protocol": {key: task.eval_section.get(key) for key in
                                                   ("tail_tokens", "n_windows", "tokens_per_length", "batch_size",
                                                    "split", "seed")},
-            "metric_suffix": task.suffix, "visualise": task.visualise, "time": task.time,
+            "metric_suffix": task.suffix, "eval_protocol": result.get("eval_protocol"), "visualise": task.visualise,
+            "time": task.time,
             "code_version": version, "when": stamp, "device": result.get("device"),
             "precision": result.get("precision"), "threads": result.get("threads"),
             "seconds": round(result.get("seconds", 0.0), 3)}
@@ -224,7 +234,10 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
 
 def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, local: bool = False,
                    address: str | None = None, reports_dir: Path = Path("reports"), study_path: Path | None = None,
-                   say: Callable[[str], None] = print) -> EvaluationOutcome:
+                   say: Callable[[str], None] = print, report: bool = True) -> EvaluationOutcome:
+    """Evaluate what the study's finished trials lack (see the module's docstring), then build the report
+    (rebuilt where something was evaluated), whose claims the outcome carries. `report`: False where the
+    caller builds it (`orchestrator run`, after evaluating its report.lengths)."""
     from ..tracking.source import code_source
     from ..reporting import build_report, render_md
 
@@ -242,10 +255,11 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
         task_notes = "; ".join(task.notes)
         if task_notes:
             say(f"note: {task.run_name}: {task_notes}")
-    if outcome.skipped:
-        say(f"{len(outcome.skipped)} trial(s) already evaluated with this protocol: skipped")
-    say(f"Evaluating {len(tasks)} stored trial(s){' one at a time (timing)' if request.time else ''}"
-        f"{' in this process' if local else ' on Ray'}")
+    if tasks or report:  # `orchestrator run` says nothing where its report.lengths are all there
+        if outcome.skipped:
+            say(f"{len(outcome.skipped)} trial(s) already evaluated with this protocol: skipped")
+        say(f"Evaluating {len(tasks)} stored trial(s){' one at a time (timing)' if request.time else ''}"
+            f"{' in this process' if local else ' on Ray'}")
     payloads = [{**task.payload(), "tracking_uri": tracking_uri, "launch_dir": str(Path.cwd())} for task in tasks]
 
     def done(task: TrialTask, result: dict | None, error: str | None) -> None:
@@ -269,9 +283,11 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
         raise StudyInterrupted(
             f"by Ctrl-C. {len(outcome.evaluated)} trial(s) were evaluated and their metrics are in {tracking_uri}; "
             "run the same command to evaluate what is missing.") from None
-    if outcome.evaluated:
-        report = build_report(study, store, reports_dir, study_path=study_path, rebuild=True, trials=trials)
-        outcome.report_dir, outcome.report_summary = report.folder, render_md.summary(report.document)
+    if report:  # every time, so that the command ends with the claims' verdicts (unchanged inputs: the same files)
+        built = build_report(study, store, reports_dir, study_path=study_path, rebuild=bool(outcome.evaluated),
+                             trials=trials)
+        outcome.report_dir, outcome.report_summary = built.folder, render_md.summary(built.document)
+        outcome.claims = built.claims
     outcome.wall_seconds = time.monotonic() - started
     return outcome
 

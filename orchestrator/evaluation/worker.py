@@ -41,8 +41,8 @@ def weights_folder(artifact_uri: str, tracking_uri: str | None = None) -> tuple[
 
 
 def evaluate_task(task: dict) -> dict:
-    """Evaluate (or time) one stored trial; returns {"metrics", "artifacts", "device", "precision", "seconds",
-    "threads"}. Raises dape_core.stored.WeightsUnreadable (naming the file) for damaged weights."""
+    """Evaluate (or time) one stored trial; returns {"metrics", "artifacts", "eval_protocol" (where lengths were
+    scored), "device", "precision", "seconds", "threads"}. Raises dape_core.stored.WeightsUnreadable (naming the file) for damaged weights."""
     import dataclasses
 
     import torch
@@ -71,18 +71,18 @@ def evaluate_task(task: dict) -> dict:
                                     "it changed since the trial ran, so its scores would not compare")
         same_kind = task.get("device") and task["device"].split(":")[0] == device.type
         precision = task.get("precision") if same_kind else None
-        metrics, artifacts = {}, []
+        metrics, artifacts, protocol = {}, [], None
         if task["lengths"] or task.get("visualise"):
             artifacts_dir = Path(tempfile.mkdtemp(prefix="orchestrator_attention_")) if task.get("visualise") else None
             scored = evaluate_stored(stored.model,
                                      dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, timing=False)),
                                      artifacts_dir, corpus, precision, lengths=task["lengths"] or None)
             metrics.update(_named(scored, task["lengths"], task["suffix"]))
-            artifacts = scored["artifacts"]
+            artifacts, protocol = scored["artifacts"], scored["eval_protocol"]
         if task.get("time"):
             metrics.update(_isolated(stored.model, cfg, corpus, resolve_precision(precision or cfg.train.precision,
                                                                                   device), task))
-        return {"metrics": metrics, "artifacts": artifacts, "device": str(device),
+        return {"metrics": metrics, "artifacts": artifacts, "eval_protocol": protocol, "device": str(device),
                 "precision": resolve_precision(precision or cfg.train.precision, device).name,
                 "seconds": time.perf_counter() - started, "threads": torch.get_num_threads(),
                 "began": began, "ended": time.time(), "pid": os.getpid()}

@@ -16,8 +16,8 @@ from dape_core import ExperimentConfig
 from dape_core.data import anchored
 from dape_core.train.callbacks import TrainerCallback
 
-from ..trial.protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, FINAL_FLAG, LOG_KEY,
-                              WEIGHTS_FOLDER, WEIGHTS_KEY)
+from ..trial.protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, EVAL_PROTOCOL_TAG, FINAL_FLAG,
+                              LOG_KEY, WEIGHTS_FOLDER, WEIGHTS_KEY)
 from ..trial.trials import materialize
 from .trial_log import TrialLog
 
@@ -149,6 +149,8 @@ def _final_result(result, sink: ReportingSink, steps: int, log: TrialLog) -> dic
         final[WEIGHTS_KEY] = result.weights
         log.write(f"model kept: {', '.join(Path(path).name for path in result.weights)} "
                   f"({result.weights_seconds:.2f}s), logged to the run's artifacts {WEIGHTS_FOLDER}/")
+    if result.eval_protocol is not None:
+        final[EVAL_PROTOCOL_TAG] = str(result.eval_protocol)
     if result.attention_kernels:
         final["attention_kernels"] = result.attention_kernels
         log.write(f"fused attention kernels: {result.attention_kernels}")

@@ -24,6 +24,7 @@ from . import fingerprint, plots, render_html, render_latex, render_md, sweeps
 from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .document import ReportDocument
 from .heat_maps import stored_heat_maps
+from .protocol_note import protocol_note
 from .results import ValueChoice, metric_history, study_results
 from .search import search_section
 from .tables import build_tables
@@ -120,9 +121,12 @@ def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.Da
     # The time table shows each trial's isolated timing (evaluate --time) where it has one (timing_source.py); the
     # claims read the logged columns themselves, so that a check never compares an isolated side with a contended one.
     tables = build_tables(prefer_isolated(tabled), value_text, tail_text, headline=study.report.metric)
+    protocol = protocol_note(tabled)  # which text each length's column scored (docs/protocol.md)
     for table in tables:
         if table.family.declared is TIME:
             table.tail_text += timing_note(tabled)
+        elif table.family.by_length:
+            table.tail_text += protocol
     claims = evaluate_claims(study, trials, study_path)
     return ReportDocument(study_name=study.name, description=study.description, tracking_uri=store.tracking_uri,
                           experiment_id=store.experiment_id, value_text=value_text, trials=trials, outside=outside,
@@ -153,6 +157,7 @@ def _figures(study: Study, tables: list, trials: pd.DataFrame, store: StudyStore
     for table in tables:
         if table.family.by_length:
             figures.append(plots.by_length(table, finished, plot_dir))
+            figures[-1].caption += protocol_note(trials, plain=False)  # lines joining other text say so
         if table.family.key == "perplexity":
             drawn = [plots.versus_swept(key, table, finished, plot_dir) for key in plots.swept_keys(finished)]
             figures += [plot for plot in drawn if plot is not None]

@@ -43,6 +43,7 @@ from ..study.model import Decide
 from ..trial.protocol import ISOLATED_PREFIX
 from .decision import RATIO, Design, Evidence, claim_p, evidence
 from .families import is_timing
+from .protocol_note import check_caveat
 from .stats import ALPHA, format_p, holm
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
@@ -337,7 +338,8 @@ def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame, study_path: A
         mean_right = check.scale * float(b.mean()) + check.shift if b is not None else check.shift
         holds = float(a.mean()) < mean_right if check.relation == "<" else float(a.mean()) > mean_right
         ev = evidence(plan, a, b, check.relation, check.scale, check.shift, kind) if plan is not None else None
-        result.checks.append(CheckResult(_describe(check, float(a.mean()), mean_right, prefix), holds,
+        caveat = check_caveat(trials, [term for term in (check.left, check.right) if term is not None])
+        result.checks.append(CheckResult(_describe(check, float(a.mean()), mean_right, prefix) + caveat, holds,
                                          ev.p_right if ev else math.nan, ev, check.relation,
                                          (check.left, check.right)))
     tested = [check.evidence for check in result.checks if check.evidence is not None]

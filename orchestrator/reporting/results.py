@@ -15,6 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+import dape_core.metric_names as names
+
 from ..study import Study, StudyError, load_study
 from ..study.locate import names_a_file, study_file
 from ..tracking.params import NOT_APPLICABLE, effective_params
@@ -25,6 +27,7 @@ from ..trial.trials import StoredIdentities, Trial, expand_stored, shared_rows
 from .layout import row_layout
 from .columns import CONFIG_PREFIX, IDENTITY_COLUMNS, MISSING, SERIES_METRICS, metric_columns
 from .families import higher_is_better
+from .protocol_note import run_columns
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ def _run_row(run) -> dict:
     row.update({key: _param_value(value) for key, value in tags.items() if key.startswith(SWEPT_TAG_PREFIX)})
     row.update({key: value for key, value in tags.items() if key.startswith(ENV_TAG_PREFIX)})  # as text
     row.update({key: value for key, value in run.data.metrics.items() if key not in SERIES_METRICS})
+    row.update(run_columns(tags, bool(names.by_length(run.data.metrics, names.PPL))))
     return row
 
 

@@ -6,6 +6,7 @@ here: nothing imports MLflow."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,3 +65,42 @@ def ui_command(tracking_uri: str) -> str:
     if is_server(tracking_uri):
         return f"open {tracking_uri}"
     return f"mlflow ui --backend-store-uri {tracking_uri}"
+
+
+REPORTS = "reports"
+
+
+def same_store(first: str, second: str) -> bool:
+    """Two tracking URIs name one store: the same SQLite file (however its path is written), else the same text."""
+    paths = sqlite_path(first), sqlite_path(second)
+    if paths[0] is not None and paths[1] is not None:
+        return paths[0].expanduser().resolve() == paths[1].expanduser().resolve()
+    return first.rstrip("/") == second.rstrip("/")
+
+
+def reports_root(tracking_uri: str, study_path: str | Path | None = None) -> Path:
+    """Where the reports of a store go (each study's in `<root>/<study>/`): a report belongs to its store, so that
+    a command reading another store (`--tracking-uri`) never overwrites the project's own (docs/protocol.md).
+
+    - the project's own store (the one chosen without --tracking-uri: MLFLOW_TRACKING_URI, else the project's
+      mlruns/mlflow.db): `reports/` in the project folder, as always;
+    - another SQLite store: `reports/` beside its database file (a copy in /tmp/x/mlflow.db: /tmp/x/reports/);
+    - another tracking server (or a database file in the project folder itself): `reports/store-<its address>/`
+      in the project folder.
+    """
+    project = project_folder(study_path)
+    if same_store(tracking_uri, choose_store(None, study_path).uri):
+        return project / REPORTS
+    database = sqlite_path(tracking_uri)
+    if database is not None:
+        beside = database.expanduser().resolve().parent / REPORTS
+        if beside.resolve() != (project / REPORTS).resolve():
+            return beside
+    return project / REPORTS / store_slug(tracking_uri)  # a server, or a database file in the project folder
+
+
+def store_slug(tracking_uri: str) -> str:
+    """A folder name for a store: `store-` and its address without the scheme, every other character an
+    underscore ("http://mlflow:5000" -> "store-mlflow_5000"), apart from any study's folder."""
+    address = re.sub(r"^[a-z0-9+.-]*://", "", tracking_uri.strip().rstrip("/"), flags=re.IGNORECASE)
+    return "store-" + (re.sub(r"[^A-Za-z0-9.-]+", "_", address).strip("_.") or "unnamed")

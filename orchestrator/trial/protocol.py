@@ -8,6 +8,8 @@ result carrying FINAL_FLAG: its metrics (ppl_<L>, delta_p_<L>, ms_per_step, ...)
 
 from __future__ import annotations
 
+import json
+
 import dape_core.metric_names as names
 
 # The isolated timings' prefix (dape_core.metric_names), read where both sides of a timing claim have them
@@ -26,9 +28,16 @@ WEIGHTS_FOLDER = "model"
 PERIODIC_KEYS = names.PERIODIC
 # A progress result's text, sent once when the trial found its checkpoint unreadable and started over: a tag.
 CHECKPOINT_SET_ASIDE_KEY = "checkpoint_set_aside"
+# The evaluation protocol (dape_core.data.PROTOCOL_VERSION, docs/protocol.md) the run's per-length metrics
+# (ppl_<L>, delta_p_<L>, without a `.k<tail>.n<windows>` suffix) were all measured under: a tag, set with the final
+# result and again by `orchestrator evaluate`, which re-scores a whole row measured under an older one. A run
+# without it was measured under protocol 1.
+EVAL_PROTOCOL_TAG = "eval.protocol"
+# One tag per `orchestrator evaluate` of a run (suffixed by when): JSON saying what, how and when.
+EVALUATION_TAG_PREFIX = "orchestrator.evaluation."
 # Final-result values that are text: logged as tags.
 STRING_RESULT_KEYS = ("data_hash", "device", "precision", "attention_kernels", "ray_node_id", "worker_node_ids",
-                      "error")
+                      "error", EVAL_PROTOCOL_TAG)
 # Series logged by the driver from the final per-length metrics, their step being the length (evaluation or
 # test length): name -> the prefix of the per-length metrics they are made of.
 SERIES = names.SERIES
@@ -51,3 +60,25 @@ def perplexity_by_length(metrics: dict[str, float]) -> dict[int, float]:
 
 def accuracies(metrics: dict[str, float]) -> dict[str, float]:
     return {name: value for name, value in metrics.items() if name.startswith(names.ACCURACY_PREFIXES)}
+
+
+def measured_under(tags: dict[str, str]) -> int:
+    """The evaluation protocol a run's per-length metrics were measured under: its tag, else 1 (runs before it)."""
+    text = tags.get(EVAL_PROTOCOL_TAG, "1")
+    return int(text) if text.isdigit() else 1
+
+
+def evaluated_later(tags: dict[str, str]) -> set[int]:
+    """The lengths `orchestrator evaluate` scored for a run's own protocol (unsuffixed metrics), from its
+    evaluation tags: under protocol 1, those were scored on other text than the run's other lengths."""
+    lengths: set[int] = set()
+    for key, text in tags.items():
+        if not key.startswith(EVALUATION_TAG_PREFIX):
+            continue
+        try:
+            what = json.loads(text)
+        except ValueError:  # a tag cut at MLflow's limit: its lengths come first, but the JSON is unreadable
+            continue
+        if isinstance(what, dict) and not what.get("metric_suffix"):
+            lengths.update(int(length) for length in what.get("lengths") or [])
+    return lengths
