@@ -198,7 +198,7 @@ def study_cost(study: Study, costs: list[ClaimCost], measured=None) -> tuple[int
 
 def plan_lines(study: Study, runs: SeedRuns, measured=None) -> list[str]:
     """`orchestrator plan`'s section on deciding the claims by seeds."""
-    if not study.expect or study.search.algorithm != "grid":
+    if not study.expect or study.search.sampled:
         return []
     decide = study.decide or Decide()
     costs = claim_costs(study, runs, measured, decide)
@@ -219,7 +219,7 @@ def plan_lines(study: Study, runs: SeedRuns, measured=None) -> list[str]:
 def decide_note(study: Study, tracking_uri: str, finished: int) -> str:
     """What deciding the claims by seeds would add to a study run without it (its report says so): the trials
     beyond the `finished` ones it has, and their training time, as `orchestrator plan` expects them."""
-    if not study.expect or study.decide is not None or study.search.algorithm != "grid":
+    if not study.expect or study.decide is not None or study.search.sampled:
         return ""
     from .learned import load_measured
 

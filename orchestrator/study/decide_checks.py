@@ -34,7 +34,7 @@ def decide_problems(study: "Study", decide: "Decide | None" = None) -> list[str]
         return []
     if not study.expect:
         return ["decide: the study has no claims (expect:) to decide; add claims or leave decide out"]
-    if study.search.algorithm != "grid":
+    if study.search.sampled:
         return [f"decide: a {study.search.algorithm} search samples its rows, so there is no fixed row to add seeds "
                 "to; decide a grid study's claims"]
     try:

@@ -137,7 +137,7 @@ def expand_stored(study: Study, stored: set[str]) -> list[Trial]:
     the report, `status` and `evaluate` read the seeds the sequence added without listing the ones it never
     needed."""
     decide = study.decide
-    if decide is None or study.search.algorithm != "grid":
+    if decide is None or study.search.sampled:
         return expand(study)
     order = decide.seed_order(study.seeds)
     first = set(order[:decide.min_seeds])
