@@ -15,6 +15,7 @@ resolves the run's artifact folder and calls this.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -70,7 +71,23 @@ def save_model(model: "torch.nn.Module", cfg: "ExperimentConfig", data_hash: str
 def _atomic(path: Path, write) -> None:
     temporary = path.with_name(path.name + ".tmp")
     write(temporary)
+    # safetensors creates its file with mode 0600 whatever the umask: a colleague reading the shared store (and
+    # the store's copy, which keeps the mode) could not load the model. Files follow the user's umask instead.
+    os.chmod(temporary, 0o666 & ~current_umask())
     temporary.replace(path)
+
+
+def current_umask() -> int:
+    """This process's umask (Linux reads it without changing it; elsewhere it is set and put back)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def read_config(folder: str | Path) -> "ExperimentConfig":

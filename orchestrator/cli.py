@@ -3,7 +3,7 @@
 Exit codes: 0 every trial succeeded; 1 some trials failed (the rest completed; `doctor`: a check failed); 2 invalid
 study or argument; 3 interrupted and resumable (re-run the same command); 4 a claim of the study's `expect:`
 section fails (only with --strict-claims; claims are findings, so without it they never change the code);
-130 interrupted by Ctrl-C.
+130 interrupted by Ctrl-C; 143 stopped by SIGTERM (kill, scancel, a preemption), as cleanly as by Ctrl-C.
 Errors are one clear paragraph, never a traceback, unless --debug.
 """
 

@@ -8,6 +8,7 @@ paragraph (no traceback) with its own exit code:
   server, the Ray cluster, an autoscaler that never added a node). Nothing is lost: finished trials are in
   the tracking store, and running the same command again resumes.
 - `StudyInterrupted` (exit 130): Ctrl-C stopped the study cleanly; running the same command again resumes.
+  `StudyTerminated` (exit 143): the same after SIGTERM (kill, scancel, a preemption: execution/interrupt.py).
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ class ResourcesNotArrived(ServiceUnreachable):
 class StudyInterrupted(OrchestratorError):
     exit_code = 130
     title = "Interrupted"
+
+
+class StudyTerminated(StudyInterrupted):
+    """SIGTERM (kill, scancel, a SLURM preemption or time limit) stopped the study cleanly, as Ctrl-C does."""
+
+    exit_code = 143  # 128 + SIGTERM: what a shell reports for a process SIGTERM ended
 
 
 def exception_chain(error: BaseException) -> Iterator[BaseException]:

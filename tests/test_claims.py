@@ -174,7 +174,7 @@ def test_a_verdict_on_one_seed_never_reads_like_a_tested_one(judged, built):
     """The stored 3-seed study judged on its seed 0 alone: the same claims hold and fail on the means, but
     every word says no test ran, in the report's table, its details, the command line's count and the tag."""
     from orchestrator.reporting import render_claims
-    from orchestrator.reporting.claims import evaluate_claims, headline, mlflow_record
+    from orchestrator.reporting.claims import decision_summary, evaluate_claims, mlflow_record
 
     study, _, tested = judged
     frame = load_results(built.study, built.tracking_uri)
@@ -185,9 +185,9 @@ def test_a_verdict_on_one_seed_never_reads_like_a_tested_one(judged, built):
     assert results["dape1x3_tenfold_lower"].words == "fails on 1 seed, untested"
     assert tested["dape_flat_to_4x"].words == "holds" and tested["dape_flat_to_4x"].tested  # 3 seeds, tested
     claims = list(results.values())
-    assert headline(claims) == ("0 holds (paired test), 1 holds on 1 seed (untested), 0 fails (on 2+ seeds), "
-                                "1 fails on 1 seed (untested), 2 inconclusive")
-    assert headline(list(tested.values())) == "1 holds, 1 fails, 2 inconclusive"
+    assert decision_summary(claims) == ("0 of 4 claims decided (0 hold, 0 fail); 2 undecided; 2 on 1 seed, untested "
+                                        "(1 holds, 1 fails on the means)")
+    assert decision_summary(list(tested.values())) == "2 of 4 claims decided (1 holds, 1 fails); 2 undecided"
     text = "\n".join(render_claims.markdown(claims))
     assert "*holds on 1 seed, untested*" in text and "**holds**" not in text
     assert re.search(r"\|\s*no interval on 1 seed\s*\|", text)

@@ -112,9 +112,9 @@ def test_a_fresh_run_judges_the_claims_at_its_report_lengths(tmp_path, monkeypat
     assert len(MlflowClient(uri).get_metric_history(run_id, "ppl_128")) == 1
     result = _evaluate(path, uri, "--local")
     assert result.exit_code == 0 and "already evaluated" in result.output, result.output
-    from orchestrator.reporting.claims import headline
+    from orchestrator.reporting.claims import decision_summary
 
-    assert f"Claims: {headline(outcome.claims)}" in " ".join(result.output.split())
+    assert f"Claims: {decision_summary(outcome.claims)}" in " ".join(result.output.split())
 
 
 CHE_BASE = {"model": {"preset": "tiny", "n_layer": 1, "d_model": 32, "n_head": 2, "pos_encoding": "kerple",

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # orchestrator/'s floors, bottom to top: each module imports only its own floor or lower.
 FLOORS = {
-    "orchestrator.errors": 0, "orchestrator.folders": 0,
+    "orchestrator.errors": 0, "orchestrator.folders": 0, "orchestrator.library_logs": 0,
     "orchestrator.study": 1,  # the format, its validation, a trial's identity
     "orchestrator.trial": 2,  # the shared value types: what a trial is, what a trial reports
     "orchestrator.tracking": 3,

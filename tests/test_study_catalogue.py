@@ -35,7 +35,7 @@ def test_leakage_study_runs_end_to_end_and_shows_the_leak(tmp_path):
     parent = client.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'study'")[0]
     # One seed: it holds on the means, and says it was not tested (no paired test below 2 seeds).
     assert parent.data.tags["claim.leak_collapses_train_loss"] == "holds on 1 seed, untested"
-    assert "Claims: 0 of 2 claims decided (0 hold, 0 fail) on 4 trials; 2 judged on 1 seed (untested)" in proc.stdout
+    assert "Claims: 0 of 2 claims decided (0 hold, 0 fail) on 4 trials; 2 on 1 seed, untested (" in proc.stdout
     report = (tmp_path / "reports" / "leakage" / "report.md").read_text()
     assert report.index("## Claims") < report.index("## Perplexity")
     assert "tril off (leak)" in report and "tril on" in report

@@ -12,7 +12,6 @@ from ..errors import OrchestratorError
 from .claims import claims_line
 from .invocation import Invocation
 from .output import (
-    EXIT_CTRL_C,
     EXIT_INTERRUPTED,
     EXIT_INVALID,
     EXIT_TRIALS_FAILED,
@@ -54,20 +53,27 @@ def evaluate(invocation: Invocation, lengths: list[int], *, tail_tokens: int | N
     request = EvalRequest(lengths=tuple(lengths), tail_tokens=tail_tokens, n_windows=windows,
                           visualise=visualise, time=time_it, time_repeats=repeats, again=again)
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}; tracking at {uri}")
+    from ..execution import interrupt
+    from ..library_logs import library_logs_to
+
+    log_file = invocation.folder(None, ".orchestrator") / "logs" / f"{study.name}.log"
     try:
-        outcome = evaluate_study(study, uri, request, local=local, address=address, reports_dir=reports_dir,
-                                 study_path=study_path, say=lambda line: console.print(line, markup=False))
+        with library_logs_to(log_file), interrupt.stop_signals():  # Ctrl-C and SIGTERM stop it cleanly (130, 143)
+            outcome = evaluate_study(study, uri, request, local=local, address=address, reports_dir=reports_dir,
+                                     study_path=study_path, say=lambda line: console.print(line, markup=False))
     except StudyNotFound as error:
         stop(f"[red]Nothing to evaluate[/red]: {escape(error.describe(TRACKING_FLAG))}", EXIT_INVALID)
     except OrchestratorError as error:  # refused lengths (2), Ctrl-C (130), an unreachable service (3)
         stop(f"[red]{error.title}[/red] {escape(str(error))}", error.exit_code)
     except KeyboardInterrupt:
-        stop("Interrupted. Evaluated trials are in the tracking store; run the same command for the rest.", EXIT_CTRL_C)
+        stop(f"Interrupted by {interrupt.cause()}. Evaluated trials are in the tracking store; run the same command "
+             "for the rest.", interrupt.exit_code())
     except Exception as error:
         if debug:
             raise
         stop(f"[red]The evaluation stopped[/red]: {type(error).__name__}: {first_line(error)}. "
-             "Run the same command to evaluate what is missing. Add --debug for the traceback.", EXIT_INTERRUPTED)
+             "Run the same command to evaluate what is missing. Add --debug for the traceback (the libraries' "
+             f"messages are in {escape(str(log_file))}).", EXIT_INTERRUPTED)
     if outcome.report_summary:
         console.print()
         console.print(outcome.report_summary, markup=False)

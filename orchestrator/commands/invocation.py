@@ -110,7 +110,19 @@ class Invocation:
         return given if given is not None else reports_root(self.uri, self.study_path)
 
     def writable_reports(self, given: Path | None) -> Path:
-        """`reports_folder(given)`, or exit 2 where it cannot be written."""
+        """`reports_folder(given)`, or exit 2 where it cannot be written. Where the folder follows from a SQLite
+        store (none given), the store's own folder is checked first, so that the message names the cause."""
+        if given is None:
+            from ..errors import StoreUnusable
+            from ..tracking.sqlite_file import check_folder_writable
+            from ..tracking.uri import sqlite_path
+
+            database = sqlite_path(self.uri)
+            if database is not None:
+                try:
+                    check_folder_writable(database.expanduser())
+                except StoreUnusable as error:
+                    stop(f"[red]Unusable tracking store[/red]: {escape(str(error))}", EXIT_INVALID)
         return writable(self.reports_folder(given), "--reports-dir")
 
     def stored(self) -> StudyStore | None:

@@ -13,7 +13,6 @@ from ..errors import OrchestratorError, exception_chain
 from .claims import claims_line, exit_on_failed_claims
 from .invocation import Invocation
 from .output import (
-    EXIT_CTRL_C,
     EXIT_INTERRUPTED,
     EXIT_INVALID,
     EXIT_TRIALS_FAILED,
@@ -52,23 +51,31 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
     reports_dir = invocation.writable_reports(reports_dir)
     storage_dir = invocation.writable_folder(storage_dir, ".orchestrator", "--storage-dir")
     console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
+    from ..execution import interrupt
+    from ..library_logs import library_logs_to
+
+    log_file = storage_dir / "logs" / f"{study.name}.log"  # MLflow's and Ray's messages, not the console's
     try:
         from ..execution.context import RunContext
         from ..run import run_and_report
 
-        context = RunContext.create(study, uri, connect_timeout, rows=rows, storage_dir=storage_dir, address=address,
-                                    local=local, failed_only=failed_only, resource_wait=resource_wait,
-                                    study_path=study_path)
-        if deciding is not None:
-            from ..decide_loop import decide_and_report
+        # Ctrl-C and SIGTERM stop it cleanly (130, 143), Ray's handlers or not.
+        with library_logs_to(log_file), interrupt.stop_signals():
+            context = RunContext.create(study, uri, connect_timeout, rows=rows, storage_dir=storage_dir,
+                                        address=address, local=local, failed_only=failed_only,
+                                        resource_wait=resource_wait, study_path=study_path)
+            say = lambda line: console.print(line, markup=False)  # noqa: E731
+            if deciding is not None:  # seeds added until the claims are decided (decide_loop.py)
+                from ..decide_loop import decide_and_report
 
-            outcome = decide_and_report(context, reports_dir, say=lambda line: console.print(line, markup=False))
-        else:
-            outcome = run_and_report(context, reports_dir, say=lambda line: console.print(line, markup=False))
+                outcome = decide_and_report(context, reports_dir, say=say)
+            else:
+                outcome = run_and_report(context, reports_dir, say=say)
     except OrchestratorError:
         raise  # reported by main() as one paragraph with its exit code
     except KeyboardInterrupt:
-        stop("Interrupted. Finished trials are safe in the tracking store; run the same command to resume.", EXIT_CTRL_C)
+        stop(f"Interrupted by {interrupt.cause()}. Finished trials are safe in the tracking store; run the same "
+             "command to resume.", interrupt.exit_code())
     except Exception as error:  # one paragraph, not a traceback: what failed, and that the study can resume
         if debug:
             raise
@@ -78,7 +85,8 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
                  "the study file (or its overrides) and run again. Add --debug for the traceback.", EXIT_INVALID)
         stop(f"[red]The study stopped[/red]: {type(error).__name__}: {first_line(error)}. "
              f"Trials that finished are recorded in {uri}; once the cause is fixed, run the same command "
-             "to resume without repeating them. Add --debug for the traceback.", EXIT_INTERRUPTED)
+             "to resume without repeating them. Add --debug for the traceback (the libraries' messages are "
+             f"in {escape(str(log_file))}).", EXIT_INTERRUPTED)
     console.print()
     console.print(outcome.report_summary, markup=False)
     console.print(f"Report: {outcome.report_dir / 'report.html'} (also report.md, tables.tex, CSV, plots/; attached "

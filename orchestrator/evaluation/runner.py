@@ -23,11 +23,14 @@ from typing import Callable
 
 import dape_core.metric_names as names
 
-from ..errors import StudyInterrupted, UserInputError
+from ..errors import StudyInterrupted, StudyTerminated, UserInputError
 from ..study import Study
+from ..tracking.leases import LeaseBook
+from ..tracking.relocation import require_artifacts_here
 from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
 from ..trial.protocol import EVAL_PROTOCOL_TAG, EVALUATION_TAG_PREFIX, SERIES, measured_under
 from ..trial.trials import Trial, expand_stored
+from .leasing import lease_tasks, release_task
 from .request import PROTOCOL_VERSION, EvalRequest, TrialTask, missing_lengths, timed, weights_path
 
 
@@ -206,17 +209,13 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
     metrics = result["metrics"]
     now = int(time.time() * 1000)
     step = int(task.config.get("train", {}).get("steps", 0))
-    store.log_metrics(task.run_id, metrics, step=step, timestamp_ms=now)
-    if not task.suffix:
-        for name, prefix in SERIES.items():
-            points = names.by_length(metrics, prefix)
-            if points:
-                store.log_series(task.run_id, name, points, timestamp_ms=now)
-        if result.get("eval_protocol") is not None and task.lengths:  # the row's lengths, all of them if it was stale
-            store.set_tags(task.run_id, {EVAL_PROTOCOL_TAG: str(result["eval_protocol"])})
-    for path in result.get("artifacts") or []:
+    for path in result.get("artifacts") or []:  # first: the one batch below is what marks the evaluation done
         if Path(path).is_file():
             store.log_artifact(task.run_id, Path(path), "attention")
+    entries = [(name, value, step) for name, value in metrics.items()]
+    if not task.suffix:
+        for name, prefix in SERIES.items():
+            entries += [(name, value, length) for length, value in names.by_length(metrics, prefix).items()]
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     what = {"lengths": task.lengths, "protocol": {key: task.eval_section.get(key) for key in
                                                   ("tail_tokens", "n_windows", "tokens_per_length", "batch_size",
@@ -229,7 +228,11 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
     if task.time:  # when it ran (epoch seconds): the timings of one study never overlap
         what["timing"] = {"warmup": task.warmup, "repeats": task.repeats, "alone": True,
                           "began": round(result.get("began", 0.0), 3), "ended": round(result.get("ended", 0.0), 3)}
-    store.set_tags(task.run_id, {f"{EVALUATION_TAG_PREFIX}{stamp}": json.dumps(what)[:4000]})
+    # One transaction: a process killed while recording leaves every value of this evaluation or none of them.
+    tags = {f"{EVALUATION_TAG_PREFIX}{stamp}": json.dumps(what)[:4000]}
+    if not task.suffix and result.get("eval_protocol") is not None and task.lengths:  # all the row's lengths if stale
+        tags[EVAL_PROTOCOL_TAG] = str(result["eval_protocol"])
+    store.log_batch(task.run_id, entries, tags, now)
 
 
 def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, local: bool = False,
@@ -243,6 +246,7 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
 
     started = time.monotonic()
     store = StudyStore.open(tracking_uri, study.name)
+    require_artifacts_here(tracking_uri)  # a copied store is evaluated in its own place, never the original's
     outcome = EvaluationOutcome()
     # once: the stored runs are matched against these, and the report reads them (with the seeds decide added)
     trials = expand_stored(study, {run.data.tags.get(TRIAL_ID_TAG) for run in store.trial_runs()})
@@ -255,14 +259,36 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
         task_notes = "; ".join(task.notes)
         if task_notes:
             say(f"note: {task.run_name}: {task_notes}")
-    if tasks or report:  # `orchestrator run` says nothing where its report.lengths are all there
-        if outcome.skipped:
-            say(f"{len(outcome.skipped)} trial(s) already evaluated with this protocol: skipped")
-        say(f"Evaluating {len(tasks)} stored trial(s){' one at a time (timing)' if request.time else ''}"
-            f"{' in this process' if local else ' on Ray'}")
+    if (tasks or report) and outcome.skipped:  # `orchestrator run` says nothing where its report.lengths are all there
+        say(f"{len(outcome.skipped)} trial(s) already evaluated with this protocol: skipped")
+    with LeaseBook(store) as leases:  # each (run, length) scored by one command (leasing.py)
+        tasks = lease_tasks(tasks, leases, store, request, say)
+        if tasks or report:
+            say(f"Evaluating {len(tasks)} stored trial(s){' one at a time (timing)' if request.time else ''}"
+                f"{' in this process' if local else ' on Ray'}")
+        _evaluate_leased(study, store, tasks, request, outcome, version, leases, local, address, tracking_uri, say)
+    if report:  # every time, so that the command ends with the claims' verdicts (unchanged inputs: the same files)
+        built = build_report(study, store, reports_dir, study_path=study_path, rebuild=bool(outcome.evaluated),
+                             trials=trials)
+        outcome.report_dir, outcome.report_summary = built.folder, render_md.summary(built.document)
+        outcome.claims = built.claims
+    outcome.wall_seconds = time.monotonic() - started
+    return outcome
+
+
+def _evaluate_leased(study: Study, store: StudyStore, tasks: list[TrialTask], request: EvalRequest,
+                     outcome: EvaluationOutcome, version: str, leases, local: bool, address: str | None,
+                     tracking_uri: str, say: Callable[[str], None]) -> None:
+    """Evaluate the leased tasks, each recorded as soon as it arrives and its lease given back."""
     payloads = [{**task.payload(), "tracking_uri": tracking_uri, "launch_dir": str(Path.cwd())} for task in tasks]
 
     def done(task: TrialTask, result: dict | None, error: str | None) -> None:
+        try:
+            _done(task, result, error)
+        finally:
+            release_task(leases, task)
+
+    def _done(task: TrialTask, result: dict | None, error: str | None) -> None:
         if error is not None:
             outcome.failed[task.run_name] = error
             say(f"  {task.run_name}: FAILED: {error}")
@@ -280,16 +306,12 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
         else:
             _run_on_ray(study, tasks, payloads, done, address, one_at_a_time=request.time)
     except KeyboardInterrupt:
-        raise StudyInterrupted(
-            f"by Ctrl-C. {len(outcome.evaluated)} trial(s) were evaluated and their metrics are in {tracking_uri}; "
-            "run the same command to evaluate what is missing.") from None
-    if report:  # every time, so that the command ends with the claims' verdicts (unchanged inputs: the same files)
-        built = build_report(study, store, reports_dir, study_path=study_path, rebuild=bool(outcome.evaluated),
-                             trials=trials)
-        outcome.report_dir, outcome.report_summary = built.folder, render_md.summary(built.document)
-        outcome.claims = built.claims
-    outcome.wall_seconds = time.monotonic() - started
-    return outcome
+        from ..execution import interrupt
+
+        stopped_by = StudyTerminated if interrupt.exit_code() == StudyTerminated.exit_code else StudyInterrupted
+        raise stopped_by(
+            f"by {interrupt.cause()}. {len(outcome.evaluated)} trial(s) were evaluated and their metrics are in "
+            f"{tracking_uri}; run the same command to evaluate what is missing.") from None
 
 
 def _run_here(tasks: list[TrialTask], payloads: list[dict], done) -> None:

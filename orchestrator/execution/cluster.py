@@ -26,6 +26,8 @@ from typing import Callable
 
 # Ray is imported where it is used: the runner reads the defaults below without loading Ray.
 from ..errors import RayClusterUnreachable, ResourcesNotArrived, ResourcesUnavailable
+from ..library_logs import reroute
+from . import interrupt
 
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 DEFAULT_RESOURCE_WAIT_S = 600.0
@@ -48,6 +50,8 @@ def connect(address: str | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
     if not address or address == "local":
         # "local" starts a private Ray even when a `ray start` cluster is running on this machine.
         ray.init(address="local", num_cpus=os.cpu_count(), **common)
+        interrupt.reclaim()  # ray.init took SIGTERM (a Python handler, and a native one that dumps and aborts)
+        reroute()  # and may have set its loggers' terminal handlers again (library_logs.py)
         return
     _probe(address, timeout)
     os.environ.setdefault("RAY_gcs_server_port_wait_time_s", str(max(1, int(timeout))))
@@ -67,11 +71,24 @@ def connect(address: str | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
             f"The Ray cluster at {address} did not answer within {timeout:g}s (--connect-timeout). Check the "
             "address (HOST:PORT of the head's GCS, ray://HOST:10001 for Ray Client) and that the head is up. "
             "No trial was run.")
+    interrupt.reclaim()  # the core worker's native SIGTERM handler, installed from the helper thread too
+    reroute()
     if "error" in outcome:
         error = outcome["error"]
         if isinstance(error, Exception) and unreachable_message is not None and _is_connection_error(error):
             raise RayClusterUnreachable(unreachable_message(address, error)) from error
         raise error
+
+
+def kill_private_ray() -> None:
+    """Kill the processes of the private Ray this driver started, by process id and without waiting (the
+    last resort of a stop that Ray could not finish: interrupt.py); a joined cluster is left alone."""
+    import sys
+
+    worker = sys.modules.get("ray._private.worker")
+    node = getattr(worker, "_global_node", None)
+    if node is not None and getattr(node, "head", False):
+        node.kill_all_processes(check_alive=False, allow_graceful=False)
 
 
 def _is_connection_error(error: Exception) -> bool:

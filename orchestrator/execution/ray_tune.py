@@ -41,7 +41,7 @@ def _ray_unreachable_message(address: str, error: Exception) -> str:
 
 
 class InterruptStopper(tune.Stopper):
-    """Stops every trial once Ctrl-C asked the study to stop (interrupt.py). Stateless, so that Tune can
+    """Stops every trial once Ctrl-C or SIGTERM asked the study to stop (interrupt.py). Stateless, so that Tune can
     pickle it with its experiment state."""
 
     def __call__(self, trial_id, result) -> bool:
@@ -68,14 +68,18 @@ def _search_algorithm(study: Study):
 
         class SparseMetricOptunaSearch(OptunaSearch):
             """Optuna's Tune searcher reads the metric from every result; ours arrive only with some results
-            (validation every eval_every steps, perplexity at the end), so results without it are skipped."""
+            (validation every eval_every steps, perplexity at the end), so results without it are skipped.
+            Several metrics (a list, with a list of modes): Optuna's multi-objective study, told each sample's
+            metrics when it completes (it takes no intermediate results)."""
 
             def on_trial_result(self, trial_id, result):
-                if self.metric in result:
+                if isinstance(self.metric, str) and self.metric in result:
                     super().on_trial_result(trial_id, result)
 
-        return SparseMetricOptunaSearch(metric=study.search.metric, mode=study.search.mode,
-                                        sampler=TPESampler(seed=study.search.seed))
+        search = study.search
+        # TPE is Optuna's multi-objective sampler too (MOTPE): one sampler, seeded, for one or several metrics.
+        metric, mode = (search.metrics, search.modes) if search.multi_objective else (search.metric, search.mode)
+        return SparseMetricOptunaSearch(metric=metric, mode=mode, sampler=TPESampler(seed=search.seed))
     if study.search.algorithm == "random":
         from ray.tune.search import BasicVariantGenerator
 
@@ -147,9 +151,9 @@ def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storag
             failure_config=tune.FailureConfig(max_failures=study.resources.max_retries),
         ),
     )
-    with interrupt.graceful_interrupt(lambda: progress.message(
-            "Stopping: the running trials are stopped and closed as KILLED; run the same command to resume them "
-            "from their checkpoints (Ctrl-C again quits at once).")):
+    with interrupt.graceful_interrupt(lambda what: progress.message(
+            f"{what}: stopping. The running trials are stopped and closed as KILLED; run the same command to resume "
+            f"them from their checkpoints ({what} again quits at once, still closing them).")):
         tuner.fit()
     widest = max(trial.workers for trial in trials)
     slots = int(cpus // (study.resources.cpus * widest)) if study.resources.cpus else 1

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import StudyInterrupted, TrackingServerUnreachable, exception_chain
+from ..errors import StudyInterrupted, StudyTerminated, TrackingServerUnreachable, exception_chain
 from ..planning.learned import load_measured
 from ..planning.schedule import longest_first
 from ..study import Study
@@ -22,6 +22,7 @@ from ..tracking.sharing import DeviceSharing
 from ..tracking.store import StudyStore
 from ..trial.trials import StoredIdentities, Trial, distinct
 from . import interrupt
+from .checkpoints import CheckpointCleanup
 from .context import RunContext
 from .leased import run_leased
 
@@ -83,7 +84,8 @@ class _Running:
 def run_study(context: RunContext) -> StudyOutcome:
     """Run the study's unfinished trials. Everything that can be checked before a trial runs is checked before
     anything is written: the store (created with the context), Ray and whether a node can host a trial.
-    Raises StudyInterrupted after Ctrl-C (the trials it stopped are closed as KILLED)."""
+    Raises StudyInterrupted after Ctrl-C, StudyTerminated after SIGTERM (the trials it stopped are closed as
+    KILLED; interrupt.py)."""
     study, store = context.study, context.store
     todo, skipped = select_trials(study, context.rows, store, context.failed_only)
     if todo:  # (the measured durations read every finished run of the store: not for nothing to run)
@@ -99,8 +101,9 @@ def run_study(context: RunContext) -> StudyOutcome:
     # console says a trial finished that the store does not know about.
     resources = {"cpus": study.resources.cpus, "gpus": study.resources.gpus}
     sharing = DeviceSharing()  # first: the recorder logs its count with each final result
+    # The checkpoint cleanup after the recorder: a finished trial's checkpoints go once its result is recorded.
     events = TrialEvents([sharing, MLflowRecorder(store, {**source_tags, "study": study.name}, resources, sharing),
-                          progress])
+                          CheckpointCleanup(), progress])
     interrupt.reset()
     with LeaseBook(store) as leases:
         store.start_parent({"description": study.description[:4000], **source_tags,
@@ -116,15 +119,27 @@ def run_study(context: RunContext) -> StudyOutcome:
 
 def _run_and_close(context: RunContext, running: _Running) -> None:
     """Run the leased trials and close the parent run with what happened: FINISHED, FAILED (some trial
-    failed), KILLED (Ctrl-C or an error: the open trial runs are closed as KILLED too), or left as it is
+    failed), KILLED (Ctrl-C, SIGTERM or an error: the open trial runs are closed as KILLED too), or left as it is
     when the tracking server is what failed (nothing more can be written)."""
     study, store, todo, events, progress, outcome = (context.study, context.store, running.todo, running.events,
                                                      running.progress, running.outcome)
     leases = running.leases
     status = "FINISHED"
+    def last_resort(what: str) -> str:  # the clean stop did not end in time (interrupt.py): close what is open
+        stopped = _close_open_trials(events)
+        leases.close()
+        store.end_parent("KILLED")
+        if not context.local:
+            from .cluster import kill_private_ray
+
+            kill_private_ray()
+        return (f"Interrupted by {what}: Ray did not stop the trials within {interrupt.STOP_GRACE_S:.0f}s (its "
+                f"processes were signalled too); {stopped} running trial(s) were closed as KILLED. Run the same "
+                "command to resume: stopped trials continue from their last checkpoint.")
+
     try:
         if todo:
-            with progress:
+            with progress, interrupt.last_resort(last_resort):
                 shared = run_leased(study, context.rows, todo, store, leases,
                                     lambda batch: _run_trials(context, batch, events, progress), progress.message)
             outcome.concurrency = shared.concurrency
@@ -146,8 +161,9 @@ def _run_and_close(context: RunContext, running: _Running) -> None:
             raise unreachable from unreachable.__cause__  # without Ray Tune's wrapping of the callback's error
         stopped = _close_open_trials(events)
         if isinstance(error, KeyboardInterrupt):
-            raise StudyInterrupted(
-                f"by Ctrl-C. {len(events.tally.finished)} trial(s) finished in this run and are safe in "
+            stopped_by = StudyTerminated if interrupt.exit_code() == StudyTerminated.exit_code else StudyInterrupted
+            raise stopped_by(
+                f"by {interrupt.cause()}. {len(events.tally.finished)} trial(s) finished in this run and are safe in "
                 f"{store.tracking_uri}; {stopped} running trial(s) were stopped and their runs closed as KILLED. "
                 "Run the same command to resume: finished trials are skipped, stopped ones continue from their "
                 "last checkpoint.") from None

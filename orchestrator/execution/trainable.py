@@ -16,8 +16,8 @@ from dape_core import ExperimentConfig
 from dape_core.data import anchored
 from dape_core.train.callbacks import TrainerCallback
 
-from ..trial.protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, EVAL_PROTOCOL_TAG, FINAL_FLAG,
-                              LOG_KEY, WEIGHTS_FOLDER, WEIGHTS_KEY)
+from ..trial.protocol import (CHECKPOINT_FILES_KEY, CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY,
+                              EVAL_PROTOCOL_TAG, FINAL_FLAG, LOG_KEY, WEIGHTS_FOLDER, WEIGHTS_KEY)
 from ..trial.trials import materialize
 from .trial_log import TrialLog
 
@@ -109,11 +109,14 @@ def execute(tune_config: dict, report: Report, threads: int, all_ranks: bool = F
     if result is None:  # a rank other than 0 of a multi-worker trial: rank 0 reports the result
         report({})
         return
-    if folder is not None:  # finished: the identity now skips this trial, its checkpoints need not stay on disk
-        CheckpointStore(folder, experiment.fingerprint()).remove()
-        log.write(f"finished: the resume checkpoints in {folder} were removed"
-                  + ("; the final model is kept (below)" if result.weights else ""))
-    report(_final_result(result, sink, steps, log))
+    final = _final_result(result, sink, steps, log)
+    if folder is not None:  # kept until the driver has recorded the result (execution/checkpoints.py)
+        store = CheckpointStore(folder, experiment.fingerprint())
+        final[CHECKPOINT_FILES_KEY] = [str(store.path), str(store.sharded.directory)]
+        log.write(f"finished: the resume checkpoints in {folder} are removed once the result is recorded"
+                  + ("; the final model is kept (above)" if result.weights else ""))
+        final[LOG_KEY] = log.text()
+    report(final)
 
 
 def _checkpoint_folder(root: Path, trial) -> Path:

@@ -6,6 +6,7 @@ table_<family>.csv (every number behind each table), plots/*.png.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from dataclasses import dataclass
@@ -22,9 +23,11 @@ from ..tracking.store import StudyStore
 from ..trial.trials import Trial
 from . import fingerprint, plots, render_html, render_latex, render_md, sweeps
 from .claims import ClaimResult, evaluate_claims, mlflow_record
+from .cost_front import cost_front
 from .document import ReportDocument
 from .heat_maps import stored_heat_maps
 from .protocol_note import protocol_note
+from .published import published_lines
 from .results import ValueChoice, metric_history, study_results
 from .search import search_section
 from .tables import build_tables
@@ -79,10 +82,10 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
     fingerprint.forget(folder)  # until this report is whole
     search, figures, tabled = None, [], trials
     if study.search.sampled:
-        history = metric_history(store, trials, study.search.metric)
+        history = metric_history(store, trials, study.search.primary_metric)
         search, figures = search_section(study, study_path, store, trials, history, plot_dir)
         tabled = trials[~trials["stopped_early"].astype(bool)]  # samples ASHA stopped never reached evaluation
-    document = _document(study, store, value, trials, outside, tabled, study_path)
+    document = _document(study, store, value, trials, outside, tabled, study_path, plot_dir=plot_dir)
     document.search = search
     document.plots = figures + _figures(study, document.tables, tabled, store, plot_dir)
     document.plots += stored_heat_maps(store, tabled, plot_dir)  # where eval.visualise / evaluate --visualise drew them
@@ -90,8 +93,10 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
     files = _write(folder, {"report.md": markdown, "report.html": render_html.render(document),
                             "tables.tex": render_latex.render(document)}, frame, document.tables)
     files += [path for figure in document.plots for path in figure.files]
+    files += document.cost.plot.files if document.cost is not None and document.cost.plot is not None else []
     if attach:
         _attach(store, folder, document.claims)
+        _record_pareto(store, search)
     if search is None:
         fingerprint.write(folder, inputs, document.plots, files, attached=attach)
     return Report(folder, markdown, document, files, document.claims)
@@ -113,8 +118,10 @@ def _attach(store: StudyStore, folder: Path, claims: list[ClaimResult]) -> None:
 
 
 def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.DataFrame, outside: pd.DataFrame,
-              tabled: pd.DataFrame, study_path: Path | None, figures: list | None = None) -> ReportDocument:
-    """The report's content but a search's section; `tabled`: the trials its tables are made of."""
+              tabled: pd.DataFrame, study_path: Path | None, figures: list | None = None,
+              plot_dir: Path | None = None) -> ReportDocument:
+    """The report's content but a search's section; `tabled`: the trials its tables are made of; `plot_dir`:
+    where the cost front is drawn (None: computed, not drawn)."""
     value_text = value.describe(_distinct(trials, "config.train.steps"))
     tail_text = (f" Here K = {_distinct(trials, 'config.eval.tail_tokens')} and the training length is "
                  f"{_distinct(trials, 'config.train.seq_len')}.")
@@ -131,7 +138,9 @@ def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.Da
     return ReportDocument(study_name=study.name, description=study.description, tracking_uri=store.tracking_uri,
                           experiment_id=store.experiment_id, value_text=value_text, trials=trials, outside=outside,
                           tables=tables, plots=figures or [], claims=claims, decide_note=_decide_note(study, store, trials, claims),
-                          best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None)
+                          best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None,
+                          cost=cost_front(study, tables, tabled, plot_dir),
+                          published=published_lines(study, prefer_isolated(tabled)))
 
 
 def _kept(study: Study, store: StudyStore, folder: Path, value: ValueChoice, trials: pd.DataFrame,
@@ -182,6 +191,20 @@ def _write(folder: Path, texts: dict[str, str], frame: pd.DataFrame, tables: lis
         table.to_frame().to_csv(path, index=False)
         files.append(path)
     return files
+
+
+def _record_pareto(store: StudyStore, search) -> None:
+    """A multi-objective search's Pareto set in MLflow: on the parent run, tags search.pareto_size and
+    search.pareto_runs (the runs' names, a JSON list); on each sample, the tag search.pareto = true or false (the MLflow UI
+    filters on it: tags.`search.pareto` = 'true')."""
+    if search is None or not search.multi_objective or not store.parent_run_id:
+        return
+    front = search.pareto if search.pareto is not None else pd.DataFrame(columns=["run_id", "run_name"])
+    store.set_tags(store.parent_run_id, {"search.pareto_size": str(len(front)),
+                                         "search.pareto_runs": json.dumps(list(front["run_name"].astype(str)))})
+    on_front = set(front["run_id"])
+    for run_id in search.samples["run_id"].dropna():  # every sample: a report of more samples may move the front
+        store.set_tags(run_id, {"search.pareto": "true" if run_id in on_front else "false"})
 
 
 def _record_claims(store: StudyStore, claims: list[ClaimResult]) -> None:

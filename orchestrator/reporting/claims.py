@@ -110,9 +110,6 @@ class ClaimResult:
     def held(self) -> int:
         return sum(check.holds for check in self.checks)
 
-    def measured(self) -> str:
-        return f"{self.held}/{len(self.checks)} checks hold" if self.checks else "–"
-
     @property
     def deciding(self) -> CheckResult | None:
         """The check whose evidence decides the claim: for `fails` the most significant the wrong way, else
@@ -406,24 +403,6 @@ def summary(results: list[ClaimResult]) -> dict[tuple[str, bool], int]:
     return {group: sum(_group(r) == group for r in results) for group in GROUPS}
 
 
-def headline(results: list[ClaimResult]) -> str:
-    """The verdicts counted, untested ones apart: "1 holds, 1 fails, 0 inconclusive" when every claim had
-    the paired test; else e.g. "0 holds (paired test), 5 hold on 1 seed (untested), 0 fails, 2 fail on 1
-    seed (untested), 0 inconclusive"."""
-    counts = summary(results)
-    untested = any(n for (_, tested), n in counts.items() if not tested)
-    parts = []
-    for (verdict, tested), n in counts.items():
-        if tested:
-            suffix = {HOLDS: " (paired test)", FAILS: f" (on {MIN_TEST_SEEDS}+ seeds)"}.get(verdict, "") if untested else ""
-            parts.append(f"{n} {verdict}{suffix}")
-        elif n:
-            seeds = sorted({r.seeds for r in results if _group(r) == (verdict, tested)})
-            on = _seeds(seeds[0]) if len(seeds) == 1 else f"fewer than {MIN_TEST_SEEDS} seeds"
-            parts.append(f"{n} {verdict if n == 1 else verdict.removesuffix('s')} on {on} (untested)")
-    return ", ".join(parts)
-
-
 def rows_needing_seeds(results: list[ClaimResult]) -> set[str]:
     """The rows `run --decide` adds seeds to: those the claims that more seeds could decide read."""
     return {row for result in results if result.needs_seeds for row in result.rows}
@@ -431,7 +410,8 @@ def rows_needing_seeds(results: list[ClaimResult]) -> set[str]:
 
 def decision_summary(results: list[ClaimResult], trials: int | None = None) -> str:
     """How many claims are decided, how, and at what cost, for the command line: e.g. "6 of 8 claims decided
-    (5 hold, 1 fails) on 24 trials; 2 undecided"; verdicts on one seed are counted as untested."""
+    (5 hold, 1 fails) on 24 trials; 2 undecided"; verdicts on one seed are counted apart: "7 on 1 seed,
+    untested (7 hold, 0 fail on the means)"."""
     decided = [r for r in results if r.decidable and r.decided]
     holds, fails = (sum(r.verdict == verdict for r in decided) for verdict in (HOLDS, FAILS))
     text = (f"{len(decided)} of {len(results)} claim{'s' if len(results) != 1 else ''} decided "
@@ -439,10 +419,12 @@ def decision_summary(results: list[ClaimResult], trials: int | None = None) -> s
     if trials is not None:
         text += f" on {trials} trial{'s' if trials != 1 else ''}"
     untested = sum(not r.tested and r.verdict != INCONCLUSIVE for r in results)
+    on_means = [sum(not r.tested and r.verdict == verdict for r in results) for verdict in (HOLDS, FAILS)]
     undecided = sum(r.decidable and not r.decided for r in results) - untested
     seeds = sum(r.needs_seeds for r in results)
     rest = [f"{undecided} undecided" + (f" ({seeds} could use more seeds)" if seeds else "") if undecided else "",
-            f"{untested} judged on 1 seed (untested)" if untested else "",
+            f"{untested} on 1 seed, untested ({on_means[0]} hold{'s' if on_means[0] == 1 else ''}, {on_means[1]} "
+            f"fail{'s' if on_means[1] == 1 else ''} on the means)" if untested else "",
             f"{len(results) - sum(r.decidable for r in results)} {NOT_DECIDABLE}"
             if not all(r.decidable for r in results) else ""]
     return "; ".join([text, *[part for part in rest if part]])

@@ -24,9 +24,10 @@ looks decides a large effect at 2-4 seeds. Group-sequential packages (gsDesign-l
 a z-statistic with a known variance, which at 2-10 seeds is far from the t-statistic; here the boundaries
 are exact for the t-statistic (the calibration by simulation is the only approximation: `SIMULATIONS`).
 
-The nominal one-sided level of look k is a_k = lambda x w_k with F(lambda) = alpha / 2: the intervals of
-`interval_at` use it, so that the interval of a check, intersected over the looks taken, covers the true
-effect at every planned look at once with probability >= 1 - alpha.
+The nominal one-sided level of look k is a_k = lambda x w_k with F(lambda) = alpha / 2: each look's interval
+uses it, so that the intervals of all planned looks cover the true effect at once with probability >= 1 -
+alpha; a check reports their intersection over the looks taken (or, where that leaves out the last look's
+estimate, the last look's interval: on the same event both cover).
 """
 
 from __future__ import annotations
@@ -210,8 +211,8 @@ def evidence(design: Design, left: np.ndarray, right: np.ndarray | None, relatio
         effect = float(a.mean() / b.mean())
     else:
         effect = float((a - b).mean()) if b is not None else float(a.mean())
-    if low > high:  # the looks' intervals do not meet (a rare draw): the last look's alone
-        low, high = _interval(kind, a, b, design.nominal(n))
+    if not low <= effect <= high:  # the intersection left the last look's estimate out: its interval alone
+        low, high = _interval(kind, a, b, design.nominal(n))  # (every look's covers at once: as valid)
     return Evidence(kind, effect, low, high, bound, design.sequential_p(rights), design.sequential_p(wrongs), n)
 
 

@@ -15,6 +15,8 @@ from .setup import setup_summary
 from .tables import Table
 
 if TYPE_CHECKING:
+    from .cost_front import CostFront
+    from .published import PublishedLine
     from .search import SearchSection
     from .sweeps import BestPoints
 
@@ -42,6 +44,8 @@ class ReportDocument:
     claims: list[Any] = field(default_factory=list)  # claims.ClaimResult: the study's expect: section, judged
     decide_note: str = ""  # what `run --decide` would add (planning/seeds_needed.py), for a study run without it
     best_points: "BestPoints | None" = None  # a grid over 2+ axes: each variant's best grid point (sweeps.py)
+    cost: "CostFront | None" = None  # quality against cost with the Pareto front (cost_front.py)
+    published: "list[PublishedLine]" = field(default_factory=list)  # the papers' values beside ours (published.py)
 
     def unfinished(self) -> list[str]:
         """"Label · sN: STATUS: reason" for every trial that has no finished run."""

@@ -41,6 +41,7 @@ def of_inputs(study, frame: pd.DataFrame, value) -> str:
     digest = hashlib.sha256()
     digest.update(json.dumps(study.model_dump(mode="json"), sort_keys=True, default=str).encode())
     digest.update(repr(value).encode())
+    digest.update(repr(study._profile).encode())  # noqa: SLF001  which profile's published values it shows
     digest.update(frame.to_csv(index=False).encode())
     digest.update(_code().encode())
     return digest.hexdigest()

@@ -34,6 +34,8 @@ SECTIONS: tuple[Section, ...] = (
     Section("claims", shown=lambda document: bool(document.claims)),  # headed by render_claims
     Section("search", shown=lambda document: document.search is not None),  # headed by render_search
     Section("tables"),  # one section per metric family, headed by its title; a sentence where there is none
+    Section("published", "Published values beside ours", lambda document: bool(document.published)),
+    Section("cost", "Cost and quality", lambda document: document.cost is not None),
     Section("best_points", "Best grid point per variant", lambda document: bool(document.best_points)),
     Section("plots", "Plots", lambda document: bool(document.plots)),
     Section("claim_details", "Claims in detail", lambda document: bool(document.claims)),  # each claim's checks

@@ -132,9 +132,10 @@ def _save(fig, folder: Path, name: str, tight: bool = False) -> Path:
     return path
 
 
-def save_figure(fig, folder: Path, name: str) -> Path:
-    """A figure drawn elsewhere (Optuna's plots), saved like the report's own."""
-    return _save(fig, folder, name, tight=True)
+def save_figure(fig, folder: Path, name: str, tight: bool = True) -> Path:
+    """A figure drawn elsewhere (Optuna's plots), saved like the report's own; `tight=False`: one laid out by
+    its maker (fixed margins), saved in one drawing pass per file."""
+    return _save(fig, folder, name, tight=tight)
 
 
 def _legend_outside(fig, ax) -> None:

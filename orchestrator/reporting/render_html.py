@@ -147,6 +147,28 @@ def _plots(document: ReportDocument, title: str | None) -> list[str]:
     return [f"<h2>{escape(title)}</h2>"] + [_figure(plot) for plot in document.plots]
 
 
+def _grid_html(header: list[str], body: list[list[str]], css_id: str, caption: str = "") -> str:
+    head = "".join(f"<th>{escape(cell)}</th>" for cell in header)
+    rows = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in line) + "</tr>" for line in body)
+    caption = f"<caption>{escape(caption)}</caption>" if caption else ""
+    return f'<table class="results" id="{css_id}">{caption}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+def _published(document: ReportDocument, title: str | None) -> list[str]:
+    from .published import CAPTION, HEADER
+
+    return [f"<h2>{escape(title)}</h2>" + _grid_html(HEADER, [line.texts() for line in document.published],
+                                                     "published-values", CAPTION)]
+
+
+def _cost(document: ReportDocument, title: str | None) -> list[str]:
+    front = document.cost
+    figure = _figure(front.plot) if front.plot is not None else f"<p>{escape(front.caption())}</p>"
+    header, body = front.table()
+    return [f"<h2>{escape(title)}</h2>{figure}<p>The rows on the Pareto front, cheapest first:</p>"
+            + _grid_html(header, body, "cost-front")]
+
+
 def _listed(lines: list[str], title: str | None, css: str = "") -> list[str]:
     return [f"<h2>{escape(title)}</h2><ul>" + "".join(f"<li{css}>{escape(line)}</li>" for line in lines) + "</ul>"]
 
@@ -168,6 +190,8 @@ BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
     + ([f'<p class="meta">{escape(document.decide_note)}</p>'] if document.decide_note else []),
     "search": lambda document, title: [render_search.html(document.search)],
     "tables": _tables,
+    "published": _published,
+    "cost": _cost,
     "best_points": _best_points,
     "plots": _plots,
     "claim_details": lambda document, title: [render_claims.details_html(document.claims, title)],

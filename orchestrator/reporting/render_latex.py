@@ -96,7 +96,8 @@ BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
     "tables": lambda document, title: [table_tex(t, document.study_name) + "\n" for t in document.tables],
     "best_points": lambda document, title: [best_points_tex(document) + "\n"],
 }
-LEFT_OUT = frozenset({"header", "claims", "search", "plots", "claim_details", "unfinished", "outside", "trials"})
+LEFT_OUT = frozenset({"header", "claims", "search", "published", "cost", "plots", "claim_details", "unfinished",
+                      "outside", "trials"})
 
 
 def render(document: ReportDocument) -> str:

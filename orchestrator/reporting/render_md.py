@@ -112,6 +112,25 @@ def _plots(document: ReportDocument, title: str | None) -> list[str]:
     return out
 
 
+def _published(document: ReportDocument, title: str | None) -> list[str]:
+    from .published import CAPTION, HEADER
+
+    body = [[_escape(text) for text in line.texts()] for line in document.published]
+    return [f"## {title}", "", f"*{_escape(CAPTION)}*", "", _grid(HEADER, body, numbers=False), ""]
+
+
+def _cost(document: ReportDocument, title: str | None) -> list[str]:
+    front = document.cost
+    out = [f"## {title}", ""]
+    if front.plot is not None:
+        out += [f"![{front.plot.title}](plots/{front.plot.path.name})", ""]
+    header, body = front.table()
+    out += [f"*{_escape(front.caption())}* ([SVG](plots/cost_front.svg))" if front.plot is not None
+            else f"*{_escape(front.caption())}*", "", "The rows on the Pareto front, cheapest first:", "",
+            _grid(header, [[_escape(cell) for cell in line] for line in body]), ""]
+    return out
+
+
 def _listed(lines: list[str], title: str | None) -> list[str]:
     return [f"## {title}", ""] + [f"- {_escape(line)}" for line in lines] + [""]
 
@@ -132,6 +151,8 @@ BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
                                        + ([document.decide_note, ""] if document.decide_note else [])),
     "search": lambda document, title: render_search.markdown(document.search),
     "tables": _tables,
+    "published": _published,
+    "cost": _cost,
     "best_points": _best_points,
     "plots": _plots,
     "claim_details": lambda document, title: render_claims.details_markdown(document.claims, title),

@@ -35,16 +35,22 @@ def lines(section: SearchSection) -> list[str]:
 
 
 def sample_rows(section: SearchSection) -> tuple[list[str], list[list[str]]]:
-    header = ["#"] + section.keys + [section.metric, "steps", "state", "MLflow run"]
+    others = section.metrics[1:]
+    header = ["#"] + section.keys + [section.metric, *others, "steps", "state", "MLflow run"]
+    front = set(section.pareto["run_id"]) if section.pareto is not None else set()
     body = []
     for number, sample in section.samples.iterrows():
         values = [_text(sample[f"{SWEPT_TAG_PREFIX}{key}"]) for key in section.keys]
-        value = "–" if sample["value"] != sample["value"] else f"{sample['value']:.4f}"
+        metrics = [_metric(sample["value"])] + [_metric(sample[other]) for other in others]
         steps = "–" if sample["steps"] != sample["steps"] else str(int(sample["steps"]))
-        best = section.best is not None and sample["run_id"] == section.best["run_id"]
-        body.append([str(number + 1)] + values + [f"**{value}**" if best else value, steps, sample["state"],
-                                                  sample["run_name"]])
+        best = (section.best is not None and sample["run_id"] == section.best["run_id"]) or sample["run_id"] in front
+        body.append([str(number + 1)] + values + [f"**{value}**" if best else value for value in metrics]
+                    + [steps, sample["state"], sample["run_name"]])
     return header, body
+
+
+def _metric(value) -> str:
+    return "–" if value != value else f"{value:.4f}"
 
 
 def _text(value) -> str:
@@ -56,7 +62,8 @@ def markdown(section: SearchSection) -> list[str]:
     table = tabulate(body, headers=header, tablefmt="pipe", disable_numparse=True)
     return ([f"## {title(section)}", ""] + [line.replace("*", "\\*") for line in lines(section)] + ["",
             f"Every sample in the order it was drawn ({section.metric} as last reported; a sample ASHA stopped "
-            "reports it at its last step):", "", table, ""])
+            "reports it at its last step" + ("; the Pareto set in bold" if section.multi_objective else "")
+            + "):", "", table, ""])
 
 
 def html(section: SearchSection) -> str:

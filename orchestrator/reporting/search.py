@@ -26,6 +26,7 @@ import dape_core.metric_names as names
 from ..study import Distribution, Study, StudyError, load_study
 from ..tracking.lookup import StudyNotFound
 from ..tracking.store import SWEPT_TAG_PREFIX, StudyStore
+from .pareto import pareto_mask
 from .plots import Plot, save_figure
 
 GRID_PROFILE = "grid"
@@ -52,17 +53,38 @@ class SearchSection:
     best: pd.Series | None = None
     importances: dict[str, float] = field(default_factory=dict)
     grid: GridComparison | None = None
+    metrics: list[str] = field(default_factory=list)  # every searched metric (several: a multi-objective search)
+    modes: list[str] = field(default_factory=list)
+    pareto: pd.DataFrame | None = None  # a multi-objective search's Pareto set: the completed samples on its front
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.metrics) > 1
 
     @property
     def steps(self) -> int:
         return int(self.samples["steps"].fillna(0).sum()) if len(self.samples) else 0
 
     def best_text(self) -> str:
+        if self.multi_objective:
+            return self.pareto_text()
         if self.best is None:
             return f"No sample trained to its end yet: no best {self.metric}."
         values = ", ".join(f"{key} = {_value(self.best[f'{SWEPT_TAG_PREFIX}{key}'])}" for key in self.keys)
         return (f"Best of {len(self.samples)} sample(s) by {self.metric} ({self.mode}): {values}, with "
                 f"{self.metric} = {self.best['value']:.4f} (run {self.best['run_name']}).")
+
+
+    def pareto_text(self) -> str:
+        objectives = " and ".join(f"{metric} ({mode})" for metric, mode in zip(self.metrics, self.modes))
+        if self.pareto is None or self.pareto.empty:
+            return f"No sample trained to its end with {objectives} yet: no Pareto set."
+        members = "; ".join(
+            f"{sample['run_name']} (" + ", ".join(f"{metric} = {sample[metric]:.4g}" for metric in self.metrics)
+            + "; " + ", ".join(f"{key} = {_value(sample[f'{SWEPT_TAG_PREFIX}{key}'])}" for key in self.keys) + ")"
+            for _, sample in self.pareto.iterrows())
+        return (f"Pareto set of {len(self.samples)} sample(s) by {objectives}: {len(self.pareto)} sample(s) no other "
+                f"completed sample beats on every metric: {members}.")
 
 
 def _value(value) -> str:
@@ -75,14 +97,18 @@ def _state(sample: pd.Series) -> str:
     return sample["status"].lower()
 
 
-def sample_table(samples: pd.DataFrame, keys: list[str], history: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """One row per sample in the order they were sampled: its values, state, steps trained and metric."""
+def sample_table(samples: pd.DataFrame, keys: list[str], history: pd.DataFrame, metric: str,
+                 others: list[str] = ()) -> pd.DataFrame:
+    """One row per sample in the order they were sampled: its values, state, steps trained and metric (`value`),
+    and the other searched metrics of a multi-objective search (`others`) as their own columns."""
     table = samples.sort_values("start_time").copy()
     steps = history.groupby("run_id")["step"].max() if not history.empty else pd.Series(dtype=float)
     table["steps"] = table["run_id"].map(steps)
     table["state"] = [_state(sample) for _, sample in table.iterrows()]
     table["value"] = table[metric] if metric in table else math.nan
-    return table[["label", "run_name", "run_id", "status", "state", "steps", "value"]
+    for other in others:
+        table[other] = table[other] if other in table else math.nan
+    return table[["label", "run_name", "run_id", "status", "state", "steps", "value"] + list(others)
                  + [f"{SWEPT_TAG_PREFIX}{key}" for key in keys]].reset_index(drop=True)
 
 
@@ -104,8 +130,9 @@ def optuna_study(study: Study, samples: pd.DataFrame, history: pd.DataFrame):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     distributions = {key: _distribution(dist) for key, dist in study.search.space.items()}
-    rebuilt = optuna.create_study(direction="minimize" if study.search.mode == "min" else "maximize",
-                                  study_name=study.name)
+    directions = ["minimize" if mode == "min" else "maximize" for mode in study.search.modes]
+    rebuilt = optuna.create_study(directions=directions, study_name=study.name)
+    metrics = study.search.metrics
     for _, sample in samples.iterrows():
         params = {key: _param(sample[f"{SWEPT_TAG_PREFIX}{key}"], distributions[key]) for key in distributions}
         if any(value is None for value in params.values()):
@@ -114,11 +141,14 @@ def optuna_study(study: Study, samples: pd.DataFrame, history: pd.DataFrame):
         intermediate = {int(row.step): float(row.value) for row in mine.itertuples() if math.isfinite(row.value)}
         state = {"completed": TrialState.COMPLETE, "stopped by ASHA": TrialState.PRUNED}.get(sample["state"],
                                                                                              TrialState.FAIL)
-        if state == TrialState.COMPLETE and not math.isfinite(sample["value"]):
+        values = [float(sample["value"])] + [float(sample[metric]) for metric in metrics[1:]]
+        if state == TrialState.COMPLETE and not all(math.isfinite(value) for value in values):
             state = TrialState.FAIL
+        complete = state == TrialState.COMPLETE
         rebuilt.add_trial(create_trial(params=params, distributions=distributions, state=state,
-                                       value=float(sample["value"]) if state == TrialState.COMPLETE else None,
-                                       intermediate_values=intermediate))
+                                       values=values if complete and len(values) > 1 else None,
+                                       value=values[0] if complete and len(values) == 1 else None,
+                                       intermediate_values=intermediate if len(values) == 1 else None))
     return rebuilt
 
 
@@ -146,6 +176,13 @@ def optuna_plots(rebuilt, folder: Path) -> tuple[list[Plot], dict[str, float]]:
     figures, importances = [], {}
     with warnings.catch_warnings():  # Optuna marks its matplotlib plots experimental
         warnings.simplefilter("ignore")
+        if len(rebuilt.directions) > 1:  # a multi-objective search: its Pareto front, by Optuna's own plot
+            if len(rebuilt.directions) > 3:
+                return [], {}
+            ax = optuna_plot.plot_pareto_front(rebuilt)
+            return [Plot("search_pareto", "Pareto front of the search",
+                         "Optuna's Pareto-front plot of the completed samples: each sample's searched metrics, the "
+                         "samples on the front highlighted.", save_figure(ax.figure, folder, "search_pareto"))], {}
         ax = optuna_plot.plot_optimization_history(rebuilt)
         figures.append(Plot("search_history", "Optimisation history",
                             "Optuna's optimisation history of the search: each completed sample's value of the "
@@ -181,11 +218,11 @@ def grid_comparison(study: Study, study_path: Path | None, store: StudyStore) ->
 
     frame = study_results(other, grid)
     done = frame[(frame["status"] == "FINISHED") & frame["in_study"]]
-    metric = study.search.metric
+    metric = study.search.primary_metric
     steps = metric_history(other, done, names.TRAIN_LOSS).groupby("run_id")["step"].max().sum() if len(done) else 0
     if metric not in done or done[metric].isna().all():
         return GridComparison(grid.name, None, None, len(done), int(steps), "no finished grid trial has the metric")
-    best = done.loc[done[metric].idxmin() if study.search.mode == "min" else done[metric].idxmax()]
+    best = done.loc[done[metric].idxmin() if study.search.modes[0] == "min" else done[metric].idxmax()]
     return GridComparison(grid.name, float(best[metric]), best["label"], len(done), int(steps))
 
 
@@ -193,12 +230,17 @@ def search_section(study: Study, study_path: Path | None, store: StudyStore, sam
                    history: pd.DataFrame, folder: Path) -> tuple[SearchSection, list[Plot]]:
     """`samples`: the search's runs (results frame rows); `history`: the searched metric's history by run."""
     keys = list(study.search.space)
-    table = sample_table(samples, keys, history, study.search.metric)
-    section = SearchSection(study.search.metric, study.search.mode, study.search.algorithm, study.scheduler.type,
-                            keys, table)
-    completed = table[table["state"] == "completed"].dropna(subset=["value"])
-    if len(completed):
-        index = completed["value"].idxmin() if study.search.mode == "min" else completed["value"].idxmax()
+    search = study.search
+    table = sample_table(samples, keys, history, search.primary_metric, search.metrics[1:])
+    section = SearchSection(search.primary_metric, search.modes[0], search.algorithm, study.scheduler.type,
+                            keys, table, metrics=search.metrics, modes=search.modes)
+    completed = table[table["state"] == "completed"].dropna(subset=["value", *search.metrics[1:]])
+    if search.multi_objective:
+        objectives = completed[["value", *search.metrics[1:]]].rename(columns={"value": search.primary_metric})
+        mask = pareto_mask(objectives.to_numpy(dtype=float).tolist(), search.modes)
+        section.pareto = completed[mask].assign(**{search.primary_metric: objectives[search.primary_metric][mask]})
+    elif len(completed):
+        index = completed["value"].idxmin() if search.mode == "min" else completed["value"].idxmax()
         section.best = completed.loc[index]
     plots, section.importances = optuna_plots(optuna_study(study, table, history), folder)
     section.grid = grid_comparison(study, study_path, store)

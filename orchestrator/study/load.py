@@ -1,7 +1,7 @@
 """Loading a study: its YAML read so that it means one thing (yaml_loader.py), a profile and command-line
 overrides applied, the study validated by pydantic, then every check that needs no data over every resolved
-trial (trial_checks.py, sweeps.py, search_checks.py), for the chosen profile and for every other profile of
-the file, and, where the caller asks (run, plan, validate), the data the chosen profile's trials would read
+trial (trial_checks.py, sweeps.py, search_checks.py), and each profile's published values against its rows
+(published_checks.py), for the chosen profile and for every other profile of the file, and, where the caller asks (run, plan, validate), the data the chosen profile's trials would read
 (data_paths.py). Every problem is collected and reported at once (StudyError), each with its field path;
 problems of a profile that was not chosen are prefixed `profiles.<name>:`, and the error of a chosen profile
 names it in its first line. The rows' resolved configs stay with the study returned (trial_checks.py's
@@ -26,6 +26,7 @@ from .locate import folder_problem
 from .model import Study
 from .overrides import resolve
 from .problems import StudyError, format_pydantic
+from .published_checks import resolve_published
 from .search_checks import search_problems
 from .sweeps import sweep_problems
 from .trial_checks import (MAX_ROWS, ResolvedTrial, identity_problems, resolved_trials, row_count,
@@ -103,6 +104,7 @@ def _profile_problems(original: dict, study: Study, chosen: str | None, known: l
         profiled, found = _profiled(original, name)
         if profiled is not None:
             found = study_problems(profiled)[0]
+            found += resolve_published(profiled, name)[1] if not found else []
         problems += [f"profiles.{name}: {problem}" for problem in found if problem not in known]
     return problems
 
@@ -127,7 +129,10 @@ def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
     except ValidationError as error:
         found = format_pydantic(error, "study", Study)
         raise StudyError(source, [*problems, *found, *_base_problems(raw, found)]) from None
+    study._profile = profile
     found, trials = study_problems(study)
+    if profile is not None and not found:
+        found += resolve_published(study, profile)[1]
     found = [*problems, *found]
     found += _profile_problems(original, study, profile, found)
     if check_data and trials:

@@ -8,12 +8,15 @@ the ways it is varied:
 - `exclude`: partial assignments whose combinations are dropped;
 - `variants`: named rows (a label plus dotted overrides), one of which may be the baseline;
 - `seeds`: repeats of every row;
-- `search`: grid (the default: the rows above), random or Optuna TPE over declared distributions;
+- `search`: grid (the default: the rows above), random or Optuna TPE over declared distributions, for one
+  metric or several (a multi-objective search: a Pareto set);
 - `profiles`: named dotted overrides of the study itself (`base.train.steps: 50000`, `resources.gpus: 1`);
 - `report`: the report's headline metric family and its baseline row;
 - `resources`: what one trial takes: CPUs and GPUs per worker, and its size (workers, parallelism), which
   a row's own `distributed.*` overrides;
 - `expect`: the paper's claims about the results, checked by the report (expect.py).
+- `published`: the papers' numbers for a profile's setting, shown beside the measured cells by that
+  profile's report (resolved against its rows in published_checks.py).
 The rows these make are in `rows.py`; loading and profiles in `load.py`, the checks that need every resolved
 trial in `trial_checks.py`, `sweeps.py` and `search_checks.py`, the claims' in `claim_checks.py`. Constraints
 on single fields are in the types.
@@ -133,12 +136,19 @@ class Distribution(_Strict):
 GRID = "grid"  # search.algorithm of a study whose rows are its trials (axes, zip); the others sample a space
 
 
+Mode = Literal["min", "max"]
+
+
 class Search(_Strict):
     algorithm: Literal["grid", "random", "optuna"] = GRID
     num_samples: PositiveInt = Field(1, description="Configurations sampled (random/optuna).")
-    metric: NonEmptyStr = Field(names.VAL_LOSS, description="Metric the searcher and scheduler optimise "
-                                "(validation checks that every trial logs it).")
-    mode: Literal["min", "max"] = "min"
+    metric: NonEmptyStr | Annotated[list[NonEmptyStr], Field(min_length=1)] = Field(
+        names.VAL_LOSS, description="Metric the searcher and scheduler optimise (validation checks that every "
+        "trial logs it), or a list of metrics (`[ppl_256, ms_per_step]`): a multi-objective search, whose "
+        "report gives the Pareto set of the samples (Optuna's multi-objective TPE; no ASHA).")
+    mode: Mode | Annotated[list[Mode], Field(min_length=1)] = Field(
+        "min", description="min or max: each metric's direction; a list gives one per metric of a list, a single "
+        "one applies to every metric.")
     space: dict[SweepKey, Distribution] = Field(default_factory=dict, description="Dotted key -> distribution.")
     seed: Seed = 0
 
@@ -153,6 +163,45 @@ class Search(_Strict):
     def samples_per_row(self) -> int:
         """The trials each row becomes: num_samples for a sampling search, one for a grid."""
         return self.num_samples if self.sampled else 1
+
+    @property
+    def metrics(self) -> list[str]:
+        """The searched metrics, one or several (a multi-objective search)."""
+        return list(self.metric) if isinstance(self.metric, list) else [self.metric]
+
+    @property
+    def modes(self) -> list[str]:
+        """Each searched metric's direction."""
+        return list(self.mode) if isinstance(self.mode, list) else [self.mode] * len(self.metrics)
+
+    @property
+    def multi_objective(self) -> bool:
+        """Several metrics: the search has a Pareto set rather than one best sample."""
+        return len(self.metrics) > 1
+
+    @property
+    def primary_metric(self) -> str:
+        """The first searched metric: the one a single-metric reader (history plots, the grid comparison) reads."""
+        return self.metrics[0]
+
+    @field_validator("metric", "mode")
+    @classmethod
+    def _one_is_one(cls, value):
+        """A list of one is that one: a single-metric search reads `metric` and `mode` as strings."""
+        return value[0] if isinstance(value, list) and len(value) == 1 else value
+
+    @model_validator(mode="after")
+    def _directions(self) -> "Search":
+        if isinstance(self.mode, list) and len(self.mode) != len(self.metrics):
+            raise ValueError(f"mode: {len(self.mode)} direction(s) for {len(self.metrics)} metric(s) "
+                             f"({', '.join(self.metrics)}); give one per metric, or one for all")
+        repeated = [metric for index, metric in enumerate(self.metrics) if metric in self.metrics[:index]]
+        if repeated:
+            raise ValueError(f"metric: {repeated[0]!r} is listed more than once")
+        if self.multi_objective and not self.sampled:
+            raise ValueError("metric: several metrics are for a sampling search (algorithm optuna or random); "
+                             "a grid's rows are its trials, and its report draws their cost front")
+        return self
 
     @model_validator(mode="after")
     def _space_for_samplers(self) -> "Search":
@@ -189,6 +238,23 @@ class ReportSpec(_Strict):
         (`own`) lack; lengths below the training length are not evaluated (as `orchestrator evaluate`)."""
         tokens = {length_tokens(length, train_length) for length in self.lengths}
         return sorted(length for length in tokens if length >= train_length and length not in own)
+
+
+class PublishedValue(_Strict):
+    """One number a paper reports for a row of this study at a profile (docs: "Cost, fronts and the papers'
+    numbers"): the report of that profile shows it beside the measured cell, with the difference. Validated
+    against the profile's rows like a claim: the variant, the grid point, the metric and the length must name
+    a cell the profile's trials fill."""
+
+    variant: Label = Field(description="A variant's label or a row's label, as the report names it.")
+    where: dict[SweepKey, Any] = Field(default_factory=dict, description="The grid point (config keys and values, "
+                                       "e.g. {model.pos_encoding: nope}) in a study with axes or zip.")
+    metric: NonEmptyStr = Field(description="A per-length family (ppl, delta_p, ms_forward, acc) with `length`, "
+                                "or a one-number metric (ms_per_step, che_acc_test, ...) without it.")
+    length: PositiveInt | None = Field(None, description="The evaluation length (tokens) of a per-length metric.")
+    value: FiniteFloat = Field(description="The published number, in the unit the report shows (perplexity; "
+                               "ms; accuracy as a fraction 0..1).")
+    source: NonEmptyStr = Field(description="Where it is published: 'DAPE V2 Table 2', 'DAPE Table 1', ...")
 
 
 class Decide(_Strict):
@@ -255,12 +321,18 @@ class Study(_Strict):
                                       "identity.")
     expect: list[Claim] = Field(default_factory=list, description="Claims about the results (the paper's), "
                                 "each with its source; the report gives each a verdict.")
+    published: dict[str, list[PublishedValue]] = Field(default_factory=dict, description="The papers' numbers for "
+                                                        "a profile: profile name -> values; the report of that "
+                                                        "profile shows each beside the measured cell.")
     decide: Decide | None = Field(None, description="Add seeds until the claims are decided (min_seeds to "
                                   "max_seeds, a batch at a time, within an optional budget); `run --decide` "
                                   "applies the defaults to a study without this section.")
     # Each row's validated config, kept by the validation that resolved them (load.py) so that expanding the
     # study reads them instead of resolving every row again (trial_checks.py's `resolved_rows`).
     _rows: tuple | None = PrivateAttr(default=None)
+    # The profile this study was loaded with (load.py), None for the file as written: which `published` values
+    # its report shows.
+    _profile: str | None = PrivateAttr(default=None)
 
     @field_validator("zip")
     @classmethod
@@ -291,6 +363,11 @@ class Study(_Strict):
             if self.report.baseline not in labels + variants:
                 raise ValueError(f"report.baseline {self.report.baseline!r} is neither a variant nor a row of this "
                                  f"study; variants: {variants}; rows: {labels}")
+        unknown = [name for name in self.published if name not in self.profiles]
+        if unknown:
+            raise ValueError(f"published: {unknown[0]!r} is not a profile of this study (profiles: "
+                             f"{', '.join(self.profiles) or 'none'}); published values belong to the profile "
+                             "whose setting they match")
         overlap = set(self.axes) & set(self.zip)
         if overlap:
             raise ValueError(f"keys {sorted(overlap)} appear in both 'axes' and 'zip'; use one")
@@ -309,6 +386,10 @@ class Study(_Strict):
     def cells(self) -> list[Cell]:
         """The study's rows before seeds: each variant (or the base alone) crossed with the swept points."""
         return study_cells(self, self.variants or [Variant(label=self.name, baseline=True)])
+
+    def published_here(self) -> list[PublishedValue]:
+        """The published values of the profile this study was loaded with (none for the file as written)."""
+        return list(self.published.get(self._profile, [])) if self._profile is not None else []
 
     def trial_config(self, overrides: dict[str, Any]) -> dict:
         """The trial config of a row (or a search sample): base, its overrides, and the trial size."""

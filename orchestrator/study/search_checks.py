@@ -29,9 +29,16 @@ def search_problems(study: "Study", trials: list["ResolvedTrial"]) -> list[str]:
     sampling = study.search.sampled
     asha = study.scheduler.type == "asha"
     own_metric = study.scheduler.metric is not None
-    if sampling and study.search.metric not in logged:
-        users = "the searcher" + ("" if own_metric or not asha else " and ASHA")
-        problems.append(_never_logged("search.metric", study.search.metric, users, logged))
+    for metric in study.search.metrics if sampling else []:
+        if metric not in logged:
+            users = "the searcher" + ("" if own_metric or not asha else " and ASHA")
+            problems.append(_never_logged("search.metric", metric, users, logged))
+    if asha and study.search.multi_objective:
+        return problems + [
+            f"scheduler.type: asha stops trials by one metric and one direction, but search.metric names "
+            f"{len(study.search.metrics)} ({', '.join(study.search.metrics)}): a multi-objective search keeps every "
+            "sample to its end (Optuna's multi-objective sampler takes no intermediate results); use scheduler.type: "
+            "none, or search one metric"] + _report_problems(study, logged)
     if asha:
         metric = study.scheduler.metric or study.search.metric
         field = "scheduler.metric" if own_metric else "search.metric (ASHA's metric)"

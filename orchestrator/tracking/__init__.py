@@ -3,9 +3,11 @@
 - uri.py: where the store is (flag, MLFLOW_TRACKING_URI, ./mlruns), whether it exists yet;
 - store.py: StudyStore: `create` (the writer) and `open` (read-only), the run tags, whose experiment it is;
 - sqlite_file.py: a SQLite store's file checked before MLflow opens it, and the lock on its creation;
+- relocation.py: a SQLite store moved or copied with its artifacts folder points at the folder beside it;
 - client.py: the MLflow client that explains an unreachable tracking server (or a damaged store) in one
   paragraph, and the probe of a tracking server at start;
-- leases.py: which orchestrator runs which trial, so that two runs of one study run each trial once;
+- leases.py: which orchestrator runs which trial (or evaluates which run at which length), so that two
+  commands on one study do each piece of work once;
 - events.py: the one stream of trial events (started, result, finished, failed, retried) and its tally;
 - recorder.py: the listener that writes the events to MLflow (the only MLflow writer);
 - console.py: the listener that shows them on the console;

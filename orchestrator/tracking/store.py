@@ -11,7 +11,8 @@ Before MLflow opens a store, both doors check it (`sqlite_file.py`: a damaged or
 folder that cannot be written; `client.probe_server`: a tracking server that does not answer) so that each
 of these fails at once in one paragraph. The experiments this tool creates carry the tag
 `orchestrator.study`; an experiment of the study's name without it belongs to someone else and is refused,
-never written into. A SQLite store is read without MLflow (readers.py); MLflow's client is made for writes.
+never written into. A SQLite store keeps its artifacts beside its file, and one moved or copied with them
+is pointed at them where it lands (relocation.py). A SQLite store is read without MLflow (readers.py); MLflow's client is made for writes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..errors import ForeignExperiment, StoreUnusable
 from . import dashboard
 from .lookup import no_experiment, require_store
 from .readers import ClientReader, reader_for
+from .relocation import relocate
 from .sqlite_file import check_folder_writable, check_readable, check_writable, store_lock
 from .uri import is_server, sqlite_path
 
@@ -68,6 +70,7 @@ class StudyStore:
             _probe_if_server(tracking_uri, connect_timeout)
             return cls._create_experiment(tracking_uri, study_name, _client(tracking_uri))
         check_folder_writable(path)
+        relocate(path)  # a store moved or copied with its artifacts folder writes there (relocation.py)
         with store_lock(path):  # one process at a time creates the tables and the experiment
             check_writable(path)
             store = cls._create_experiment(tracking_uri, study_name, _client(tracking_uri))
@@ -115,6 +118,8 @@ class StudyStore:
             existing = reader.experiment(study_name)
         else:
             client = None
+            if path.is_file():  # a moved store reads (and `evaluate` writes) the artifacts beside it
+                relocate(path, require=False)
             with store_lock(path, exclusive=False):  # a store being created is read once it is whole
                 check_readable(path)
                 reader = reader_for(tracking_uri)  # directly, or through MLflow's client (readers.py)
@@ -231,6 +236,15 @@ class StudyStore:
         from mlflow.entities import Metric
 
         self.client.log_batch(run_id, metrics=[Metric(name, float(v), timestamp_ms, int(x)) for x, v in points.items()])
+
+    def log_batch(self, run_id: str, metrics: list[tuple[str, float, int]], tags: dict[str, str],
+                  timestamp_ms: int) -> None:
+        """Metrics (name, value, step) and tags in one write: one transaction of the store, so that a process
+        killed meanwhile leaves all of them or none (an evaluation's values and the tag saying it was done)."""
+        from mlflow.entities import Metric, RunTag
+
+        self.client.log_batch(run_id, metrics=[Metric(k, float(v), timestamp_ms, int(step)) for k, v, step in metrics],
+                              tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     def log_params(self, run_id: str, params: dict[str, Any]) -> None:
         from mlflow.entities import Param

@@ -35,6 +35,9 @@ CHECKPOINT_SET_ASIDE_KEY = "checkpoint_set_aside"
 EVAL_PROTOCOL_TAG = "eval.protocol"
 # One tag per `orchestrator evaluate` of a run (suffixed by when): JSON saying what, how and when.
 EVALUATION_TAG_PREFIX = "orchestrator.evaluation."
+# The trial's checkpoint files (paths), with its final result: the driver removes them once the result is recorded
+# (execution/checkpoints.py), so that a stop in between resumes the trial at its last step instead of retraining.
+CHECKPOINT_FILES_KEY = "checkpoint_files"
 # Final-result values that are text: logged as tags.
 STRING_RESULT_KEYS = ("data_hash", "device", "precision", "attention_kernels", "ray_node_id", "worker_node_ids",
                       "error", EVAL_PROTOCOL_TAG)

@@ -1,0 +1,113 @@
+"""The papers' numbers beside ours: a study's `published:` values for a profile appear in that profile's report
+beside the measured cells, with the difference; the file as written (the CPU default) shows none; a value
+naming a row, metric or length the profile does not have is refused with its field path."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+import synthetic_store
+from orchestrator import StudyError, load_study, parse_study
+from orchestrator.reporting import build_report
+
+SPEC = {
+    "name": "published_values",
+    "base": {"model": {"preset": "tiny", "pos_encoding": "nope"},
+             "train": {"steps": 20, "batch_size": 4, "seq_len": 16},
+             "eval": {"lengths": [16, 32], "tail_tokens": 8, "n_windows": 2}},
+    "axes": {"model.pos_encoding": ["nope", "rope"]},
+    "variants": [{"label": "plain", "baseline": True, "set": {"model.processor": "none"}},
+                 {"label": "DAPE1x3", "set": {"model.processor": "dapev2", "model.kernel_size": 3}}],
+    "seeds": [0, 1],
+    # The `paper` profile's setting: longer evaluation (still tiny, so that a synthetic store writes quickly).
+    "profiles": {"paper": {"base.eval.lengths": [16, 32, 64]}},
+    "published": {"paper": [
+        {"variant": "plain", "where": {"model.pos_encoding": "nope"}, "metric": "ppl", "length": 64,
+         "value": 2618.13, "source": "DAPE V2 Table 2"},
+        {"variant": "DAPE1x3", "where": {"model.pos_encoding": "nope"}, "metric": "ppl", "length": 64,
+         "value": 259.81, "source": "DAPE V2 Table 2"},
+        {"variant": "DAPE1x3 (pos_encoding=rope)", "metric": "ms_per_step", "value": 252.84,
+         "source": "DAPE V2 §4.9 (350M)"}]},
+}
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    root = tmp_path_factory.mktemp("published")
+    paper = parse_study(copy.deepcopy(SPEC), profile="paper")
+    default = parse_study(copy.deepcopy(SPEC))
+    store = synthetic_store.write_store(paper, f"sqlite:///{root / 'paper.db'}")
+    plain = synthetic_store.write_store(default, f"sqlite:///{root / 'default.db'}")
+    return (build_report(paper, store, root / "paper", attach=False),
+            build_report(default, plain, root / "default", attach=False))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_papers_values_stand_beside_the_measured_cells_at_the_paper_profile(stores):
+    report, _ = stores
+    trials = report.document.trials
+    lines = {(line.label, line.metric): line for line in report.document.published}
+    assert set(lines) == {("plain (pos_encoding=nope)", "ppl_64"), ("DAPE1x3 (pos_encoding=nope)", "ppl_64"),
+                          ("DAPE1x3 (pos_encoding=rope)", "ms_per_step")}
+    section = report.markdown.split("## Published values beside ours")[1].split("\n## ")[0]
+    for (label, column), line in lines.items():
+        measured = trials.loc[(trials["label"] == label) & (trials["status"] == "FINISHED"), column]
+        assert len(measured) == 2 and line.seeds == 2
+        assert line.mean == pytest.approx(measured.mean())
+        assert line.difference == pytest.approx(measured.mean() - line.published)
+        row = next(text for text in section.splitlines() if text.startswith(f"| {label}") and
+                   (column == "ms_per_step") == ("ms_per_step" in text))
+        assert f"{line.published:g}" in row and f"{line.difference:+.3f}" in row and line.source in row
+    assert 'id="published-values"' in (report.folder / "report.html").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_cpu_default_shows_no_published_value(stores):
+    _, default = stores
+    assert default.document.published == []
+    assert "Published values" not in default.markdown
+
+
+@pytest.mark.parametrize("entry, field", [
+    ({"variant": "DAPE9x9"}, "published.paper[0].variant"),
+    ({"where": {"model.pos_encoding": "alibi"}}, "published.paper[0].where"),
+    ({"metric": "perplexity"}, "published.paper[0].metric"),
+    ({"length": 8192}, "published.paper[0].length"),
+    ({"length": None}, "published.paper[0].length"),
+])
+def test_a_value_the_profile_cannot_measure_is_refused_with_its_field(entry, field, tmp_path):
+    spec = copy.deepcopy(SPEC)
+    spec["published"]["paper"][0].update(entry)
+    for profile in ("paper", None):  # chosen, or checked as one of the file's profiles
+        with pytest.raises(StudyError) as error:
+            parse_study(copy.deepcopy(spec), profile=profile)
+        assert field in str(error.value)
+
+
+def test_published_values_belong_to_a_profile():
+    spec = copy.deepcopy(SPEC)
+    spec["published"] = {"papr": spec["published"]["paper"]}
+    with pytest.raises(StudyError, match=r"published: 'papr' is not a profile"):
+        parse_study(spec)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_catalogue_paper_profile_shows_the_papers_values(tmp_path):
+    """studies/position_encoding.yaml at its `paper` profile (a synthetic store of its 24 rows: no training, no
+    corpus needed to report): DAPE V2's NoPE and RoPE numbers at 8192 beside the cells of those rows."""
+    path = Path(__file__).resolve().parents[1] / "studies" / "position_encoding.yaml"
+    study = load_study(path, profile="paper")
+    store = synthetic_store.write_store(study, f"sqlite:///{tmp_path / 'mlflow.db'}")
+    report = build_report(study, store, tmp_path / "reports", attach=False)
+    published = {(line.label, line.published) for line in report.document.published}
+    assert published == {("plain (pos_encoding=nope)", 2618.13), ("DAPE1x3 (pos_encoding=nope)", 259.81),
+                         ("plain (pos_encoding=rope)", 306.78), ("DAPE1x3 (pos_encoding=rope)", 68.32)}
+    assert all(line.metric == "ppl_8192" and line.seeds == 1 for line in report.document.published)
+    assert "DAPE V2, kernel-size table (Arxiv, train 512): NoPE at 8192" in report.markdown
+    assert load_study(path).published_here() == []  # the CPU default: none applies
