@@ -4,10 +4,12 @@ no corpus. A record of the run (the orchestrator's MLflow params) marks these as
 nobody reads the Kerple baseline as a kernel-3 run.
 
 The rule, field by field (dotted names as in `ExperimentConfig.to_dict()`):
-- model: without a processor, `kernel_size`, `d_dape`, `form`, `leak` and `attention_block_size` (training
-  then uses PyTorch's fused kernel); with `dape`, `kernel_size` (always 1x1); with a processor but no bias
-  encoding, `form` (the processor reads the scores alone); `rope_random_max` except for `rope_random`;
-  `fire_width` and `fire_l0` except for `fire` (each encoding's `settings`, dape_core/encodings.py).
+- model: the processor fields (`kernel_size`, `d_dape`, `form`, `leak`, `attention_block_size`) the score
+  processor in use does not read, by its record's `settings` and `unread` (without a processor none of them:
+  training then uses PyTorch's fused kernel; with `dape` not `kernel_size`, always 1x1; with a processor but
+  no bias encoding not `form`, the processor reads the scores alone); the encoding fields (`rope_random_max`,
+  `fire_width`, `fire_l0`) the encoding in use does not read, by its record's `settings`
+  (dape_core/components.py, the records in encodings.py and processor_records.py).
 - train: `val_tokens` without `eval_every` (no periodic validation).
 - eval: the timing warm-up and repetitions without `timing`.
 - data: the fields of the other sources (`pattern` and `separator` are for text and Hugging Face sources,
@@ -21,7 +23,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
-from .encodings import ENCODING_SETTINGS
+from .components import ENCODING_FIELDS, PROCESSOR_FIELDS
 
 if TYPE_CHECKING:
     from .experiment import ExperimentConfig
@@ -37,14 +39,10 @@ _SOURCE_SPECIFIC = set().union(*_DATA_FIELDS_OF_SOURCE.values())
 
 
 def _model(cfg: "ExperimentConfig") -> set[str]:
-    model, unused = cfg.model, set()
-    if model.processor == "none":
-        unused |= {"kernel_size", "d_dape", "form", "leak", "attention_block_size"}
-    elif model.processor == "dape":
-        unused.add("kernel_size")
-    if model.processor != "none" and not model.has_bias:
-        unused.add("form")
-    unused |= ENCODING_SETTINGS - set(model.encoding.settings)  # another encoding's (dape_core/encodings.py)
+    model = cfg.model
+    processor = model.processor_facts
+    unused = (set(PROCESSOR_FIELDS) - set(processor.settings)) | processor.unread(model)
+    unused |= set(ENCODING_FIELDS) - set(model.encoding.settings)  # another encoding's
     return {f"model.{name}" for name in unused}
 
 

@@ -79,6 +79,7 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.pos = encoding
         self.processor: ScoreProcessor | None = build_processor(cfg, encoding.has_bias)
+        self.processor_cost = cfg.processor_facts.cost(cfg)  # per score entry (its record), for the block budget
         self.train_block_rows = cfg.attention_block_size
         self.eval_block_rows = cfg.eval_block_size
         self.causal = cfg.causal
@@ -137,11 +138,11 @@ class CausalSelfAttention(nn.Module):
 
     def cuda_block_rows(self, batch: int, length: int, element_size: int) -> int:
         """As many rows as keep one block's maps (over all T keys) within CUDA_BLOCK_BYTES, evened out over
-        the blocks and rounded up to MIN_BLOCK_ROWS. Per score entry a block holds z and the hidden map and
-        their gradients (2·(C + D)), and S, the bias, the logits and their gradients (about 4·H), plus the
-        float32 softmax."""
-        conv = self.processor.conv_in
-        per_entry = element_size * (2 * (conv.in_channels + conv.out_channels) + 4 * self.n_head) + 4 * self.n_head
+        the blocks and rounded up to MIN_BLOCK_ROWS. Per score entry a block holds the processor's working maps
+        and their gradients (its record's `Cost.working`, twice: for DAPE z and the hidden map, 2·(C + D)),
+        and S, the bias, the logits and their gradients (about 4·H), plus the float32 softmax."""
+        working = self.processor_cost.working
+        per_entry = element_size * (2 * working + 4 * self.n_head) + 4 * self.n_head
         rows = max(MIN_BLOCK_ROWS, CUDA_BLOCK_BYTES // (per_entry * batch * length) // MIN_BLOCK_ROWS * MIN_BLOCK_ROWS)
         if rows >= length:
             return length

@@ -8,13 +8,17 @@ model, and the tests check that the two agree.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import asdict
-from typing import Annotated, Literal, Union, get_args
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, ConfigDict, Discriminator, Tag, model_validator
+from pydantic import AfterValidator, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
-from .encodings import ENCODINGS, FIRE_DEFAULT_WIDTH, Encoding
+from . import components
+from .components import Encoding, Form, Processor
+from .encodings import BUILTIN_ENCODINGS, ENCODINGS, FIRE_DEFAULT_WIDTH
+from .processor_records import FORMS, PROCESSORS
 from .types import PositiveInt, StrictBool
 
 # name -> (layers, width, heads). Paper sizes from docs/method.md §5 (head dims 64, 64, 80, 128 follow from width / heads);
@@ -30,14 +34,41 @@ PRESETS: dict[str, tuple[int, int, int]] = {
 }
 
 Preset = Literal["tiny", "small", "medium", "125M", "350M", "2.7B", "6.7B"]
-PosEncoding = Literal[tuple(ENCODINGS)]  # the names of dape_core/encodings.py
-Processor = Literal["none", "dape", "dapev2"]
-Form = Literal["concat_residual", "concat", "add_residual", "bias_only"]
 
-POS_ENCODINGS = get_args(PosEncoding)
-BIAS_ENCODINGS = tuple(name for name, encoding in ENCODINGS.items() if encoding.has_bias)  # additive B: [H, T_q, T_k]
+
+class _Named:
+    """A `model:` field that names a registered component (dape_core/components.py): checked against the
+    registry when validated, so that a plugin's names are valid once its module is loaded, with a "did you
+    mean" for a near miss; the JSON Schema lists the names registered when it is generated."""
+
+    def __init__(self, registry: components.Registry, choices=lambda record: True):
+        self.registry, self.choices = registry, choices
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, record in self.registry.items() if self.choices(record))
+
+    def __call__(self, value: str) -> str:
+        record = self.registry.get(value)
+        if record is None or not self.choices(record):
+            raise ValueError(self.registry.unknown(value, self.names()))
+        return value
+
+    def __get_pydantic_json_schema__(self, core_schema, handler):
+        schema = handler(core_schema)
+        schema["enum"] = list(self.names())
+        return schema
+
+
+_ENCODING, _PROCESSOR = _Named(ENCODINGS), _Named(PROCESSORS)
+_FORM = _Named(FORMS, lambda form: form.choice)
+PosEncoding = Annotated[str, AfterValidator(_ENCODING), _ENCODING]  # a name of the registry's encodings
+ProcessorName = Annotated[str, AfterValidator(_PROCESSOR), _PROCESSOR]
+FormName = Annotated[str, AfterValidator(_FORM), _FORM]
+
+POS_ENCODINGS = BUILTIN_ENCODINGS  # dape_core/encodings.py's (contrib's and plugins' are in the registry too)
+BIAS_ENCODINGS = tuple(name for name in BUILTIN_ENCODINGS if ENCODINGS[name].has_bias)  # additive B: [H, T_q, T_k]
 # The forms whose processor reads [S, B] (2H input channels) where there is a bias; every other one reads H.
-CONCATENATING_FORMS = ("concat_residual", "concat")
+CONCATENATING_FORMS = tuple(name for name, form in FORMS.items(discover=False) if form.channels == 2)
 
 
 def processor_form(form: str, has_bias: bool) -> str:
@@ -46,9 +77,9 @@ def processor_form(form: str, has_bias: bool) -> str:
 
 
 def processor_in_channels(n_head: int, has_bias: bool, form: str) -> int:
-    """Channels the score processor reads: [S, B] (2H) in the concatenating forms with a bias encoding;
-    S + B (add_residual), B alone (bias_only) or S alone (no bias encoding): H."""
-    return (2 if processor_form(form, has_bias) in CONCATENATING_FORMS else 1) * n_head
+    """Channels the score processor reads (its form's record): [S, B] (2H) in the concatenating forms with a
+    bias encoding; S + B (add_residual), B alone (bias_only) or S alone (no bias encoding): H."""
+    return FORMS[processor_form(form, has_bias)].channels * n_head
 
 
 def _odd(value: int) -> int:
@@ -77,8 +108,10 @@ class ModelConfig:
     """Shape and attention recipe of a causal LM.
 
     preset: a key of PRESETS; `n_layer`, `d_model`, `n_head` override it when given.
-    pos_encoding: position encoding of docs/method.md §2 (one of POS_ENCODINGS).
-    processor: `none`, `dape` (MLP across heads = 1x1 conv) or `dapev2` (1xk conv along keys).
+    pos_encoding: position encoding: one of docs/method.md §2 (POS_ENCODINGS), or a name that dape_core/contrib/
+        or a study's plugin registers (dape_core/components.py; docs/extending.md).
+    processor: `none`, `dape` (MLP across heads = 1x1 conv) or `dapev2` (1xk conv along keys), or a name that
+        contrib or a plugin registers.
     kernel_size: DAPE V2 kernel: an odd k (a 1xk kernel along the key axis) or a pair (kq, kk) with kk odd:
         kq query rows, padded on the past side only so that the kernel stays causal (no published method
         has kq > 1). `dape` always uses 1x1.
@@ -108,6 +141,10 @@ class ModelConfig:
         Δ = |i − j| (instead of i − j clamped at 0), and the processor runs without its `tril` (a bidirectional
         model may read both sides, so there is nothing to leak). A kernel taller than one query row is still
         padded on the past side only.
+    options: the settings of their own that the position encoding and the score processor in use declare
+        (contrib and plugin components: dape_core/components.py `Setting`), by name; checked against their
+        types, the missing ones filled in with their defaults; another registered component's options are
+        dropped (not read here). Empty for the components of docs/method.md.
     eval_block_size: without gradients (evaluation) the block path is used automatically once T exceeds
         this many rows; each block then holds at most this many rows and about 2^22 score entries per
         batch (a few hundred MB), so long evaluation fits in memory. None always evaluates on the direct path.
@@ -116,10 +153,10 @@ class ModelConfig:
     preset: Preset = "small"
     vocab_size: PositiveInt = 256
     pos_encoding: PosEncoding = "kerple"
-    processor: Processor = "none"
+    processor: ProcessorName = "none"
     kernel_size: KernelSize = 3
     d_dape: PositiveInt = 32
-    form: Form = "concat_residual"
+    form: FormName = "concat_residual"
     leak: StrictBool = False
     causal: StrictBool = True
     n_layer: PositiveInt | None = None
@@ -132,6 +169,7 @@ class ModelConfig:
     fire_l0: PositiveInt | None = None
     attention_block_size: PositiveInt | None = None
     eval_block_size: PositiveInt | None = 128
+    options: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _fill_from_preset(self) -> "ModelConfig":
@@ -139,8 +177,12 @@ class ModelConfig:
         self.n_layer = self.n_layer or layers
         self.d_model = self.d_model or width
         self.n_head = self.n_head or heads
-        if self.processor != "none" and self.form == "bias_only" and not self.has_bias:
-            raise ValueError(f"form 'bias_only' needs a position encoding with a bias; {self.pos_encoding!r} has none")
+        if self.causal and not self.processor_facts.causal:
+            raise ValueError(f"processor {self.processor!r} reads later keys (its record is not causal): it serves "
+                             "bidirectional models only (causal: false)")
+        if self.processor_facts.present and FORMS[self.form].needs_bias and not self.has_bias:
+            raise ValueError(f"form {self.form!r} needs a position encoding with a bias; {self.pos_encoding!r} has none")
+        self.options = self._checked_options()
         if self.d_model % self.n_head:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
         if self.encoding.rotary and self.head_dim % 2:
@@ -155,10 +197,55 @@ class ModelConfig:
     def head_dim(self) -> int:
         return self.d_model // self.n_head
 
+    def _checked_options(self) -> dict[str, Any]:
+        """`options`: the settings of their own that the encoding and the processor in use declare
+        (dape_core/components.py `Setting`), each checked against its type, the missing ones at their defaults.
+        An option of another registered component is dropped (a study's base may set a plugin's option for the
+        rows that use it; the others do not read it, like `kernel_size` without a processor); one that no
+        registered component declares is an error."""
+        declared = {setting.name: (setting, record) for record in (self.encoding, self.processor_facts)
+                    for setting in record.options}
+        if not self.options and not declared:  # (the registry is not listed: that would import contrib)
+            return {}
+        known = {setting.name for registry in (components.encodings, components.processors)
+                 for record in registry.values() for setting in record.options}
+        unknown = sorted(set(self.options) - known)
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            offered = ", ".join(declared) or "none"
+            raise ValueError(f"options.{unknown[0]}: no registered component declares it{hint}; encoding "
+                             f"{self.pos_encoding!r} and processor {self.processor!r} take: {offered}")
+        checked = {}
+        for name, (setting, record) in declared.items():
+            if name not in self.options:
+                checked[name] = setting.default
+                continue
+            try:
+                checked[name] = TypeAdapter(setting.type).validate_python(self.options[name], strict=True)
+            except ValidationError as error:
+                problem = error.errors()[0]["msg"].removeprefix("Value error, ")
+                raise ValueError(f"options.{name} ({record.name}'s): {problem}") from None
+        return checked
+
+    def option(self, name: str) -> Any:
+        """The value of an option (`model.options.<name>`, its declared default when not given)."""
+        return self.options[name]
+
     @property
     def encoding(self) -> Encoding:
-        """What the position encoding is (dape_core/encodings.py)."""
+        """What the position encoding is (its record: dape_core/encodings.py or a contrib/plugin module)."""
         return ENCODINGS[self.pos_encoding]
+
+    @property
+    def processor_facts(self) -> Processor:
+        """What the score processor is (its record: dape_core/processor_records.py or a contrib/plugin module)."""
+        return PROCESSORS[self.processor]
+
+    @property
+    def form_facts(self) -> Form:
+        """The form the processor computes (`no_bias` without a bias encoding)."""
+        return FORMS[processor_form(self.form, self.has_bias)]
 
     @property
     def has_bias(self) -> bool:
@@ -169,11 +256,11 @@ class ModelConfig:
         return processor_in_channels(self.n_head, self.has_bias, self.form)
 
     @property
-    def kernel_shape(self) -> tuple[int, int]:
-        """(query rows, key columns) of the processor kernel; DAPE v1 is the 1x1 case (docs/method.md §4)."""
-        if self.processor == "dape":
-            return (1, 1)
-        return (1, self.kernel_size) if isinstance(self.kernel_size, int) else tuple(self.kernel_size)
+    def kernel_shape(self) -> tuple[int, int] | None:
+        """(query rows, key columns) of a convolutional processor's kernel (DAPE v1 is the 1x1 case,
+        docs/method.md §4); None for a processor without one."""
+        kernel = self.processor_facts.kernel
+        return kernel(self) if kernel is not None else None
 
     @property
     def random_positions_max(self) -> int:
@@ -201,14 +288,15 @@ class ModelConfig:
         return self.vocab_size * width + layers * per_layer + shared + 2 * width + width * self.vocab_size
 
     def _processor_parameters(self) -> int:
-        if self.processor == "none":
-            return 0
-        rows, cols = self.kernel_shape
-        c_in = self.processor_in_channels
-        return (c_in * self.d_dape * rows * cols + self.d_dape) + (self.d_dape * self.n_head * rows * cols + self.n_head)
+        return self.processor_facts.cost(self).parameters
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as a plain dict; `options` only where a component declares some, so that the configs
+        (and identities) of the runs made before options existed stay what they were."""
+        fields = asdict(self)
+        if not fields["options"]:
+            del fields["options"]
+        return fields
 
 
 def effective_model_fields(fields: dict, train_length: int, longest: int) -> dict:
@@ -217,8 +305,7 @@ def effective_model_fields(fields: dict, train_length: int, longest: int) -> dic
     the model will read (Decision D6: the largest evaluation length); FIRE's L₀, when not given, is the
     training length. Fields an encoding does not use stay as given."""
     fields = {**fields, "train_length": train_length}
-    name = fields.get("pos_encoding")
-    encoding = ENCODINGS.get(name) if isinstance(name, str) else None  # an invalid one is the model check's to report
+    encoding = ENCODINGS.get(fields.get("pos_encoding"))  # None for an invalid one: the model check's to report
     for setting, source in (encoding.defaults.items() if encoding is not None else ()):
         if fields.get(setting) is None:
             fields[setting] = longest if source == "longest" else train_length

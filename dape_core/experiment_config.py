@@ -116,12 +116,13 @@ class ExperimentConfig:
 
     def to_dict(self) -> dict:
         sections = asdict(self)
+        sections["model"] = self.model.to_dict()  # `options` only where a component declares some
         return {name: sections[name] for name in ("model", "data", "train", "eval", "che", "distributed")}
 
     def fingerprint(self) -> str:
         """Identity of a training trajectory: model, data and train sections, less logging-only fields (and
         not the `distributed` section: the same trajectory on any number of workers)."""
-        sections = {"model": asdict(self.model), "data": asdict(self.data),
+        sections = {"model": self.model.to_dict(), "data": asdict(self.data),
                     "train": {k: v for k, v in asdict(self.train).items() if k not in _NOT_IN_FINGERPRINT}}
         if self.che is not None:
             sections["che"] = asdict(self.che)

@@ -39,7 +39,7 @@ def symmetric_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor
 class PositionEncoding(nn.Module):
     """Base: no rotation, no bias (NoPE). `facts` is what the encoding is (dape_core/encodings.py)."""
 
-    facts: Encoding = ENCODINGS["nope"]
+    facts: Encoding = ENCODINGS["nope"]  # set to its own record by `build_position_encodings`
     symmetric = False  # set by `build_position_encodings` for a bidirectional model
 
     @property
@@ -81,7 +81,6 @@ class RoPE(PositionEncoding):
     cache covered only the training length).
     """
 
-    facts = ENCODINGS["rope"]
 
     def __init__(self, head_dim: int, base: float = 10000.0):
         super().__init__()
@@ -117,7 +116,6 @@ class YaRN(RoPE):
     formula on r directly.
     """
 
-    facts = ENCODINGS["yarn"]
     BETA_FAST, BETA_SLOW = 32.0, 1.0
 
     def __init__(self, head_dim: int, train_length: int, base: float = 10000.0):
@@ -140,7 +138,6 @@ class RandomizedRoPE(RoPE):
     every layer (as in the authors' implementation); in evaluation mode 0..T−1.
     L_max: see `ModelConfig.rope_random_max` (Decision D6)."""
 
-    facts = ENCODINGS["rope_random"]
 
     def __init__(self, head_dim: int, max_position: int, base: float = 10000.0):
         super().__init__(head_dim, base)
@@ -172,7 +169,6 @@ def alibi_slopes(n_head: int) -> torch.Tensor:
 class ALiBi(PositionEncoding):
     """B = −m_h · Δ with fixed (not learnable) slopes."""
 
-    facts = ENCODINGS["alibi"]
 
     def __init__(self, n_head: int):
         super().__init__()
@@ -206,7 +202,6 @@ class _Kerple(PositionEncoding):
 class KerpleLog(_Kerple):
     """B = −p_h · log(1 + a_h · Δ); p, a ≥ 0.01."""
 
-    facts = ENCODINGS["kerple"]
 
     def bias(self, q_pos, k_pos):
         self.clamp_parameters()
@@ -217,7 +212,6 @@ class KerpleLog(_Kerple):
 class KerplePower(_Kerple):
     """B = −a_h · Δ^{p_h}; p ∈ [0.01, 2], a ≥ 0.01."""
 
-    facts = ENCODINGS["kerple_power"]
     P_MAX = 2.0
 
     def bias(self, q_pos, k_pos):
@@ -236,7 +230,6 @@ class FIRE(PositionEncoding):
     defaults to the training length. One module per layer, like Kerple.
     """
 
-    facts = ENCODINGS["fire"]
 
     def __init__(self, n_head: int, width: int, threshold: int):
         super().__init__()
@@ -270,7 +263,6 @@ class T5Bias(PositionEncoding):
     by all layers (docs/method.md §2; the scale √d follows the authors' code). The table starts at N(0, 0.02²), the
     init of the model's other embeddings (the spec is silent)."""
 
-    facts = ENCODINGS["t5"]
 
     def __init__(self, n_head: int, head_dim: int, buckets: int = T5_BUCKETS, max_distance: int = T5_MAX_DISTANCE):
         super().__init__()
@@ -286,22 +278,13 @@ class T5Bias(PositionEncoding):
 def build_position_encodings(cfg: ModelConfig) -> list[PositionEncoding]:
     """One encoding per layer. Learnable encodings (Kerple, FIRE) have per-layer parameters, as in the
     authors' code; T5's table is one module shared by all layers (docs/method.md §2)."""
-    builders = {
-        "nope": lambda: NoPE(),
-        "rope": lambda: RoPE(cfg.head_dim),
-        "alibi": lambda: ALiBi(cfg.n_head),
-        "kerple": lambda: KerpleLog(cfg.n_head),
-        "kerple_power": lambda: KerplePower(cfg.n_head),
-        "fire": lambda: FIRE(cfg.n_head, cfg.fire_width, cfg.fire_threshold),
-        "t5": lambda: T5Bias(cfg.n_head, cfg.head_dim),
-        "yarn": lambda: YaRN(cfg.head_dim, cfg.train_length),
-        "rope_random": lambda: RandomizedRoPE(cfg.head_dim, cfg.random_positions_max),
-    }
-    if cfg.encoding.shared:
-        encodings = [builders[cfg.pos_encoding]()] * cfg.n_layer
+    facts = cfg.encoding  # its record builds it (dape_core/encodings.py, contrib or a plugin)
+    if facts.shared:
+        encodings = [facts.build(cfg)] * cfg.n_layer
     else:
-        encodings = [builders[cfg.pos_encoding]() for _ in range(cfg.n_layer)]
+        encodings = [facts.build(cfg) for _ in range(cfg.n_layer)]
     for encoding in encodings:
+        encoding.facts = facts
         encoding.symmetric = not cfg.causal
     return encodings
 

@@ -18,7 +18,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .config import CONCATENATING_FORMS, ModelConfig, processor_form, processor_in_channels
+from .config import ModelConfig, processor_form, processor_in_channels
+from .processor_records import FORMS
 
 
 class ScoreProcessor(nn.Module):
@@ -30,6 +31,7 @@ class ScoreProcessor(nn.Module):
 
     key_halo = 0
     row_halo = 0
+    facts = None  # its record (dape_core/components.py `Processor`), set by `build_processor`
 
     def forward(self, scores, bias, q_pos, k_pos):  # pragma: no cover - interface
         raise NotImplementedError
@@ -55,6 +57,7 @@ class ConvScoreProcessor(ScoreProcessor):
         super().__init__()
         rows, cols = (1, kernel) if isinstance(kernel, int) else kernel  # ModelConfig checked both (odd cols)
         self.form = processor_form(form, has_bias)
+        self.form_facts = FORMS[self.form]  # what z is and whether B is added back (processor_records.py)
         self.leak = leak
         self.tril = causal and not leak
         self.kernel = (rows, cols)
@@ -66,14 +69,8 @@ class ConvScoreProcessor(ScoreProcessor):
         self.conv_out = nn.Conv2d(d_dape, n_head, (rows, cols), padding=padding)
 
     def feature_parts(self, scores: torch.Tensor, bias: torch.Tensor | None) -> list[torch.Tensor]:
-        """The processor's input channels z, as parts to concatenate over the head axis."""
-        if self.form in CONCATENATING_FORMS:
-            return [scores, bias]
-        if self.form == "add_residual":
-            return [scores + bias]
-        if self.form == "bias_only":
-            return [bias]
-        return [scores]
+        """The processor's input channels z, as parts to concatenate over the head axis (the form's record)."""
+        return self.form_facts.parts(scores, bias)
 
     def _conv(self, conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
         if self.kernel[0] > 1:
@@ -89,7 +86,7 @@ class ConvScoreProcessor(ScoreProcessor):
         hidden = F.leaky_relu(self._conv(self.conv_in, z), negative_slope=0.01, inplace=True)
         logits = self._conv(self.conv_out, hidden).contiguous()  # f, back to [B, H, Tq, Tk] rows
         logits.add_(scores)  # + S
-        if self.form != "concat" and self.form != "no_bias":
+        if self.form_facts.adds_bias:
             logits.add_(bias)  # + B
         return logits
 
@@ -138,6 +135,10 @@ class TrilConcat(torch.autograd.Function):
 
 
 def build_processor(cfg: ModelConfig, has_bias: bool) -> ScoreProcessor | None:
-    if cfg.processor == "none":
+    """The layer's processor, built by its record (None without one); the module keeps its record as `facts`."""
+    facts = cfg.processor_facts
+    if not facts.present:
         return None
-    return ConvScoreProcessor(cfg.n_head, has_bias, cfg.d_dape, cfg.kernel_shape, cfg.form, cfg.leak, cfg.causal)
+    processor = facts.build(cfg, has_bias)
+    processor.facts = facts
+    return processor

@@ -80,7 +80,9 @@ def build_variant(variant: str, device: torch.device, training: bool, *, preset:
     from dape_core.config import ModelConfig
     from dape_core.model import build_model
 
-    processor = {"processor": "none"} if variant == "Kerple" else {"processor": "dapev2", "kernel_size": 3}
+    from .exactness import fused_processor
+
+    processor = {"processor": "none"} if variant == "Kerple" else {"processor": fused_processor(), "kernel_size": 3}
     blocks = variant.endswith("block")
     cfg = ModelConfig(preset=preset, vocab_size=vocab_size, pos_encoding="kerple", d_dape=32,
                       attention_block_size=block_rows if blocks and training else None,

@@ -42,6 +42,15 @@ def cases(device: torch.device) -> list[Case]:
     return [Case(3, torch.float32, True), Case(3, torch.float32, False)]
 
 
+def fused_processor() -> str:
+    """The processor the fused kernels are checked with: the first registered one they compute whose kernel
+    width is a setting (dape_core/components.py; DAPE V2)."""
+    from dape_core.components import processors
+
+    return next(name for name, record in processors.items(discover=False)
+                if record.fused and "kernel_size" in record.settings)
+
+
 def run(device: torch.device, chosen: list[Case] | None = None) -> list[Outcome]:
     import dape_core.fused as fused
 
@@ -61,7 +70,8 @@ def check(case: Case, device: torch.device) -> Outcome:
     size = dict(SIZES["cuda" if device.type == "cuda" else "cpu"])
     length = size.pop("length")
     name = f"fused = direct, {case.label}, T={length}"
-    cfg = ModelConfig(preset="tiny", pos_encoding="kerple", processor="dapev2", kernel_size=case.kernel_size, **size)
+    cfg = ModelConfig(preset="tiny", pos_encoding="kerple", processor=fused_processor(), kernel_size=case.kernel_size,
+                      **size)
     torch.manual_seed(0)
     layer = CausalSelfAttention(cfg, build_position_encoding(cfg)).to(device).train(case.training)
     generator = torch.Generator().manual_seed(1)

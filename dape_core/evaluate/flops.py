@@ -3,8 +3,9 @@
 Per token at context length T (1 multiply-add = 2 FLOPs):
 - every `nn.Linear` (QKV, output projection, MLP, LM head): in × out;
 - the attention core, QKᵀ and A·V over the full T×T grid as the papers count it: 2 · T · d_model per layer;
-- the score processor's 1×k convolutions over the T×T score map: C_in · C_out · k per (i, j), so
-  T · Σ C_in · C_out · k per token (docs/method.md §4: 3·H·D·k·T² per sequence with a bias PE, 2·H·D·k·T² without).
+- the score processor over the T×T score map: its record's multiply-adds per entry (i, j)
+  (dape_core/components.py `Cost.macs`; DAPE's 1×k convolutions: Σ C_in · C_out · k), so T times that per token
+  (docs/method.md §4: 3·H·D·k·T² per sequence with a bias PE, 2·H·D·k·T² without).
 Not counted: embeddings (a lookup), norms, activations, softmax, position-encoding internals. A fused
 causal kernel skips about half of the attention grid; this counts what the formulas count.
 """
@@ -30,12 +31,11 @@ def forward_flops_per_token(model: nn.Module, seq_len: int) -> float:
             continue
         if isinstance(module, nn.Linear) and id(module) not in processor_modules:
             macs += module.in_features * module.out_features
-        elif isinstance(module, nn.Conv2d) and id(module) in processor_modules:
-            kernel = module.kernel_size[0] * module.kernel_size[1]
-            macs += module.in_channels * module.out_channels // module.groups * kernel * seq_len
     for attn in attention:
         d_model = attn.qkv.in_features
         macs += 2 * seq_len * d_model
+        if getattr(attn, "processor", None) is not None:
+            macs += attn.processor_cost.macs * seq_len
     return 2.0 * macs
 
 

@@ -86,8 +86,10 @@ def unsupported(layer, q: torch.Tensor) -> str | None:
     """None when the fused path can compute this layer on q's dtype and shape, else the reason it cannot
     (the layer then keeps its other paths)."""
     processor, encoding = layer.processor, layer.pos
-    if processor is None or not hasattr(processor, "conv_in"):
-        return "no convolutional score processor"
+    if processor is None or processor.facts is None or not processor.facts.fused:  # its record (components.py)
+        return "no score processor the fused kernels compute (a convolution of the DAPE family)"
+    if processor.form_facts.fused_mode is None:
+        return f"the form {processor.form!r}, which the fused kernels do not compute"
     if processor.kernel[0] != 1:
         return f"a {processor.kernel[0]}x{processor.kernel[1]} kernel (taller than one query row)"
     if processor.kernel[1] > MAX_KERNEL_WIDTH:
@@ -120,13 +122,12 @@ def fused_attention(layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     on this device (`fit`: no tile size fits it) or fail their self-check, a RuntimeError that says why when
     `forced`, else a warning (once per configuration) and None: the caller then computes the layer on its other
     paths."""
-    from .launch import Spec, Z_MODES, bias_table, pack_weights
+    from .launch import Spec, bias_table, pack_weights
 
     processor, encoding = layer.processor, layer.pos
-    form = processor.form
+    form = processor.form_facts  # its record: how z is built, whether B is added back
     spec = Spec(n_head=q.shape[1], head_dim=q.shape[3], channels=processor.conv_in.out_channels,
-                kernel_width=processor.kernel[1], z_mode=Z_MODES[form],
-                residual_bias=form in ("concat_residual", "add_residual", "bias_only"),
+                kernel_width=processor.kernel[1], z_mode=form.fused_mode, residual_bias=form.adds_bias,
                 has_bias=encoding.has_bias, tril=processor.tril, causal=layer.causal)
     table = bias_table(encoding, q.shape[2], q.device) if encoding.has_bias else None
     return _apply(layer, spec, forced, q, k, v, table, *pack_weights(processor, spec))

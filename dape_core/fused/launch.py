@@ -20,7 +20,7 @@ BACKWARD_CHUNK_BYTES = 2**30
 TILES_ENV = "DAPE_FUSED_TILES"  # "fwd_rows,fwd_cols,bwd_rows,bwd_cols,warps": tile sizes for tuning on a GPU
 TRITON_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32,
                  torch.float64: tl.float64}
-Z_MODES = {"concat_residual": 0, "concat": 0, "add_residual": 1, "bias_only": 2, "no_bias": 3}
+# How the kernels build z (Z_MODE) is each form's `fused_mode` (dape_core/processor_records.py).
 
 
 def interpreting() -> bool:

@@ -280,7 +280,8 @@ def _evaluate_leased(study: Study, store: StudyStore, tasks: list[TrialTask], re
                      outcome: EvaluationOutcome, version: str, leases, local: bool, address: str | None,
                      tracking_uri: str, say: Callable[[str], None]) -> None:
     """Evaluate the leased tasks, each recorded as soon as it arrives and its lease given back."""
-    payloads = [{**task.payload(), "tracking_uri": tracking_uri, "launch_dir": str(Path.cwd())} for task in tasks]
+    payloads = [{**task.payload(), "tracking_uri": tracking_uri, "launch_dir": str(Path.cwd()),
+                 "plugins": list(study.plugin_payloads())} for task in tasks]  # loaded where a task runs
 
     def done(task: TrialTask, result: dict | None, error: str | None) -> None:
         try:

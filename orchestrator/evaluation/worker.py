@@ -49,11 +49,13 @@ def evaluate_task(task: dict) -> dict:
 
     from dape_core.data import anchored, load_corpus
     from dape_core.experiment import evaluate_stored
+    from dape_core.plugins import load_shipped
     from dape_core.stored import load_model, read_config
     from dape_core.train import resolve_device, resolve_precision
 
     started, began = time.perf_counter(), time.time()
     torch.set_num_threads(task["threads"])
+    load_shipped(task.get("plugins"))  # the study's plugins: the stored config names their components
     folder, temporary = weights_folder(task["artifact_uri"], task.get("tracking_uri"))
     try:
         device = resolve_device(read_config(folder).train.device)

@@ -17,6 +17,8 @@ from ..tracking.console import ConsoleProgress
 from ..tracking.events import Tally, TrialEvents
 from ..tracking.leases import LeaseBook
 from ..tracking.recorder import MLflowRecorder
+from dape_core.plugins import plugin_tags
+
 from ..tracking.source import DIFF_FILE, code_source
 from ..tracking.sharing import DeviceSharing
 from ..tracking.store import StudyStore
@@ -95,7 +97,8 @@ def run_study(context: RunContext) -> StudyOutcome:
     if todo and not context.local:  # before the parent run: an unreachable cluster leaves nothing behind
         _prepare_ray(context, progress.message)
     source = code_source()  # which code ran: mlflow.source.* tags, code_version, the uncommitted diff's hash
-    source_tags = source.tags(context.study_path)
+    # ... and each plugin's source hash (dape_core/plugins.py): a stored result names the code that produced it
+    source_tags = {**source.tags(context.study_path), **plugin_tags(study.plugin_payloads())}
     outcome = StudyOutcome(trials=todo + skipped, skipped=skipped)
     # The recorder first: a listener that fails (the tracking server went away) stops the study before the
     # console says a trial finished that the store does not know about.
@@ -193,6 +196,10 @@ def _prepare_ray(context: RunContext, say) -> None:
     start_ray(address, context.connect_timeout)
     where = f"the Ray cluster at {address}" if address else "the local Ray (this machine)"
     require_placeable(one_worker_bundles(resources.cpus, resources.gpus), where, context.resource_wait, say)
+    if context.study.plugins:
+        from .plugins_on_workers import require_plugins_on_workers
+
+        require_plugins_on_workers(context.study, where)
 
 
 def _run_trials(context: RunContext, todo: list[Trial], events: TrialEvents, progress: ConsoleProgress) -> int:

@@ -128,7 +128,8 @@ def _checkpoint_folder(root: Path, trial) -> Path:
 
 def _summary(cfg: ExperimentConfig) -> str:
     model, train = cfg.model, cfg.train
-    processor = "none" if model.processor == "none" else f"{model.processor} {'x'.join(map(str, model.kernel_shape))}"
+    kernel = model.kernel_shape  # a convolutional processor's (its record's)
+    processor = model.processor if kernel is None else f"{model.processor} {'x'.join(map(str, kernel))}"
     workers = cfg.distributed.workers
     size = f"; {workers} workers ({cfg.distributed.parallelism})" if workers > 1 else ""
     return (f"{model.preset} {model.pos_encoding} processor {processor}; {train.steps} steps of {train.batch_size} x "

@@ -1,8 +1,9 @@
 """Analytic cost estimates of a trial, for `orchestrator plan`: parameters, FLOPs, memory, duration.
 
 Parameters are counted exactly (dape_core's analytic count, tested against the built models).
-FLOPs and memory are the usual transformer terms plus the score processor's: a convolution from C_in
-input channels to D hidden channels and back to H over the T x T score map, where C_in follows the form
+FLOPs and memory are the usual transformer terms plus those of the score processor and the position encoding,
+per entry of the T x T score map as their records state them (dape_core/components.py `Cost`). For DAPE: a
+convolution from C_in input channels to D hidden channels and back to H, where C_in follows the form
 (2H where it reads [S, B]: concat_residual and concat with a bias encoding; else H), about `3·H·D·k·T²`
 extra multiply-adds per layer in the main form. Memory is per worker, for the trial's size and parallelism
 (`memory_per_worker`). The duration uses an assumed sustained throughput per device kind, times the
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dape_core import ExperimentConfig, ModelConfig
+from dape_core.components import Cost
 
 # Sustained training throughput assumed for the duration estimate (FLOP/s).
 CPU_FLOPS_PER_CORE = 25e9  # measured: the CPU preset trains at ~29 GFLOP/s on one core here
@@ -39,24 +41,23 @@ def processor_in_channels(cfg: ModelConfig) -> int:
     return cfg.processor_in_channels
 
 
+def map_costs(cfg: ModelConfig) -> list[Cost]:
+    """What the processor and the encoding cost per score-map entry, per layer (their records)."""
+    return [cfg.processor_facts.cost(cfg), cfg.encoding.cost(cfg)]
+
+
 def forward_flops_per_sequence(cfg: ModelConfig, length: int, parameters: int) -> float:
     dense = 2 * (parameters - cfg.vocab_size * cfg.d_model) * length  # every non-embedding weight, 2 FLOPs/MAC
     attention = cfg.n_layer * 4 * cfg.n_head * cfg.head_dim * length**2  # QKᵀ and A·V
-    processor = 0.0
-    if cfg.processor != "none":
-        kq, kk = cfg.kernel_shape
-        k = kq * kk
-        channels_in = processor_in_channels(cfg)
-        processor = cfg.n_layer * 2 * (channels_in + cfg.n_head) * cfg.d_dape * k * length**2
-    return dense + attention + processor
+    components = sum(cfg.n_layer * 2 * cost.macs * length**2 for cost in map_costs(cfg) if cost.macs) or 0.0
+    return dense + attention + components
 
 
 def activation_bytes(model: ModelConfig, sequences: int, length: int) -> float:
     """Activations kept for the backward pass of `sequences` sequences, in float32: per layer the hidden
-    states (about 16 x width per token) and the T x T maps (attention, and the processor's input, hidden and
-    output channels)."""
-    processor_maps = processor_in_channels(model) + 2 * model.d_dape + model.n_head  # input, hidden (x2), output
-    maps = model.n_head * 3 + (processor_maps if model.processor != "none" else 0)
+    states (about 16 x width per token) and the T x T maps (attention's, and those the processor's and the
+    encoding's records state: DAPE's input, hidden and output channels)."""
+    maps = model.n_head * 3 + sum(cost.stored for cost in map_costs(model))  # attention's, the components'
     return model.n_layer * sequences * (length * model.d_model * 16 + maps * length * length) * 4
 
 
@@ -102,7 +103,6 @@ def evaluation_memory_bytes(model: ModelConfig, batch: int, length: int) -> floa
     rows = length
     if model.eval_block_size is not None and length > model.eval_block_size:
         rows = max(MIN_BLOCK_ROWS, min(model.eval_block_size, EVAL_BLOCK_ELEMENTS // (batch * length)))
-    processor_maps = processor_in_channels(model) + 2 * model.d_dape + model.n_head
-    maps = model.n_head * 3 + (processor_maps if model.processor != "none" else 0)
+    maps = model.n_head * 3 + sum(cost.stored for cost in map_costs(model))
     hidden = batch * length * model.d_model * 16 * 4
     return 4 * count_parameters(model) + hidden + batch * maps * rows * length * 4

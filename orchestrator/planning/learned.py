@@ -2,8 +2,9 @@
 shape, which replaces the analytic estimate (estimate.py) wherever such runs exist.
 
 A run matches a trial when they share what sets the cost of a step: the model's shape (layers, width, heads,
-MLP ratio, vocabulary, position encoding, causality), its score processor (and, with one, its kernel, D_dape
-and form), the sequence length, batch, precision and accumulation, a CHE trial's task and batch, the device
+MLP ratio, vocabulary, position encoding, causality), its score processor (and, with one, the processor
+settings that change a step's cost, `PROCESSOR_KEYS`: its kernel, D_dape and form), the components' options
+(`model.options.*`), the sequence length, batch, precision and accumulation, a CHE trial's task and batch, the device
 kind (cpu, cuda) and the trial size (workers; with several, their parallelism). Learning rate, steps and seeds
 do not matter, so runs of any experiment in the store teach every study that trains the same shape. The CPU
 threads per trial are not logged and not matched.
@@ -16,11 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dape_core.metric_names as names
+from dape_core.components import PROCESSOR_FIELDS, processors
 
 SHAPE_KEYS = ("model.n_layer", "model.d_model", "model.n_head", "model.mlp_ratio", "model.vocab_size",
               "model.pos_encoding", "model.processor", "model.causal", "model.attention_block_size",
               "train.seq_len", "train.batch_size", "train.precision", "train.grad_accum")
-PROCESSOR_KEYS = ("model.kernel_size", "model.d_dape", "model.form")
+# The processor fields whose value changes a step's cost, for any processor's run (its records' settings with
+# `step_cost`; a field a processor does not read is logged n/a, so the key is the same for every processor).
+PROCESSOR_KEYS = tuple(f"model.{name}" for name in PROCESSOR_FIELDS
+                       if any(setting.name == name and setting.step_cost
+                              for record in processors.values(discover=False) for setting in record.declared))
+OPTIONS_PREFIX = "model.options."
 CHE_KEYS = ("che.task", "che.form", "che.batch_size", "che.train_max_length")
 
 
@@ -41,8 +48,10 @@ def shape_key(flat: dict[str, Any], device: str) -> tuple:
     a run's logged params, or a planned trial's params as they will be logged (tracking.params)."""
     kind = device_kind(device)
     keys = list(SHAPE_KEYS)
-    if str(flat.get("model.processor", "none")) not in ("none", "n/a"):
+    processor = processors.get(str(flat.get("model.processor", "none")), discover=False)
+    if processor is None or processor.present:  # a processor (one not registered here: a plugin's run)
         keys += PROCESSOR_KEYS
+    keys += sorted(key for key in flat if key.startswith(OPTIONS_PREFIX))
     if flat.get("che.task") not in ABSENT:
         keys += CHE_KEYS
     values = {key: "None" if flat.get(key) in ABSENT else str(flat.get(key)) for key in keys}  # n/a = None here

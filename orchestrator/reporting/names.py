@@ -1,45 +1,45 @@
 """Settings and their values in words, for axis labels, panel titles and legends ("kernel size", not
 `model.kernel_size`; "DAPE V2", not `processor=dapev2`). A setting without a word of its own is named by its
-last dotted part with spaces for underscores."""
+last dotted part with spaces for underscores. The components' names and their settings' words are their
+records' (dape_core/components.py), plugins' included once their study loaded them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dape_core.encodings import ENCODINGS
+from dape_core import components
 
+# The study's own settings; the components' settings have their words in their records.
 SETTINGS = {
-    "lr": "learning rate", "d_dape": "DAPE width", "kernel_size": "kernel size", "pos_encoding": "position encoding",
-    "processor": "score processor", "preset": "model size", "seq_len": "training length",
-    "train_length": "training length", "batch_size": "batch size", "steps": "training steps", "leak": "leakage",
-    "form": "DAPE form", "seed": "seed", "rope_random_max": "randomized RoPE's longest length",
-    "fire_width": "FIRE width", "fire_l0": "FIRE L₀", "warmup_steps": "warm-up steps", "weight_decay": "weight decay",
-    "grad_accum": "gradient accumulation", "attention_block_size": "attention block size",
+    "lr": "learning rate", "pos_encoding": "position encoding", "processor": "score processor", "preset": "model size",
+    "seq_len": "training length", "train_length": "training length", "batch_size": "batch size",
+    "steps": "training steps", "seed": "seed", "warmup_steps": "warm-up steps", "weight_decay": "weight decay",
+    "grad_accum": "gradient accumulation",
 }
-VALUES = {
-    "processor": {"none": "no processor", "dape": "DAPE", "dapev2": "DAPE V2"},
-    "pos_encoding": {name: encoding.label for name, encoding in ENCODINGS.items()},  # dape_core/encodings.py
-    "form": {"concat_residual": "concat + residual", "concat": "concat", "add_residual": "add + residual",
-             "bias_only": "bias only"},
-}
+NAMED = ("processor", "pos_encoding", "form")  # settings whose values name components
+
+
+def values(name: str) -> dict[str, str]:
+    """A setting's values in words: a component's name -> its label (the registry, at the time of asking)."""
+    return components.value_labels(name) if name in NAMED else {}
 
 
 def setting(key: str) -> str:
     """`model.kernel_size` or `kernel_size` -> "kernel size"."""
     name = key.rsplit(".", 1)[-1]
-    return SETTINGS.get(name, name.replace("_", " "))
+    return SETTINGS.get(name) or components.setting_labels().get(name) or name.replace("_", " ")
 
 
 def value(key: str, raw: Any) -> str:
     name = key.rsplit(".", 1)[-1]
     text = f"{raw:g}" if isinstance(raw, float) else str(raw)
-    return VALUES.get(name, {}).get(text, text)
+    return values(name).get(text, text)
 
 
 def assignment(key: str, raw: Any) -> str:
     """"kernel size 3", "learning rate 0.001"; a named value alone ("DAPE V2", "Kerple")."""
     name = key.rsplit(".", 1)[-1]
-    if name in VALUES and str(raw) in VALUES[name]:
+    if str(raw) in values(name):
         return value(key, raw)
     return f"{setting(key)} {value(key, raw)}"
 

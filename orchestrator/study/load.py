@@ -1,8 +1,11 @@
 """Loading a study: its YAML read so that it means one thing (yaml_loader.py), a profile and command-line
 overrides applied, the study validated by pydantic, then every check that needs no data over every resolved
 trial (trial_checks.py, sweeps.py, search_checks.py), and each profile's published values against its rows
-(published_checks.py), for the chosen profile and for every other profile of the file, and, where the caller asks (run, plan, validate), the data the chosen profile's trials would read
-(data_paths.py). Every problem is collected and reported at once (StudyError), each with its field path;
+(published_checks.py), for the chosen profile and for every other profile of the file, and, where the caller
+asks (run, plan, validate), the data the chosen profile's trials would read (data_paths.py). A study's plugins
+(`plugins:`, dape_core/plugins.py) are loaded first, so that the names they register validate like the
+built-ins', and what they register is audited for causality over the resolved trials (plugin_checks.py) before
+anything can launch. Every problem is collected and reported at once (StudyError), each with its field path;
 problems of a profile that was not chosen are prefixed `profiles.<name>:`, and the error of a chosen profile
 names it in its first line. The rows' resolved configs stay with the study returned (trial_checks.py's
 `resolved_rows`): expanding it (trial/trials.py), its claims and its report resolve no row again.
@@ -25,12 +28,20 @@ from .decide_checks import decide_problems
 from .locate import folder_problem
 from .model import Study
 from .overrides import resolve
+from .plugin_checks import load_plugins, plugin_problems
 from .problems import StudyError, format_pydantic
 from .published_checks import resolve_published
 from .search_checks import search_problems
 from .sweeps import sweep_problems
-from .trial_checks import (MAX_ROWS, ResolvedTrial, identity_problems, resolved_trials, row_count,
-                           run_name_problems, validate_config)
+from .trial_checks import (
+    MAX_ROWS,
+    ResolvedTrial,
+    identity_problems,
+    resolved_trials,
+    row_count,
+    run_name_problems,
+    validate_config,
+)
 from .yaml_loader import load_yaml
 
 __all__ = ["apply_study_overrides", "load_study", "parse_study", "profile_data_notes", "read_study", "read_study_yaml", "validate_config"]
@@ -111,12 +122,13 @@ def _profile_problems(original: dict, study: Study, chosen: str | None, known: l
 
 def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
                 overrides: dict[str, Any] | None = None, *, check_data: bool = False,
-                problems: list[str] | tuple[str, ...] = ()) -> Study:
+                problems: list[str] | tuple[str, ...] = (), folder: Path | str = ".") -> Study:
     """Validate a loaded YAML document into a Study, or raise StudyError listing every problem.
 
     `profile` applies one of the study's named override sets; `overrides` (from the command line) come last.
     `check_data`: also report the data files the trials would read that do not exist. `problems`: found
-    already (duplicate keys of the YAML), reported with the others.
+    already (duplicate keys of the YAML), reported with the others. `folder`: the study file's, where the
+    plugin files it names are.
     """
     if profile is not None:
         source = f"{source} (profile {profile})"
@@ -124,16 +136,20 @@ def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
         raise StudyError(source, [*problems, f"(top level): expected a mapping of study fields, got {type(raw).__name__}"])
     original = copy.deepcopy(raw)
     raw = _apply(copy.deepcopy(raw), source, profile, overrides)
+    plugins, plugin_faults = load_plugins(raw.get("plugins"), folder)
+    if plugin_faults:  # the names they would register cannot be validated without them
+        raise StudyError(source, [*problems, *plugin_faults])
     try:
         study = Study.model_validate(raw)
     except ValidationError as error:
         found = format_pydantic(error, "study", Study)
         raise StudyError(source, [*problems, *found, *_base_problems(raw, found)]) from None
     study._profile = profile
+    study._plugins = tuple(plugins)
     found, trials = study_problems(study)
     if profile is not None and not found:
         found += resolve_published(study, profile)[1]
-    found = [*problems, *found]
+    found = [*problems, *found, *plugin_problems(plugins, trials)]
     found += _profile_problems(original, study, profile, found)
     if check_data and trials:
         found += study_data_problems(ExperimentConfig(**study.base).data, trials)
@@ -194,4 +210,4 @@ def load_study(path: str | Path, profile: str | None = None, overrides: dict[str
                check_data: bool = False) -> Study:
     document, duplicates = read_study(path)
     return parse_study(document, str(path), profile=profile, overrides=overrides, check_data=check_data,
-                       problems=duplicates)
+                       problems=duplicates, folder=Path(path).parent)

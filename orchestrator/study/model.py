@@ -308,6 +308,11 @@ class Study(_Strict):
                                                "values to drop.")
     variants: list[Variant] = Field(default_factory=list, min_length=1, description="Named rows; leave the key "
                                     "out to run the base alone.")
+    plugins: list[str] = Field(default_factory=list, description="Modules of yours that register position "
+                               "encodings, score processors or forms (dape_core.components; docs/extending.md): a "
+                               ".py file beside the study (it travels with the study to every worker) or a module "
+                               "name (it must be importable where trials run). Loaded before the study is "
+                               "validated; what they register is audited for causality before a trial launches.")
     seeds: Seeds = Field(default_factory=lambda: [0], description="Every row runs once per seed (the only place "
                          "train.seed is set).")
     search: Search = Field(default_factory=Search)
@@ -333,6 +338,12 @@ class Study(_Strict):
     # The profile this study was loaded with (load.py), None for the file as written: which `published` values
     # its report shows.
     _profile: str | None = PrivateAttr(default=None)
+    # The plugins loaded for this study (dape_core.plugins.Plugin), set by load.py: what travels to the trials.
+    _plugins: tuple = PrivateAttr(default=())
+
+    def plugin_payloads(self) -> tuple[dict, ...]:
+        """What each trial's process needs to load the study's plugins (dape_core/plugins.py)."""
+        return tuple(plugin.payload() for plugin in self._plugins)
 
     @field_validator("zip")
     @classmethod

@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from dape_core import ExperimentConfig
+from dape_core.plugins import load_shipped
 
 from ..study.identity import legacy_identity, trial_identity
 from ..study.model import Study
@@ -31,6 +32,7 @@ class Trial:
     swept: dict = field(default_factory=dict)  # dotted key -> value of the axes/zip/search point of this row
     overrides: dict = field(default_factory=dict)  # everything this row sets on top of base (variant + point)
     template_id: str = ""  # a sampled trial: the identity of the row it was sampled from (its template)
+    plugins: tuple = ()  # the study's plugins, as they travel (dape_core.plugins.Plugin.payload)
 
     @cached_property  # hashing validates the config: once per trial
     def trial_id(self) -> str:
@@ -53,7 +55,7 @@ class Trial:
         """What travels to the Ray Tune trial: plain, picklable data."""
         return {"label": self.label, "variant": self.variant, "seed": self.seed, "baseline": self.baseline,
                 "index": self.index, "config": self.config, "swept": self.swept,
-                "overrides": self.overrides, "template_id": self.template_id}
+                "overrides": self.overrides, "template_id": self.template_id, "plugins": list(self.plugins)}
 
 
 def distinct(trials: list[Trial]) -> list[Trial]:
@@ -103,20 +105,23 @@ class StoredIdentities:
 def expand(study: Study) -> list[Trial]:
     """One trial per row and seed, from the rows' configs as the study's validation resolved them (each row is
     resolved once per command: study/trial_checks.py's `resolved_rows`); a seed sets only `train.seed`."""
-    trials = []
+    trials, plugins = [], study.plugin_payloads()
     for index, row in enumerate(resolved_rows(study)):
         cell = row.cell
         for seed in study.seeds:
             resolved = row.config.to_dict()  # a fresh plain dict per trial
             resolved["train"]["seed"] = seed
             trials.append(Trial(label=cell.label, variant=cell.variant, seed=seed, baseline=cell.baseline,
-                                index=index, config=resolved, swept=cell.swept, overrides=dict(cell.overrides)))
+                                index=index, config=resolved, swept=cell.swept, overrides=dict(cell.overrides),
+                                plugins=plugins))
     return trials
 
 
 def materialize(tune_config: dict[str, Any]) -> Trial:
-    """The concrete Trial behind a Tune trial config: its template plus any sampled `params`."""
-    template = Trial(**tune_config["trial"])
+    """The concrete Trial behind a Tune trial config: its template plus any sampled `params`. The study's
+    plugins are loaded first (in a worker's process, from what the driver sent): its config names them."""
+    load_shipped(tune_config["trial"].get("plugins"))
+    template = Trial(**{**tune_config["trial"], "plugins": tuple(tune_config["trial"].get("plugins") or ())})
     params = tune_config.get("params") or {}
     if not params:
         return template
