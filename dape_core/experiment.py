@@ -165,7 +165,7 @@ def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointS
         weights = [str(path) for path in save_model(evaluated, cfg, corpus.content_hash, corpus.record, weights_dir)]
         weights_seconds = time.perf_counter() - started
     result = ExperimentResult(
-        **_evaluate(evaluated, windows, cfg, precision, artifacts_dir),
+        **_evaluate(evaluated, windows, cfg, precision, artifacts_dir, corpus),
         final_train_loss=trained.final_loss,
         train_seconds=trained.train_seconds,
         tokens_seen=trained.tokens_seen,
@@ -216,7 +216,34 @@ def evaluate_stored(model, cfg: ExperimentConfig, artifacts_dir=None, corpus=Non
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, lengths=sorted(set(lengths))))
     else:
         windows = protocol_windows(cfg, corpus)
-    return _evaluate(model, windows, cfg, resolve_precision(precision or cfg.train.precision, device), artifacts_dir)
+    return _evaluate(model, windows, cfg, resolve_precision(precision or cfg.train.precision, device), artifacts_dir,
+                     corpus)
+
+
+def visualise_title(cfg: ExperimentConfig, length: int) -> str:
+    """What a map shows, for its title: the variant (encoding and processor), the kernel, the training length
+    and the evaluation length."""
+    model = cfg.model
+    processor = model.processor_facts.label  # its record's label (dape_core/components.py)
+    if model.kernel_shape is not None:
+        rows, columns = model.kernel_shape
+        processor += f", kernel {rows}×{columns}"
+    return (f"{model.encoding.label} + {processor}; trained at L={cfg.train.seq_len}, "
+            f"evaluated at L={length}")
+
+
+def visualise(model, cfg: ExperimentConfig, corpus, artifacts_dir=None, length: int | None = None) -> list[str]:
+    """The papers' attention maps (evaluate/visualise.py) of a trained model on one window: the first `length`
+    tokens (default: the longest evaluation length) of the held-out stream of `cfg.eval.split`, the same for
+    every trial. Returns the files (a PNG per layer, the arrays), in `artifacts_dir` (default: a new folder)."""
+    from .evaluate import attention_maps, save_attention_maps, visualise_window
+
+    length = length or max(cfg.eval.lengths)
+    folder = Path(artifacts_dir) if artifacts_dir is not None else Path(tempfile.mkdtemp(prefix="dape_attention_"))
+    device = next(model.parameters()).device
+    tokens = visualise_window(corpus.stream_regions(cfg.eval.split), length).to(device)
+    title = visualise_title(cfg, length) + f"; window: held-out tokens 0–{length - 1}"
+    return [str(path) for path in save_attention_maps(attention_maps(model, tokens), folder, title, length)]
 
 
 def _validation(model, corpus, cfg: ExperimentConfig, precision):
@@ -235,11 +262,11 @@ def _validation(model, corpus, cfg: ExperimentConfig, precision):
     return functools.partial(tail_loss, unwrap(model), val_windows, seq_len, cfg.eval.batch_size, precision)
 
 
-def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_dir) -> dict:
+def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_dir, corpus) -> dict:
     """The evaluation protocol on the trained model: perplexity and ΔP by length, then (optionally) the
     forward time per length and the heat maps. Returns those ExperimentResult fields."""
     from .evaluate.config import PROTOCOL_VERSION
-    from .evaluate import attention_rows, delta_p, forward_ms_from_evaluation, perplexity_by_length, save_heat_maps
+    from .evaluate import delta_p, forward_ms_from_evaluation, perplexity_by_length
 
     started = time.perf_counter()
     batch_ms: dict[int, list[float]] | None = {} if cfg.eval.timing else None
@@ -253,12 +280,7 @@ def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_
         ms_forward = forward_ms_from_evaluation(model, timed, batch_ms, cfg.eval, precision)
     artifacts = []
     if cfg.eval.visualise:
-        longest = max(cfg.eval.lengths)
-        folder = Path(artifacts_dir) if artifacts_dir is not None else Path(tempfile.mkdtemp(prefix="dape_attention_"))
-        device = next(model.parameters()).device
-        rows = attention_rows(model, windows[longest][:1, :-1].to(device))
-        title = f"{cfg.model.pos_encoding} / {cfg.model.processor}, L={longest}"
-        artifacts = [str(path) for path in save_heat_maps(rows, folder, title)]
+        artifacts = visualise(model, cfg, corpus, artifacts_dir)
     return {"perplexity": perplexity, "delta_p": gains, "eval_seconds": eval_seconds, "ms_forward": ms_forward,
             "artifacts": artifacts, "eval_protocol": PROTOCOL_VERSION}
 

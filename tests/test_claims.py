@@ -136,17 +136,18 @@ def test_the_paired_test_and_holm_match_scipy(judged, built):
 
 
 @pytest.mark.slow
-def test_claims_section_comes_first_with_measured_values(judged):
+def test_claims_section_follows_the_headline_table_with_measured_values(judged):
     _, report, results = judged
     text = report.markdown
-    assert text.index("## Claims") < text.index("## Perplexity") < text.index("## Claims in detail")
+    # Table 1, the claims one line each, Table 2, then each claim's checks after the tables
+    assert text.index("## Perplexity") < text.index("## Claims") < text.index("## ΔP") < text.index("## Claims in detail")
     # One line per claim: verdict, effect with its interval and the claimed side, seeds, source.
     assert re.search(r"\| dape_flat_to_4x\s.*\| \*\*holds\*\*\s*\| value [0-9.]+ \[[0-9.]+, [0-9.]+\], "
                      r"claimed < 1\.5\s*\| 3\s*\| test\s*\|", text)
     ratio = results["dape_flat_to_4x"].checks[0]
     assert ratio.holds and ratio.text.startswith("DAPE-Kerple: ppl_128/ppl_32 = ")
     html = (report.folder / "report.html").read_text()
-    assert html.index('id="claims"') < html.index('id="table-perplexity"')
+    assert html.index('id="table-perplexity"') < html.index('id="claims"') < html.index('id="table-delta_p"')
     assert '<tr class="claim-fails">' in html
     assert html.index('id="table-perplexity"') < html.index('id="claim-details"')
     assert '<details class="claim-holds"><summary>dape_flat_to_4x: holds, value ' in html

@@ -129,6 +129,51 @@ def test_attention_row_is_what_the_model_computes(windows, tmp_path, kernel):
     assert arrays["layer1_bias"].shape == (2, 128)
 
 
+@pytest.mark.parametrize("kernel", [1, 3, (3, 3)])
+def test_attention_maps_are_the_models_query_by_key_logits(windows, tmp_path, kernel):
+    """The papers' figure: per layer and head, every query against every key, equal to the processor's own
+    [H, T, T] output in a normal forward (keys after the query: NaN); pooled by block means past 256."""
+    from dape_core.evaluate import attention_maps, save_attention_maps
+
+    direct = {"eval_block_size": None} if "eval_block_size" in _model_fields() else {}
+    model = _model(pos_encoding="kerple", processor="dapev2", kernel_size=kernel, **direct)
+    tokens = windows[128][:1, :-1]
+    full = []
+    hooks = [block.attn.processor.register_forward_hook(lambda m, a, out: full.append(out[0].detach()))
+             for block in model.blocks]
+    with torch.no_grad():
+        model(tokens)
+    for hook in hooks:
+        hook.remove()
+    maps = attention_maps(model, tokens)
+    assert len(maps) == len(model.blocks)
+    upper = np.triu(np.ones((128, 128), dtype=bool), k=1)
+    for layer, values in enumerate(maps):
+        assert values.shape == (2, 128, 128) and np.isnan(values[:, upper]).all()
+        np.testing.assert_allclose(values[:, ~upper], full[layer].numpy()[:, ~upper], rtol=1e-5, atol=1e-5)
+    pooled = attention_maps(model, tokens, pixels=32)[0]  # 4 x 4 blocks: their means, the upper ones NaN
+    block = maps[0][:, 4:8, 0:4]
+    assert pooled.shape == (2, 32, 32) and np.isnan(pooled[:, 0, 1]).all()
+    np.testing.assert_allclose(pooled[:, 1, 0], block.reshape(2, -1).mean(axis=1), rtol=1e-5)
+    paths = save_attention_maps(maps, tmp_path, "kerple + dapev2, kernel 1×3; trained at L=32, evaluated at L=128", 128)
+    assert [p.name for p in paths] == ["attention_layer0.png", "attention_layer1.png", "attention_maps.npz"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths[:2])
+    assert np.load(paths[-1])["layer1_logits"].shape == (2, 128, 128)
+
+
+def test_the_visualised_window_is_the_start_of_the_held_out_text():
+    from dape_core.evaluate import visualise_window
+    from dape_core.experiment import visualise_title
+
+    parts = [np.arange(5), np.arange(100, 110)]
+    assert visualise_window(parts, 8).tolist() == [[0, 1, 2, 3, 4, 100, 101, 102]]
+    with pytest.raises(ValueError, match="15 tokens, fewer than the 16"):
+        visualise_window(parts, 16)
+    cfg = ExperimentConfig(model={**TINY, "pos_encoding": "kerple", "processor": "dapev2", "kernel_size": 3},
+                           train={"seq_len": 64})
+    assert visualise_title(cfg, 1024) == "Kerple + DAPE V2, kernel 1×3; trained at L=64, evaluated at L=1024"
+
+
 def test_heat_maps_of_an_encoding_without_bias_show_the_logits(windows, tmp_path):
     model = _model(pos_encoding="rope")
     rows = attention_rows(model, windows[64][:1, :-1])
@@ -181,5 +226,5 @@ def test_one_structured_result_per_trial(tmp_path):
     assert result.device == "cpu" and result.precision == "fp32" and result.peak_memory_bytes > 0
     assert result.flops_per_token == forward_flops_per_token(build_model(ModelConfig(**cfg.model.to_dict())), 32)
     assert sorted(p.rsplit("/", 1)[-1] for p in result.artifacts) == [
-        "attention_layer0.png", "attention_layer1.png", "attention_rows.npz"]
+        "attention_layer0.png", "attention_layer1.png", "attention_maps.npz"]
     assert result.data_record["tokens"]["validation"] > 0 and result.data_record["split_seed"] == 0

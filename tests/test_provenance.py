@@ -152,11 +152,15 @@ def test_every_environment_field_is_on_the_trial_run_as_the_trial_used_it(ran):
     # The trial's process: resources.cpus = 1 gave it one torch thread, whatever this process has.
     assert env["torch_threads"] == "1" and env["device"] == "cpu" == tags["device"]
     report = (root / "reports" / "tiny_provenance" / "report.md").read_text()
-    header = report[:report.index("## Claims") if "## Claims" in report else report.index("## Perplexity")]
+    # The setup above Table 1 names the device once, with its hardware; the provenance is a section after it.
+    setup = report[:report.index("## Perplexity")]
+    assert setup.count("- device: ") == 1 and f"- device: cpu: {here['device_model']}" in setup
+    section = report[report.index("## Provenance"):]
+    assert report.index("## Perplexity") < report.index("## Provenance")
     for name, key in (("torch", "torch"), ("Ray", "ray"), ("MLflow", "mlflow"), ("Optuna", "optuna"), ("Triton", "triton")):
-        assert f"{name} {here[key]}" in header, name
-    assert f"cpu: {here['device_model']}" in header and "torch threads per trial: 1" in header
-    assert f"code version: {code_source().version}" in header
+        assert f"{name} {here[key]}" in section, name
+    assert "torch threads per trial: 1" in section and "- device" not in section
+    assert f"code version: {code_source().version}" in section
     html = (root / "reports" / "tiny_provenance" / "report.html").read_text()
     assert "torch threads per trial" in html and here["device_model"] in html
 

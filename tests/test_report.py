@@ -367,8 +367,10 @@ def test_new_metric_families_get_their_tables(built):
     tables = {table.family.key: table for table in build_tables(frame, "final value")}
     assert list(tables) == ["perplexity", "delta_p", "accuracy", "time"]
     delta_p, time_cost, accuracy = tables["delta_p"], tables["time"], tables["accuracy"]
-    # ΔP is logged for real now, at every evaluation length (0 at the training length by definition).
-    assert [delta_p.header(c) for c in delta_p.columns] == ["L=32", "L=64", "L=128"]
+    # ΔP is logged for real now, at every evaluation length; at the training length (32) it is 0 by definition
+    # in every run: that column is left out and the caption says why.
+    assert [delta_p.header(c) for c in delta_p.columns] == ["L=64", "L=128"] and delta_p.left_out == ["delta_p_32"]
+    assert "L=32 left out: ΔP is 0 there by definition" in delta_p.caption()
     # ms per forward is measured for real at every evaluation length now.
     assert [time_cost.header(c) for c in time_cost.columns] == [
         "ms/step", "ms/fwd L=32", "ms/fwd L=64", "ms/fwd L=128", "train s", "eval s"]
@@ -419,9 +421,10 @@ def test_grid_study_reads_in_blocks_compared_within_each_grid_point(grid):
     # One seed: no test is possible, and the report says why instead of "Holm-corrected over 0 comparisons".
     assert "over the 0 comparison(s)" not in markdown and "these rows have 1." in markdown
     assert "Baseline: the plain row of each grid point." in markdown
-    # ΔP at the training length is 0 by definition: never "best", never "-0.000".
+    # ΔP at the training length is 0 by definition: no all-zero column, the caption says why; never "-0.000".
     header, *rows = _markdown_table(markdown, "ΔP (information gain) by evaluation length")
-    assert [row[2] for row in rows] == ["0.000"] * 4 and "-0.000" not in markdown
+    assert header[2:4] == ["L=64", "L=128"] and "-0.000" not in markdown
+    assert "L=32 left out: ΔP is 0 there by definition" in markdown
     tex = (grid.report_dir / "tables.tex").read_text()
     assert tex.split(r"\end{table}")[0].count(r"\midrule") == 2  # header rule + one between the two blocks
     csv = pd.read_csv(grid.report_dir / "table_perplexity.csv")

@@ -233,11 +233,12 @@ def test_run_ids_link_to_the_runs_page_in_the_mlflow_ui(uri, address):
 
     document = _listing_document(uri)
     run_id = "0123456789abcdef0123456789abcdef"
+    classic = "?workflowType=machine_learning"  # MLflow's classic run page, not its GenAI view (dashboard.run_page)
     html = render_html.render(document)
-    assert f'<a href="{address}{run_id}">{run_id}</a>' in html
+    assert f'<a href="{address}{run_id}{classic}">{run_id}</a>' in html
     assert html.count("<a href=\"http") == 1  # the trial that has no run has no link
     markdown = render_md.render(document)
-    assert f"[{run_id}]({address}{run_id})" in markdown
+    assert f"[{run_id}]({address}{run_id}{classic})" in markdown
     server = uri.startswith("http")
     assert ("orchestrator ui STUDY" in markdown) is not server and ("<code>orchestrator ui STUDY</code>" in html) is not server
     assert ("tracking server" in markdown) is server

@@ -37,6 +37,6 @@ def test_leakage_study_runs_end_to_end_and_shows_the_leak(tmp_path):
     assert parent.data.tags["claim.leak_collapses_train_loss"] == "holds on 1 seed, untested"
     assert "Claims: 0 of 2 claims decided (0 hold, 0 fail) on 4 trials; 2 on 1 seed, untested (" in proc.stdout
     report = (tmp_path / "reports" / "leakage" / "report.md").read_text()
-    assert report.index("## Claims") < report.index("## Perplexity")
+    assert report.index("## Perplexity") < report.index("## Claims")  # Table 1 first, the claims right after it
     assert "tril off (leak)" in report and "tril on" in report
     assert (tmp_path / "reports" / "leakage" / "report.html").is_file()

@@ -69,8 +69,8 @@ def test_html_report_renders_in_chromium(built, chromium, tmp_path):
     assert not re.search(r'<link[^>]*href="(https?:)?//', html)
     # Its only links out are navigation, not resources: each run id to its page in the MLflow UI.
     links = re.findall(r'<a [^>]*href="((?:https?:)?//[^"]*)"', html)
-    assert links and all(re.fullmatch(r"http://127\.0\.0\.1:\d+/#/experiments/\d+/runs/[0-9a-f]{32}", link)
-                         for link in links), links
+    assert links and all(re.fullmatch(r"http://127\.0\.0\.1:\d+/#/experiments/\d+/runs/[0-9a-f]{32}"
+                                      r"\?workflowType=machine_learning", link) for link in links), links
 
     shot = tmp_path / "report.png"
     rendered = _chromium(chromium, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,2400",
@@ -93,6 +93,26 @@ def test_html_report_renders_in_chromium(built, chromium, tmp_path):
     assert re.search(r'<table class="results" id="table-perplexity">.*?</table>', dom.stdout, re.S)
     body_rows = re.search(r'id="table-perplexity">.*?<tbody>(.*?)</tbody>', dom.stdout, re.S).group(1)
     assert body_rows.count("<tr") == 2 and "DAPE1x3-Kerple" in body_rows
+
+
+def test_table_1_is_above_the_first_scroll(built, chromium, tmp_path):
+    """The result first: in a 1280 x 1000 px Chromium window, Table 1 (perplexity) is whole on the first screen,
+    before any other section. Measured by the browser's layout (getBoundingClientRect), read back from the DOM
+    of a copy of the report with a probe script."""
+    html = (built.report_dir / "report.html").read_text()
+    probe = ("<script>const table = document.getElementById('table-perplexity').getBoundingClientRect();"
+             "const next = document.querySelectorAll('h2')[1].getBoundingClientRect();"
+             "document.body.setAttribute('data-probe', [table.top, table.bottom, next.top, window.innerHeight]"
+             ".join(','));</script>")
+    page = tmp_path / "probe.html"
+    page.write_text(html.replace("</body>", probe + "</body>"))
+    dom = _chromium(chromium, tmp_path / "profile", "--window-size=1280,1000", "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    probed = re.search(r'data-probe="([^"]+)"', dom.stdout)
+    assert probed, dom.stdout[-3000:]
+    top, bottom, after, height = map(float, probed.group(1).split(","))
+    assert 0 < top < bottom <= height <= 1000, (top, bottom, height)
+    assert after > bottom  # the section after Table 1 (ΔP's table here) starts below it
 
 
 def _read_until(stream, pattern: str, timeout: float) -> tuple[re.Match | None, list[str]]:
@@ -173,7 +193,7 @@ def test_orchestrator_ui_serves_the_study(built, chromium, tmp_path):
         # A run id of the report's trials table links to that run's page in the UI `orchestrator ui` serves
         # (at its default port there; here the test's port): MLflow's web app shows that run.
         html = (built.report_dir / "report.html").read_text()
-        link, run_id = re.search(r'<a href="http://127\.0\.0\.1:5000(/#/experiments/[^"]+/runs/([0-9a-f]{32}))">\2</a>',
+        link, run_id = re.search(r'<a href="http://127\.0\.0\.1:5000(/#/experiments/[^"]+/runs/([0-9a-f]{32})\?workflowType=machine_learning)">\2</a>',
                                  html).groups()
         assert "orchestrator ui STUDY" in html
         run_name = next(run["info"]["run_name"] for run in runs if run["info"]["run_id"] == run_id)
@@ -181,6 +201,20 @@ def test_orchestrator_ui_serves_the_study(built, chromium, tmp_path):
                              "--dump-dom", base + link, timeout=240)
         text = _page_text(run_page.stdout)
         assert run_name in text and run_id in text and "Parameters" in text, text[:3000]
+        # MLflow's classic run page: the machine-learning side bar, not the GenAI one (Evaluation, Judges, Prompts).
+        assert "Model registry" in text and "Judges" not in text and "Prompts" not in text, text[:3000]
+
+        # The run's per-length results as a table artifact, which the UI shows as a table.
+        table_page = _chromium(chromium, tmp_path / "profile4", "--virtual-time-budget=30000", "--window-size=1600,1200",
+                               "--dump-dom", base + link.replace("?", "/artifacts/results_by_length.json?"), timeout=240)
+        text = _page_text(table_page.stdout)
+        assert "View as table" in text and re.search(r"length ppl delta_p( ms_forward)? 32 [0-9.]+ 0 ", text), text[:3000]
+
+        # The study's parent run holds the report, which the UI opens in place (an HTML artifact in an iframe).
+        parent_link = link.replace(run_id, parent["info"]["run_id"]).replace("?", "/artifacts/report.html?")
+        report_page = _chromium(chromium, tmp_path / "profile5", "--virtual-time-budget=30000",
+                                "--window-size=1600,1200", "--dump-dom", base + parent_link, timeout=240)
+        assert re.search(r'<iframe[^>]*class="mlflow-html-iframe"', report_page.stdout), report_page.stdout[-3000:]
 
         # For a tracking server, `orchestrator ui` names the study's page there.
         remote = CliRunner().invoke(app, ["ui", str(built.study_file), "--tracking-uri", base])

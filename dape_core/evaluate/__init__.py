@@ -12,7 +12,8 @@ _PUBLIC = {  # name -> the submodule it lives in
     "measured_forward_flops": "flops", "delta_p": "perplexity", "perplexity_by_length": "perplexity",
     "tail_loss": "perplexity", "forward_ms": "timing", "forward_ms_by_length": "timing",
     "forward_ms_from_evaluation": "timing", "peak_memory_bytes": "timing", "reset_peak_memory": "timing",
-    "attention_rows": "visualise", "save_heat_maps": "visualise",
+    "attention_rows": "visualise", "save_heat_maps": "visualise", "attention_maps": "visualise",
+    "save_attention_maps": "visualise", "visualise_window": "visualise",
 }
 __all__ = list(_PUBLIC)
 
@@ -22,6 +23,6 @@ if TYPE_CHECKING:
     from .perplexity import delta_p, perplexity_by_length, tail_loss
     from .timing import (forward_ms, forward_ms_by_length, forward_ms_from_evaluation, peak_memory_bytes,
                          reset_peak_memory)
-    from .visualise import attention_rows, save_heat_maps
+    from .visualise import attention_maps, attention_rows, save_attention_maps, save_heat_maps, visualise_window
 
 __getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC)

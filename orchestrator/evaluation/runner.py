@@ -233,6 +233,8 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
     if not task.suffix and result.get("eval_protocol") is not None and task.lengths:  # all the row's lengths if stale
         tags[EVAL_PROTOCOL_TAG] = str(result["eval_protocol"])
     store.log_batch(task.run_id, entries, tags, now)
+    if not task.suffix:
+        store.log_length_table(task.run_id)  # the run's table by length, with the lengths just added
 
 
 def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, local: bool = False,

@@ -48,7 +48,7 @@ def evaluate_task(task: dict) -> dict:
     import torch
 
     from dape_core.data import anchored, load_corpus
-    from dape_core.experiment import evaluate_stored
+    from dape_core.experiment import evaluate_stored, visualise
     from dape_core.plugins import load_shipped
     from dape_core.stored import load_model, read_config
     from dape_core.train import resolve_device, resolve_precision
@@ -74,13 +74,14 @@ def evaluate_task(task: dict) -> dict:
         same_kind = task.get("device") and task["device"].split(":")[0] == device.type
         precision = task.get("precision") if same_kind else None
         metrics, artifacts, protocol = {}, [], None
-        if task["lengths"] or task.get("visualise"):
-            artifacts_dir = Path(tempfile.mkdtemp(prefix="orchestrator_attention_")) if task.get("visualise") else None
-            scored = evaluate_stored(stored.model,
-                                     dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, timing=False)),
-                                     artifacts_dir, corpus, precision, lengths=task["lengths"] or None)
+        if task["lengths"]:
+            scored = evaluate_stored(stored.model, dataclasses.replace(cfg, eval=dataclasses.replace(
+                cfg.eval, timing=False, visualise=False)), None, corpus, precision, lengths=task["lengths"])
             metrics.update(_named(scored, task["lengths"], task["suffix"]))
-            artifacts, protocol = scored["artifacts"], scored["eval_protocol"]
+            protocol = scored["eval_protocol"]
+        if task.get("visualise"):  # the maps alone: drawing them never scores the lengths again
+            artifacts = visualise(stored.model, cfg, corpus, tempfile.mkdtemp(prefix="orchestrator_attention_"),
+                                  max(task["lengths"] or cfg.eval.lengths))
         if task.get("time"):
             metrics.update(_isolated(stored.model, cfg, corpus, resolve_precision(precision or cfg.train.precision,
                                                                                   device), task))

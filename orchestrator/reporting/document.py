@@ -46,6 +46,7 @@ class ReportDocument:
     best_points: "BestPoints | None" = None  # a grid over 2+ axes: each variant's best grid point (sweeps.py)
     cost: "CostFront | None" = None  # quality against cost with the Pareto front (cost_front.py)
     published: "list[PublishedLine]" = field(default_factory=list)  # the papers' values beside ours (published.py)
+    _facts: dict = field(default_factory=dict, repr=False, compare=False)  # setup and provenance, read once
 
     def unfinished(self) -> list[str]:
         """"Label · sN: STATUS: reason" for every trial that has no finished run."""
@@ -83,11 +84,15 @@ class ReportDocument:
         """Study-wide facts a reader needs to trust the numbers: code, data, hardware, software (provenance.py)."""
         from .provenance import provenance
 
-        return provenance(self.trials)
+        if "provenance" not in self._facts:  # asked by the outline (whether to show it) and by each format
+            self._facts["provenance"] = provenance(self.trials)
+        return self._facts["provenance"]
 
     def setup(self) -> list[tuple[str, str]]:
         """The setup summary at the report's top (setup.py)."""
-        return setup_summary(self.trials)
+        if "setup" not in self._facts:
+            self._facts["setup"] = setup_summary(self.trials)
+        return self._facts["setup"]
 
     def run_links(self) -> tuple[list[str | None], str]:
         """Per trial (trial_listing's rows), the address of its run's page in MLflow's UI (None without a

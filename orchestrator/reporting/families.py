@@ -30,6 +30,9 @@ class Family:
     significance: bool
     by_length: bool = False  # columns are evaluation lengths: plotted against the length
     reference: Callable[[list[str]], str] = lambda columns: columns[-1]  # the ratio/Δ column's source
+    # Why a column that is 0 in every run is 0 by definition ("{columns}": its headers): such a column is left
+    # out of the table and its caption says why (ΔP at the training length). None: every column is shown.
+    zero_reason: str | None = None
 
     @property
     def metric(self) -> str:
@@ -98,7 +101,9 @@ _SHOWN = {  # each declared family's presentation
                          "is better.",
                          header=lambda c: f"L={names.length_of(c, names.DELTA_P)}",
                          order=lambda c: (names.length_of(c, names.DELTA_P),),
-                         decimals=3, compare="difference", significance=True, by_length=True),
+                         decimals=3, compare="difference", significance=True, by_length=True,
+                         zero_reason="{columns} left out: ΔP is 0 there by definition (at an evaluation length up to "
+                                     "the training length, the last T_train tokens are the whole context)."),
     ACCURACY.name: Family(ACCURACY, "accuracy",
                           "Per-token accuracy (averaged over the test lengths where the task has several). Higher is "
                           "better.",

@@ -1,5 +1,6 @@
 """The learned position patterns (the heat maps `eval.visualise` or `orchestrator evaluate --visualise` draws
-into a trial run's `attention/` artifacts) shown in the report: each finished trial's last layer, copied into
+into a trial run's `attention/` artifacts: query × key maps per head, dape_core/evaluate/visualise.py) shown in
+the report: each finished trial's last layer, copied into
 the report's plots/. Only a store whose artifacts are local files (the embedded SQLite default) is read, in
 place and without MLflow; a remote store's heat maps stay in the runs (the MLflow UI shows them)."""
 
@@ -39,8 +40,10 @@ def stored_heat_maps(store: StudyStore, trials: pd.DataFrame, plot_dir: Path) ->
         target = plot_dir / f"{name}.png"
         shutil.copyfile(source, target)
         plots.append(Plot(name, f"Learned position pattern: {run.info.run_name}, layer {layer}",
-                          f"Bias and processed logits of one query row at the longest evaluated length, layer {layer} "
-                          f"of {run.info.run_name} (every layer and the arrays: the run's attention/ artifacts).",
+                          f"Processed attention logits of every query against every key (one panel per head) on "
+                          f"the first tokens of the held-out text, layer {layer} of {run.info.run_name}; the title "
+                          "names the encoding, processor, kernel, training and evaluation length (every layer and "
+                          "the arrays: the run's attention/ artifacts).",
                           target))
     return plots
 

@@ -29,16 +29,22 @@ def report_title(document: ReportDocument) -> str:
     return f"Ablation report: {document.study_name}"
 
 
+# A paper's order: the result first. The headline table (Table 1, report.metric's family) comes right under a
+# short header, so that it shows above the first scroll of a browser window (tests/test_ui.py checks it in
+# Chromium); the claims follow it one line each (render_claims), then the other tables; everything a reader
+# checks rather than reads (the claims' details, the provenance, the trials) comes after the tables and plots.
 SECTIONS: tuple[Section, ...] = (
-    Section("header"),  # the title, the description, the counts and the store, the setup, the provenance
+    Section("header"),  # the title, the description, the counts and the store, the setup
+    Section("headline"),  # Table 1, headed by its family's title; a sentence where there is no table
     Section("claims", shown=lambda document: bool(document.claims)),  # headed by render_claims
     Section("search", shown=lambda document: document.search is not None),  # headed by render_search
-    Section("tables"),  # one section per metric family, headed by its title; a sentence where there is none
+    Section("tables", shown=lambda document: len(document.tables) > 1),  # the other families' tables, each headed
     Section("published", "Published values beside ours", lambda document: bool(document.published)),
     Section("cost", "Cost and quality", lambda document: document.cost is not None),
     Section("best_points", "Best grid point per variant", lambda document: bool(document.best_points)),
     Section("plots", "Plots", lambda document: bool(document.plots)),
     Section("claim_details", "Claims in detail", lambda document: bool(document.claims)),  # each claim's checks
+    Section("provenance", "Provenance", lambda document: bool(document.provenance())),
     Section("unfinished", "Trials not finished", lambda document: bool(document.unfinished())),
     Section("outside", "Runs this study file no longer defines (left out of the tables)",
             lambda document: bool(document.outside_lines())),

@@ -207,8 +207,10 @@ def by_length(table: Table, finished: pd.DataFrame, folder: Path) -> Plot:
     by_block: dict[str, list] = {}
     for row in table.rows:
         by_block.setdefault(row.block, []).append(row)
+    trained = training_lengths(finished)
     for ax, block in zip(axes, blocks):
-        lengths = _draw_by_length(ax, table, by_block.get(block, []), bool(table.blocks))
+        lengths = sorted(set(_draw_by_length(ax, table, by_block.get(block, []), bool(table.blocks))) | set(trained))
+        _mark_training_lengths(ax, trained)
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(FixedLocator(lengths))
         ax.xaxis.set_minor_locator(NullLocator())
@@ -220,9 +222,29 @@ def by_length(table: Table, finished: pd.DataFrame, folder: Path) -> Plot:
     _legend_outside(fig, axes[0])
     name = f"{family.key}_vs_length"
     per = "one panel per grid point, one line per variant" if table.blocks else "one line per variant"
+    marked = (f" The dotted vertical line marks the training length ({', '.join(map(str, trained))})."
+              if trained else "")
     caption = (f"{family.title}: {per}, mean over seeds with a ± 1 std band where there are several seeds; "
-               f"the baseline dashed.{capped}")
+               f"the baseline dashed. x: the evaluation lengths on a log2 axis.{marked}{capped}")
     return _plot(name, family.title, caption, _save(fig, folder, name))
+
+
+def training_lengths(finished: pd.DataFrame) -> list[int]:
+    """The training lengths of the finished trials (config.train.seq_len), each once, shortest first."""
+    column = "config.train.seq_len"
+    if column not in finished:
+        return []
+    return sorted({int(v) for v in pd.to_numeric(finished[column], errors="coerce").dropna()})
+
+
+def _mark_training_lengths(ax, lengths: list[int]) -> None:
+    """A dotted vertical line at each training length, labelled on the axes (and once in the legend): where
+    extrapolation starts."""
+    for number, length in enumerate(lengths):
+        ax.axvline(length, color="grey", linestyle=":", linewidth=1.2, zorder=0,
+                   label="training length" if number == 0 else None)
+        ax.text(length, 1.0, f" train L={length}", transform=ax.get_xaxis_transform(), fontsize=7, color="dimgrey",
+                ha="left", va="top")
 
 
 def _draw_by_length(ax, table: Table, rows: list, by_variant: bool) -> list[int]:
@@ -339,7 +361,8 @@ def training_curves(history: pd.DataFrame, rows: list[tuple[str, bool, str, str]
             per_step = mine.groupby("step")["value"].agg(["mean", "std"])
             _line(ax, per_step.index.to_numpy(), per_step["mean"].to_numpy(float), per_step["std"].to_numpy(float),
                   variant if in_blocks else label, is_baseline)
-        ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))  # steps: a few round numbers
+        # Steps: about five round numbers (MaxNLocator alone gave three on 0-500: 0, 200, 400).
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True, min_n_ticks=5))
         _style(ax, point_words(block) if in_blocks else "Training loss", "step", "train loss (nats/token)")
     if in_blocks:
         fig.suptitle("Training loss, one panel per grid point", fontsize=11)

@@ -1,7 +1,8 @@
-"""The report header's provenance block: which code, data, software and hardware produced its numbers, read
+"""The report's provenance section (after the tables and plots): which code, data, software and hardware produced its numbers, read
 from the trials' runs (tags `code_version`, `data_hash`, `device` and the `env.*` tags each trial's process
 reported: dape_core/environment.py). A fact that differs between trials lists every value; one a run did not
-record (a run from before it was recorded) says so."""
+record (a run from before it was recorded) says so. The device and its hardware are the setup's (setup.py,
+`hardware`): named once in the report."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def _cuda(row: pd.Series) -> str | None:
             f"{_env(row, 'cuda_driver') or '?'}")
 
 
-def _hardware(row: pd.Series) -> str | None:
+def hardware(row: pd.Series) -> str | None:
+    """The machine a run ran on ("cpu: AMD EPYC ... (16 CPU cores on the machine)"), None where not recorded."""
     model = _env(row, "device_model")
     if model is None:
         return None
@@ -56,7 +58,6 @@ def _tag(column: str):
 FACTS = (
     ("code version", _tag("code_version")),
     ("data hash", _tag("data_hash")),
-    ("device", _hardware),
     ("torch threads per trial", _threads),
     ("software", _software),
     ("CUDA", _cuda),

@@ -118,17 +118,31 @@ def _header(document: ReportDocument, title: str | None) -> list[str]:
     if setup:
         parts.append('<p class="meta">Setup:</p><ul class="meta setup">'
                      + "".join(f"<li>{escape(k)}: {escape(v)}</li>" for k, v in setup) + "</ul>")
-    facts = document.provenance()
-    if facts:
-        parts.append('<ul class="meta">' + "".join(f"<li>{escape(k)}: <code>{escape(v)}</code></li>" for k, v in facts) + "</ul>")
     return parts
 
 
-def _tables(document: ReportDocument, title: str | None) -> list[str]:
+def _provenance(document: ReportDocument, title: str | None) -> list[str]:
+    facts = document.provenance()
+    return [f'<h2>{escape(title)}</h2><ul class="meta provenance">'
+            + "".join(f"<li>{escape(k)}: <code>{escape(v)}</code></li>" for k, v in facts) + "</ul>"]
+
+
+def _headline(document: ReportDocument, title: str | None) -> list[str]:
+    """Table 1 (the headline family's), or why there is none."""
     if not document.tables:
         return [f"<p>{escape(document.no_tables_text())}</p>"]
+    return _tables_from(document, 1)
+
+
+def _tables(document: ReportDocument, title: str | None) -> list[str]:
+    """The tables after the headline one (Table 2 on)."""
+    return _tables_from(document, 2)
+
+
+def _tables_from(document: ReportDocument, first: int) -> list[str]:
     parts = []
-    for number, table in enumerate(document.tables, start=1):
+    chosen = document.tables[:1] if first == 1 else document.tables[1:]
+    for number, table in enumerate(chosen, start=first):
         parts += [f"<h2>{escape(table.family.title)}</h2>", _main_table(table, number),
                   (f'<p class="note">Every number behind the table: <a href="table_{table.family.key}.csv">'
                   f"table_{table.family.key}.csv</a></p>"), _significance_table(table)]
@@ -186,6 +200,7 @@ def _trials(document: ReportDocument, title: str | None) -> list[str]:
 # Each section of the outline (outline.py) as HTML parts: (document, the section's title) -> parts.
 BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
     "header": _header,
+    "headline": _headline,
     "claims": lambda document, title: [render_claims.html(document.claims)]
     + ([f'<p class="meta">{escape(document.decide_note)}</p>'] if document.decide_note else []),
     "search": lambda document, title: [render_search.html(document.search)],
@@ -195,6 +210,7 @@ BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
     "best_points": _best_points,
     "plots": _plots,
     "claim_details": lambda document, title: [render_claims.details_html(document.claims, title)],
+    "provenance": _provenance,
     "unfinished": lambda document, title: _listed(document.unfinished(), title, ' class="problem"'),
     "outside": lambda document, title: _listed(document.outside_lines(), title),
     "trials": _trials,

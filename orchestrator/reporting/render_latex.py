@@ -93,11 +93,12 @@ def best_points_tex(document: ReportDocument) -> str:
 # The sections of the outline (outline.py) that tables.tex holds, each as LaTeX tables; the rest of the report
 # (its prose, plots and listings) is for report.md and report.html.
 BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
-    "tables": lambda document, title: [table_tex(t, document.study_name) + "\n" for t in document.tables],
+    "headline": lambda document, title: [table_tex(t, document.study_name) + "\n" for t in document.tables[:1]],
+    "tables": lambda document, title: [table_tex(t, document.study_name) + "\n" for t in document.tables[1:]],
     "best_points": lambda document, title: [best_points_tex(document) + "\n"],
 }
-LEFT_OUT = frozenset({"header", "claims", "search", "published", "cost", "plots", "claim_details", "unfinished",
-                      "outside", "trials"})
+LEFT_OUT = frozenset({"header", "claims", "search", "published", "cost", "plots", "claim_details", "provenance",
+                      "unfinished", "outside", "trials"})
 
 
 def render(document: ReportDocument) -> str:

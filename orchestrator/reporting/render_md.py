@@ -75,17 +75,29 @@ def _header(document: ReportDocument, title: str | None) -> list[str]:
         out += [document.description.strip(), ""]
     out += [(f"{document.counts()}. From the MLflow store {document.tracking_uri} (experiment "
             f"{document.experiment_id}).")]
-    out += ["", "Setup:"] + [f"- {name}: {_escape(text)}" for name, text in document.setup()] + [""] if document.setup() else []
-    out += [f"- {name}: {value}" for name, value in document.provenance()]
+    out += ["", "Setup:"] + [f"- {name}: {_escape(text)}" for name, text in document.setup()] if document.setup() else []
     out.append("")
     return out
 
 
+def _provenance(document: ReportDocument, title: str | None) -> list[str]:
+    return [f"## {title}", ""] + [f"- {name}: {value}" for name, value in document.provenance()] + [""]
+
+
+def _headline(document: ReportDocument, title: str | None) -> list[str]:
+    """Table 1 (the headline family's), or why there is none."""
+    return _tables_from(document, 1) if document.tables else [document.no_tables_text(), ""]
+
+
 def _tables(document: ReportDocument, title: str | None) -> list[str]:
-    if not document.tables:
-        return [document.no_tables_text(), ""]
+    """The tables after the headline one (Table 2 on)."""
+    return _tables_from(document, 2)
+
+
+def _tables_from(document: ReportDocument, first: int) -> list[str]:
     out = []
-    for number, table in enumerate(document.tables, start=1):
+    chosen = document.tables[:1] if first == 1 else document.tables[1:]
+    for number, table in enumerate(chosen, start=first):
         out += [f"## {table.family.title}", "", f"*Table {number}.* {_escape(table.caption())}", "", main_table(table), "",
                 f"Every number behind the table: [table_{table.family.key}.csv](table_{table.family.key}.csv)", ""]
         note = significance_note(table)
@@ -147,6 +159,7 @@ def _trials(document: ReportDocument, title: str | None) -> list[str]:
 # Each section of the outline (outline.py) as Markdown lines: (document, the section's title) -> lines.
 BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
     "header": _header,
+    "headline": _headline,
     "claims": lambda document, title: (render_claims.markdown(document.claims)
                                        + ([document.decide_note, ""] if document.decide_note else [])),
     "search": lambda document, title: render_search.markdown(document.search),
@@ -156,6 +169,7 @@ BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
     "best_points": _best_points,
     "plots": _plots,
     "claim_details": lambda document, title: render_claims.details_markdown(document.claims, title),
+    "provenance": _provenance,
     "unfinished": lambda document, title: _listed(document.unfinished(), title),
     "outside": lambda document, title: _listed(document.outside_lines(), title),
     "trials": _trials,

@@ -1,7 +1,10 @@
 """The report's setup summary, at its top: what was trained, on what, for how long, where (model shape and
 parameter count, data and tokens seen, steps, device), from the trials' logged params and metrics. Each
-fact lists the distinct values across the finished trials (a model-size study has several shapes). The
-provenance of the numbers (versions, commit) is another block (document.provenance)."""
+fact lists the distinct values across the finished trials (a model-size study has several shapes); a setting
+that differs between the study's rows says so with the rows of each value ("score processor by row: DAPE V2
+(4 rows), none (1 row)"), never as a list that reads like one model with two processors. The device is named
+once, here, with its hardware where the runs recorded it; the rest of the provenance (versions, commit) is a
+section after the tables (document.provenance)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ import dape_core.metric_names as names
 from dape_core import PRESETS
 
 from .names import value as value_words
+from ..tracking.store import ENV_TAG_PREFIX
+from .provenance import hardware
 
 
 def _values(frame: pd.DataFrame, column: str) -> list:
@@ -26,19 +31,43 @@ def _range(frame: pd.DataFrame, column: str, unit: float, suffix: str) -> str | 
     return f"{low:.2f}{suffix}" if round(low, 2) == round(high, 2) else f"{low:.2f}–{high:.2f}{suffix}"
 
 
+def _shape(preset) -> str:
+    layers, width, heads = PRESETS.get(preset, (None, None, None))
+    return f"{preset} ({layers} layers, width {width}, {heads} heads)" if layers else str(preset)
+
+
+def _by_row(frame: pd.DataFrame, column: str, words) -> str:
+    """One value in words, or, where the rows differ, each value with how many of the study's rows have it."""
+    values = _values(frame, column)
+    if len(values) <= 1:
+        return ", ".join(words(v) for v in values)
+    rows = frame.drop_duplicates("label") if "label" in frame else frame
+    counts = rows[column].value_counts()
+    parts = [f"{words(v)} ({int(counts.get(v, 0))} row{'' if counts.get(v, 0) == 1 else 's'})" for v in values]
+    return "by row: " + ", ".join(parts)
+
+
+def _device(frame: pd.DataFrame) -> str:
+    """The device and precision the trials ran on, with the hardware where the runs recorded it."""
+    devices = ", ".join(map(str, _values(frame, "device")))
+    precisions = ", ".join(map(str, _values(frame, "precision")))
+    recorded = frame[[c for c in frame if c == "device" or c.startswith(ENV_TAG_PREFIX)]].drop_duplicates()
+    machines = sorted({text for text in (hardware(row) for _, row in recorded.iterrows()) if text})
+    if machines:  # "cpu: AMD EPYC ... (16 CPU cores on the machine)" names the device itself
+        return " | ".join(machines) + (f"; precision {precisions}" if precisions else "")
+    return devices + (f" ({precisions})" if precisions else "")
+
+
 def setup_summary(trials: pd.DataFrame) -> list[tuple[str, str]]:
     """(name, text) facts of the finished trials (all trials where none finished)."""
     finished = trials[trials["status"] == "FINISHED"] if "status" in trials else trials
     frame = finished if not finished.empty else trials
     facts = []
-    shapes = []
-    for preset in _values(frame, "config.model.preset"):
-        layers, width, heads = PRESETS.get(preset, (None, None, None))
-        shapes.append(f"{preset} ({layers} layers, width {width}, {heads} heads)" if layers else str(preset))
-    encodings = ", ".join(value_words("pos_encoding", v) for v in _values(frame, "config.model.pos_encoding"))
-    processors = ", ".join(value_words("processor", v) for v in _values(frame, "config.model.processor"))
+    shapes = _by_row(frame, "config.model.preset", _shape)
+    encodings = _by_row(frame, "config.model.pos_encoding", lambda v: value_words("pos_encoding", v))
+    processors = _by_row(frame, "config.model.processor", lambda v: value_words("processor", v))
     if shapes:
-        facts.append(("model", "; ".join(shapes) + (f"; position encoding {encodings}" if encodings else "")
+        facts.append(("model", shapes + (f"; position encoding {encodings}" if encodings else "")
                       + (f"; score processor {processors}" if processors else "")))
     parameters = _range(frame, names.NUM_PARAMETERS, 1e6, "M")
     if parameters:
@@ -56,8 +85,6 @@ def setup_summary(trials: pd.DataFrame) -> list[tuple[str, str]]:
     length = "/".join(map(str, _values(frame, "config.train.seq_len")))
     if steps:
         facts.append(("training", f"{steps} steps of {batch} x {length} tokens"))
-    devices = ", ".join(map(str, _values(frame, "device")))
-    precisions = ", ".join(map(str, _values(frame, "precision")))
-    if devices:
-        facts.append(("device", devices + (f" ({precisions})" if precisions else "")))
+    if _values(frame, "device"):
+        facts.append(("device", _device(frame)))
     return facts

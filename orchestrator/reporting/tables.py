@@ -42,6 +42,7 @@ class Table:
     rows: list[Row]
     value_text: str  # which value of each run's metric the cells show
     tail_text: str = ""
+    left_out: list[str] = field(default_factory=list)  # columns 0 by definition in every run (Family.zero_reason)
     _by_label: dict = field(default_factory=dict, repr=False, compare=False)
     _best: dict = field(default_factory=dict, repr=False, compare=False)
     _blocks: tuple | None = field(default=None, repr=False, compare=False)
@@ -115,7 +116,10 @@ class Table:
     def caption(self) -> str:
         family = self.family
         best = "Best per column within each block in bold" if self.blocks else "Best per column in bold"
-        parts = [family.description + self.tail_text, f"Cells: {self.value_text}, mean ± std over seeds; "
+        parts = [family.description + self.tail_text]
+        if self.left_out:
+            parts.append(family.zero_reason.format(columns=", ".join(self.header(c) for c in self.left_out)))
+        parts += [f"Cells: {self.value_text}, mean ± std over seeds; "
                  f"n = finished seeds / seeds in the study. {best} (none where the rows tie)."]
         if self.has_baseline:
             reference = self.header(self.reference)
@@ -205,6 +209,8 @@ def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text:
     grouped by row once (not selected row by row: a study has hundreds of rows)."""
     finished = frame[frame["status"] == "FINISHED"]
     columns = family.columns(finished)
+    left_out = [c for c in columns if family.zero_reason and (finished[c].dropna() == 0).all()]
+    columns = [c for c in columns if c not in left_out]
     if not columns:
         return None
     order = frame.sort_values("row_index").drop_duplicates("label")
@@ -219,7 +225,7 @@ def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text:
                         seeds_done=runs.count(label), seeds_expected=int(expected[label]),
                         cells={column: summarise_array(runs.values(label, column)) for column in columns}, block=block,
                         variant=str(info.get("variant") or label)))
-    table = Table(family, columns, rows, value_text, tail_text)
+    table = Table(family, columns, rows, value_text, tail_text, left_out)
     if family.significance:
         for row in rows:
             base = table.row(row.baseline_label)

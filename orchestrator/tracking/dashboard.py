@@ -148,8 +148,11 @@ def dashboard_tags(metrics: StudyMetrics, now_ms: int) -> dict[str, str]:
 
 
 def run_page(base_url: str, experiment_id: str, run_id: str) -> str:
-    """One run's page in the UI (its params, metrics, artifacts)."""
-    return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    """One run's page in the UI (its params, metrics, artifacts), in the machine-learning workflow: the web
+    app takes the page's kind from the address's `workflowType`, else from a per-browser setting that defaults
+    to GenAI, whose side bar (Evaluations, Judges, Prompts) is not a training run's."""
+    query = urllib.parse.urlencode({"workflowType": WORKFLOW})
+    return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{query}"
 
 
 def experiment_page(base_url: str, experiment_id: str) -> str:

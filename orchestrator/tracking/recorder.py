@@ -5,8 +5,9 @@ store (an embedded SQLite store allows one).
 A trial's run carries: its effective config as params (params.py: settings it does not read are "n/a",
 the resolved device and precision come with its final result), the values its row sweeps as tags, its
 metrics (`train_loss`, `val_loss` and `lr` by step; the final ones at the last step; the by-length series
-`ppl_by_length`, `delta_p_by_length`, `acc_by_length` whose step is the length), and the files that make its
-page self-explanatory (run_files.py): `trial_config.yaml` (a one-trial study file; rewritten once the trial
+`ppl_by_length`, `delta_p_by_length`, `acc_by_length` whose step is the length, and the same values as the
+table artifact `results_by_length.json`), and the files that make its page self-explanatory (run_files.py):
+`trial_config.yaml` (a one-trial study file; rewritten once the trial
 finished with the device and precision it ran on), `trial.log` and its data as dataset inputs. Its provenance
 is in tags: the code (`mlflow.source.*`, `code_version`, `code_diff_sha256`: tracking/source.py, common to the
 study's runs) and the trial process's environment (`env.python`, `env.torch`, ..., `env.device_model`,
@@ -105,6 +106,7 @@ class MLflowRecorder(TrialListener):
             points = names.by_length(metrics, prefix)
             if points:
                 self.store.log_series(run_id, name, points, timestamp_ms=now)
+        self.store.log_length_table(run_id)  # the same values as one table on the run's page
         self.store.log_params(run_id, resolved_params(result))
         if result.get("device") and result.get("precision"):
             self._log_trial_config(run_id, event.trial, {"device": result["device"], "precision": result["precision"]})

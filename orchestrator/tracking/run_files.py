@@ -1,6 +1,8 @@
 """What a trial's MLflow run carries besides params and metrics, so that its page alone says how to reproduce
-it: the resolved config as a one-trial study file (`trial_config.yaml`), the trial's log (`trial.log`) and
-its data as MLflow dataset inputs (source, content hash as digest, split)."""
+it and what it measured: the resolved config as a one-trial study file (`trial_config.yaml`), the trial's log
+(`trial.log`), its data as MLflow dataset inputs (source, content hash as digest, split), and its results by
+evaluation length as a table (`results_by_length.json`: MLflow's table artifact, which its UI shows as a table
+rather than as a chart whose x axis is the `Step`)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,27 @@ from typing import Any
 
 import yaml
 
+import dape_core.metric_names as names
+
 from ..trial.trials import Trial
 
 CONFIG_FILE = "trial_config.yaml"
 LOG_FILE = "trial.log"
+LENGTH_TABLE_FILE = "results_by_length.json"
+LENGTH_COLUMNS = (names.PPL, names.DELTA_P, names.ACC, names.MS_FORWARD)  # the table's columns, by prefix
+
+
+def length_table(metrics: dict[str, float]) -> dict | None:
+    """A run's per-length results as one table, in the JSON form MLflow's `log_table` writes (pandas'
+    orient="split": {"columns": [...], "data": [[...], ...]}): a line per length, a column per metric family
+    the run has (perplexity, ΔP, accuracy, ms per forward), None where it has none (a cell it lacks: null)."""
+    found = {prefix: names.by_length(metrics, prefix) for prefix in LENGTH_COLUMNS}
+    found = {prefix: values for prefix, values in found.items() if values}
+    if not found:
+        return None
+    lengths = sorted(set().union(*found.values()))
+    return {"columns": ["length"] + [prefix.rstrip("_") for prefix in found],
+            "data": [[length] + [values.get(length) for values in found.values()] for length in lengths]}
 
 
 def ran_config(config: dict, ran: dict[str, str] | None) -> dict:

@@ -268,6 +268,31 @@ class StudyStore:
     def log_artifact(self, run_id: str, path: Path, folder: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), folder)
 
+    def log_length_table(self, run_id: str) -> None:
+        """The run's results by evaluation length, all its lengths so far (those `evaluate` added too), as the
+        table artifact run_files.LENGTH_TABLE_FILE: written whole each time (MLflow's own log_table would append
+        the lines again), and listed in the run's `mlflow.loggedArtifacts` tag as a table, which makes MLflow's
+        UI show it as one ("View as table")."""
+        import json
+        import tempfile
+
+        from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
+
+        from .run_files import LENGTH_TABLE_FILE, length_table
+
+        run = self.client.get_run(run_id)
+        table = length_table(run.data.metrics)
+        if table is None:
+            return
+        with tempfile.TemporaryDirectory(prefix="orchestrator_run_file_") as folder:
+            path = Path(folder) / LENGTH_TABLE_FILE
+            path.write_text(json.dumps(table), encoding="utf-8")
+            self.client.log_artifact(run_id, str(path))
+        listed = json.loads(run.data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
+        entry = {"path": LENGTH_TABLE_FILE, "type": "table"}
+        if entry not in listed:
+            self.client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps(listed + [entry]))
+
 
 def _check_ownership(reader, experiment_id: str, tags: dict[str, str], tracking_uri: str, study_name: str) -> None:
     """The experiment is this study's (tagged by this tool); raises ForeignExperiment for anyone else's,
