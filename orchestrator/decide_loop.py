@@ -226,7 +226,7 @@ def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
         _add(total, outcome)
         look = Look(index, seeds, [label for label in labels if label in active], len(distinct(planned)),
                     round(sum(hours[trial.trial_id] for trial in distinct(planned)), 4))
-        _judge_look(context, sequence, index, planned, outcome)
+        _judge_look(context, sequence, index, planned, outcome, last=index == len(plan) - 1)
         look.claims = [replace(state) for state in sequence.claims.values()]
         sequence.looks.append(look)
         if not sequence.waiting():
@@ -278,8 +278,9 @@ def _add(total: StudyOutcome, outcome: StudyOutcome) -> None:
 
 
 def _judge_look(context: RunContext, sequence: Sequence, index: int, planned: list[Trial],
-                outcome: StudyOutcome) -> None:
-    """The waiting claims judged on exactly this look's trials; a claim whose trial failed stops here."""
+                outcome: StudyOutcome, last: bool = False) -> None:
+    """The waiting claims judged on exactly this look's trials; a claim whose trial failed stops here. At the
+    `last` planned look an undecided claim stays waiting, to be closed as undecided at max_seeds."""
     from .reporting.results import study_results
 
     frame = study_results(context.store, context.study, trials=planned)
@@ -303,7 +304,7 @@ def _judge_look(context: RunContext, sequence: Sequence, index: int, planned: li
             state.status, state.look = NOT_DECIDABLE, index
         elif judged.decided:
             state.status, state.look = DECIDED, index
-        elif not judged.needs_seeds:  # e.g. a length of report.lengths not evaluated yet, a metric missing
+        elif not judged.needs_seeds and not last:  # e.g. a length of report.lengths not evaluated yet
             state.status, state.look = NOT_BY_SEEDS, index
 
 
