@@ -87,6 +87,9 @@ def run(
     failed_only: Annotated[bool, typer.Option("--failed-only", help="Rerun only the trials whose last run failed.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     strict_claims: StrictClaimsOpt = False,
+    decide: Annotated[bool, typer.Option("--decide", help="Add seeds until the claims are decided: every row trains "
+                                         "min_seeds, then only the rows undecided claims read get more, a batch "
+                                         "at a time (the study's decide: section, else its defaults).")] = False,
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
     from .commands.running import on_cluster
@@ -95,7 +98,7 @@ def run(
     invocation = Invocation.load(study_path, profile, overrides, tracking_uri, check_data=not on_cluster(address))
     command(invocation, address=address, reports_dir=reports_dir, storage_dir=storage_dir, local=local,
             connect_timeout=connect_timeout, resource_wait=resource_wait, failed_only=failed_only, debug=debug,
-            strict_claims=strict_claims)
+            strict_claims=strict_claims, decide=decide)
 
 
 @app.command()

@@ -28,6 +28,7 @@ FLOORS = {
     "orchestrator.execution": 5, "orchestrator.reporting": 5,
     "orchestrator.evaluation": 6, "orchestrator.slurm": 6, "orchestrator.doctor": 6,
     "orchestrator.run": 7,  # `orchestrator run`: execution, then the report
+    "orchestrator.decide_loop": 7,  # `orchestrator run --decide`: looks of execution, judged by reporting
     "orchestrator.commands": 7,  # each command's work over one invocation (the study located, loaded, its store)
     "orchestrator.cli": 7, "orchestrator.data_cli": 7, "orchestrator.__main__": 7, "orchestrator": 7,
 }

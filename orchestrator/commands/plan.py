@@ -24,4 +24,9 @@ def plan(invocation: Invocation) -> None:
         console.print(line)
     for line in legend(study):
         console.print(line)
+    from ..planning.seeds_needed import SeedRuns, load_seed_runs, plan_lines
+
+    runs = load_seed_runs(invocation.uri) if measured is not None else SeedRuns()  # the seed-to-seed spreads
+    for line in plan_lines(study, runs, measured):  # the claims' expected seeds and their cost (run --decide)
+        console.print(line, markup=False)
     console.print(weights_line(study, rows))

@@ -30,10 +30,18 @@ def on_cluster(address: str | None) -> bool:
 
 def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None, storage_dir: Path | None,
         local: bool, connect_timeout: float, resource_wait: float, failed_only: bool, debug: bool,
-        strict_claims: bool) -> None:
+        strict_claims: bool, decide: bool = False) -> None:
+    """`decide` (--decide), or a study's `decide:` section: seeds added until its claims are decided
+    (orchestrator/decide_loop.py)."""
+    from ..decide_loop import with_decide
     from ..trial.trials import expand
 
     study, study_path, profile = invocation.study, invocation.study_path, invocation.profile
+    deciding = with_decide(study, decide)  # the sequence's study, or None; refused: exit 2, nothing run
+    if deciding is not None and failed_only:
+        stop("[red]Invalid option[/red] --failed-only: a run that adds seeds until its claims are decided reruns "
+             "its failed trials anyway (run it again without --failed-only). Nothing was run.", EXIT_INVALID)
+    study = deciding or study
     rows = expand(study)  # once: the run and its report read these
     if local:
         _exit_if_not_local(rows)
@@ -56,7 +64,13 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
             context = RunContext.create(study, uri, connect_timeout, rows=rows, storage_dir=storage_dir,
                                         address=address, local=local, failed_only=failed_only,
                                         resource_wait=resource_wait, study_path=study_path)
-            outcome = run_and_report(context, reports_dir, say=lambda line: console.print(line, markup=False))
+            say = lambda line: console.print(line, markup=False)  # noqa: E731
+            if deciding is not None:  # seeds added until the claims are decided (decide_loop.py)
+                from ..decide_loop import decide_and_report
+
+                outcome = decide_and_report(context, reports_dir, say=say)
+            else:
+                outcome = run_and_report(context, reports_dir, say=say)
     except OrchestratorError:
         raise  # reported by main() as one paragraph with its exit code
     except KeyboardInterrupt:

@@ -9,7 +9,8 @@ from .output import console
 
 
 def status(invocation: Invocation) -> None:
-    from ..trial.trials import StoredIdentities, expand
+    from ..tracking.store import TRIAL_ID_TAG
+    from ..trial.trials import StoredIdentities, expand_stored
 
     study = invocation.study
     store = invocation.stored()
@@ -18,7 +19,7 @@ def status(invocation: Invocation) -> None:
     for column in ("trial", "id", "state", "detail"):
         table.add_column(column)
     counts: dict[str, int] = {}
-    rows = expand(study)
+    rows = expand_stored(study, {run.data.tags.get(TRIAL_ID_TAG) for run in store.trial_runs()} if store else set())
     stored = StoredIdentities(rows)
     for trial in rows:
         run = stored.lookup(trial, runs)

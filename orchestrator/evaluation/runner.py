@@ -29,7 +29,7 @@ from ..tracking.leases import LeaseBook
 from ..tracking.relocation import require_artifacts_here
 from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
 from ..trial.protocol import EVAL_PROTOCOL_TAG, EVALUATION_TAG_PREFIX, SERIES, measured_under
-from ..trial.trials import Trial, expand
+from ..trial.trials import Trial, expand_stored
 from .leasing import lease_tasks, release_task
 from .request import PROTOCOL_VERSION, EvalRequest, TrialTask, missing_lengths, timed, weights_path
 
@@ -253,8 +253,9 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
     store = StudyStore.open(tracking_uri, study.name)
     require_artifacts_here(tracking_uri)  # a copied store is evaluated in its own place, never the original's
     outcome = EvaluationOutcome()
-    if trials is None:  # once: the stored runs are matched against these, and the report reads them
-        trials = expand(study)
+    if trials is None:  # once: the stored runs are matched against these, and the report reads them (with the
+        # seeds that `run --decide` added)
+        trials = expand_stored(study, {run.data.tags.get(TRIAL_ID_TAG) for run in store.trial_runs()})
     tasks = plan_tasks(study, store, request, outcome, trials)
     for note in outcome.without_weights:
         say(f"note: {note}")

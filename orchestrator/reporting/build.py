@@ -102,6 +102,15 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
     return Report(folder, markdown, document, files, document.claims)
 
 
+def _decide_note(study: Study, store: StudyStore, trials: pd.DataFrame, claims: list[ClaimResult]) -> str:
+    """A study run without `decide` whose claims are not all tested: what `run --decide` would add."""
+    if not claims or all(getattr(claim, "decided", getattr(claim, "tested", False)) for claim in claims):
+        return ""
+    from ..planning.seeds_needed import decide_note
+
+    return decide_note(study, store.tracking_uri, int((trials["status"] == "FINISHED").sum()))
+
+
 def _attach(store: StudyStore, folder: Path, claims: list[ClaimResult]) -> None:
     store.log_artifacts(folder)
     store.refresh_dashboard()  # the saved view `orchestrator ui` opens, with the charts of these metrics
@@ -125,9 +134,10 @@ def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.Da
             table.tail_text += timing_note(tabled)
         elif table.family.by_length:
             table.tail_text += protocol
+    claims = evaluate_claims(study, trials, study_path)
     return ReportDocument(study_name=study.name, description=study.description, tracking_uri=store.tracking_uri,
                           experiment_id=store.experiment_id, value_text=value_text, trials=trials, outside=outside,
-                          tables=tables, plots=figures or [], claims=evaluate_claims(study, trials, study_path),
+                          tables=tables, plots=figures or [], claims=claims, decide_note=_decide_note(study, store, trials, claims),
                           best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None,
                           cost=cost_front(study, tables, tabled, plot_dir),
                           published=published_lines(study, prefer_isolated(tabled)))

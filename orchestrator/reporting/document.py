@@ -42,6 +42,7 @@ class ReportDocument:
     plots: list[Plot] = field(default_factory=list)
     search: "SearchSection | None" = None  # a sampling search's own section (search.py)
     claims: list[Any] = field(default_factory=list)  # claims.ClaimResult: the study's expect: section, judged
+    decide_note: str = ""  # what `run --decide` would add (planning/seeds_needed.py), for a study run without it
     best_points: "BestPoints | None" = None  # a grid over 2+ axes: each variant's best grid point (sweeps.py)
     cost: "CostFront | None" = None  # quality against cost with the Pareto front (cost_front.py)
     published: "list[PublishedLine]" = field(default_factory=list)  # the papers' values beside ours (published.py)

@@ -201,7 +201,8 @@ def _trials(document: ReportDocument, title: str | None) -> list[str]:
 BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
     "header": _header,
     "headline": _headline,
-    "claims": lambda document, title: [render_claims.html(document.claims)],
+    "claims": lambda document, title: [render_claims.html(document.claims)]
+    + ([f'<p class="meta">{escape(document.decide_note)}</p>'] if document.decide_note else []),
     "search": lambda document, title: [render_search.html(document.search)],
     "tables": _tables,
     "published": _published,

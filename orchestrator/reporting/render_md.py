@@ -160,7 +160,8 @@ def _trials(document: ReportDocument, title: str | None) -> list[str]:
 BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
     "header": _header,
     "headline": _headline,
-    "claims": lambda document, title: render_claims.markdown(document.claims),
+    "claims": lambda document, title: (render_claims.markdown(document.claims)
+                                       + ([document.decide_note, ""] if document.decide_note else [])),
     "search": lambda document, title: render_search.markdown(document.search),
     "tables": _tables,
     "published": _published,

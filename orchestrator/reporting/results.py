@@ -23,7 +23,7 @@ from ..tracking.params import NOT_APPLICABLE, effective_params
 from ..tracking.store import (ENV_TAG_PREFIX, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG,
                               StudyStore)
 from ..tracking.uri import choose_store
-from ..trial.trials import StoredIdentities, Trial, expand, shared_rows
+from ..trial.trials import StoredIdentities, Trial, expand_stored, shared_rows
 from .layout import row_layout
 from .columns import CONFIG_PREFIX, IDENTITY_COLUMNS, MISSING, SERIES_METRICS, metric_columns
 from .families import higher_is_better
@@ -118,7 +118,7 @@ def study_results(store: StudyStore, study: Study | None = None, value: ValueCho
     caller has it already."""
     runs = store.trial_runs()
     if study is not None and trials is None:
-        trials = expand(study)
+        trials = expand_stored(study, {run.data.tags.get(TRIAL_ID_TAG) for run in runs})  # with seeds decide added
     if study is not None and study.search.sampled:
         rows = _search_rows(runs, trials)
     else:

@@ -24,6 +24,7 @@ from dape_core import ExperimentConfig
 
 from .claim_checks import claim_problems
 from .data_paths import study_data_problems
+from .decide_checks import decide_problems
 from .locate import folder_problem
 from .model import Study
 from .overrides import resolve
@@ -82,7 +83,7 @@ def study_problems(study: Study) -> tuple[list[str], list[ResolvedTrial]]:
         study._rows = tuple(trial for trial in trials if trial.cell is not None)
     claims = claim_problems(study) if not trial_problems else []  # claims resolve against valid rows only
     problems = (sweep_problems(study) + trial_problems + identity_problems(trials) + run_name_problems(study)
-                + search_problems(study, trials) + claims)
+                + search_problems(study, trials) + claims + (decide_problems(study) if not trial_problems else []))
     return problems, trials
 
 

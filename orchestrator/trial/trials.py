@@ -133,3 +133,20 @@ def materialize(tune_config: dict[str, Any]) -> Trial:
 
 def _short(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def expand_stored(study: Study, stored: set[str]) -> list[Trial]:
+    """The trials of a study as the store holds them: `expand(study)`, and for a study that adds seeds until its
+    claims are decided (`decide:`) every row's first min_seeds seeds of `Decide.seed_order` plus each later seed
+    of that order whose trial identity (or legacy identity) is in `stored` (the store's TRIAL_ID tags), so that
+    the report, `status` and `evaluate` read the seeds the sequence added without listing the ones it never
+    needed."""
+    decide = study.decide
+    if decide is None or study.search.sampled:
+        return expand(study)
+    order = decide.seed_order(study.seeds)
+    first = set(order[:decide.min_seeds])
+    every = expand(study.model_copy(update={"seeds": order}))
+    identities = StoredIdentities(every)
+    return [trial for trial in every
+            if trial.seed in first or any(tag in stored for tag in identities.candidates(trial))]
