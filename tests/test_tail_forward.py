@@ -45,6 +45,15 @@ def test_tail_forward_equals_full_forward_tail(encoding, params, length, block):
         torch.testing.assert_close(model(tokens, tail=length), full, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("params", [PROCESSORS[0], PROCESSORS[2], PROCESSORS[3]], ids=["none", "1x3", "3x3"])
+def test_tail_forward_of_a_bidirectional_encoder(params):
+    """causal=False: the tail rows attend over every key, before and after them, as in the full forward."""
+    model = _model(None, pos_encoding="kerple", causal=False, **params)
+    tokens = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens, tail=7), model(tokens)[:, -7:], rtol=TOL, atol=TOL)
+
+
 def test_tail_changes_with_the_context_it_reads():
     """The tail rows really read the earlier rows' keys (a change far before the tail moves the tail logits)."""
     model = _model(None, pos_encoding="kerple", processor="dapev2", kernel_size=3)
