@@ -85,12 +85,35 @@ class CausalSelfAttention(nn.Module):
         self.causal = cfg.causal
         self.fused: bool | None = None  # the fused processor path: None = automatic (see the module doc)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, tail: int | None = None) -> torch.Tensor:
+        """x: [B, T, width] -> [B, T, width]; with `tail`, only the last `tail` rows' output, [B, tail, width]
+        (see `attend_tail`)."""
         batch, length, width = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k = self.pos.rotate(q, k, positions, positions)
-        out = self.attend(q, k, v, positions)
+        if tail is not None and tail < length:
+            out = self.attend_tail(q, k, v, positions, tail)
+            length = tail
+        else:
+            out = self.attend(q, k, v, positions)
         return self.proj(out.transpose(1, 2).reshape(batch, length, width))
+
+    def attend_tail(self, q, k, v, positions, tail: int) -> torch.Tensor:
+        """The attention output of the last `tail` query rows only (over all their keys), [B, H, tail, d]: the
+        same rows as `attend` (within float tolerance). The evaluation scores only the last K positions, so the
+        last layer needs no other rows (`CausalLM.forward(tail=)`). `attend_rows` reads the processor's row
+        and key halos, so any kernel is exact; the fused processor path, where it runs, computes every row
+        and the tail is sliced from it."""
+        length = q.shape[2]
+        start = length - tail
+        if self.processor is None and not self.pos.has_bias:  # no bias to add: SDPA with the causal mask alone
+            mask = torch.ones(tail, length, dtype=torch.bool, device=q.device).tril(start) if self.causal else None
+            return F.scaled_dot_product_attention(q[:, :, start:], k, v, attn_mask=mask)
+        if self.uses_fused(q):
+            out = fused.fused_attention(self, q, k, v, forced=self.fused_forced())
+            if out is not None:
+                return out[:, :, start:]
+        return self.attend_rows(q, k, v, positions, start, length)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """q, k, v: [B, H, T, d] (already rotated) -> [B, H, T, d], choosing the path as the module doc says."""

@@ -28,8 +28,10 @@ class Block(nn.Module):
             nn.Linear(cfg.mlp_ratio * cfg.d_model, cfg.d_model),
         )
 
-    def forward(self, x, positions):
-        x = x + self.attn(self.ln_attn(x), positions)
+    def forward(self, x, positions, tail: int | None = None):
+        """With `tail`: only the last `tail` rows are computed and returned (the keys still read every row)."""
+        attended = self.attn(self.ln_attn(x), positions, tail)
+        x = (x if tail is None else x[:, -tail:]) + attended
         return x + self.mlp(self.ln_mlp(x))
 
 
@@ -66,12 +68,23 @@ class CausalLM(nn.Module):
         `cfg.num_parameters()`, the analytic count."""
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None):
+    # `forward(tokens, tail=K)` computes only the last K positions' logits (the evaluation's tail_loss reads it).
+    supports_tail = True
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, tail: int | None = None):
+        """tail: only the logits of the last `tail` positions, [B, tail, vocab]. Only those rows are scored by
+        the evaluation (docs/protocol.md), so the last layer computes only them (attention of those rows over
+        all keys, with the processor's halo: `CausalSelfAttention.attend_tail`), and the final norm and the
+        LM head read only them; the earlier layers compute every row, whose keys and values the last reads.
+        The logits equal the full forward's last `tail` rows within float tolerance."""
+        if tail is not None and targets is not None:
+            raise ValueError("tail and targets exclude each other: the loss needs every position's logits")
         # One set of positions per forward pass, shared by every layer (randomized RoPE samples them here).
         positions = self.blocks[0].attn.pos.sequence_positions(tokens.shape[1], tokens.device)
         x = self.embed(tokens)
-        for block in self.blocks:
-            x = block(x, positions)
+        last = len(self.blocks) - 1
+        for index, block in enumerate(self.blocks):
+            x = block(x, positions, tail if index == last else None)
         logits = self.head(self.ln_final(x))
         if targets is None:
             return logits

@@ -35,7 +35,8 @@ def tail_loss(model: torch.nn.Module, windows: torch.Tensor, tail: int, batch_si
 
     batch_ms: when given, the wall time of every full batch (transfer, forward, loss) is appended to it, so
     the evaluation itself provides the forward timing at no extra cost. Only the last `tail` positions
-    are projected to the vocabulary, so this is the time of the evaluation's forward, not of a full one."""
+    are projected to the vocabulary (and, for a model with `supports_tail`, only they are computed in its last
+    layer: `CausalLM.forward(tail=)`), so this is the time of the evaluation's forward, not of a full one."""
     model.eval()
     device = next(model.parameters()).device
     total, count = 0.0, 0
@@ -47,8 +48,12 @@ def tail_loss(model: torch.nn.Module, windows: torch.Tensor, tail: int, batch_si
         started = time.perf_counter()
         chunk = chunk.to(device, non_blocking=True)
         inputs, targets = chunk[:, :-1], chunk[:, -tail:]
-        with tail_logits_only(model, tail), autocast:
-            logits = model(inputs)[:, -tail:]
+        if getattr(model, "supports_tail", False):  # only the last layer's tail rows, and their logits
+            with autocast:
+                logits = model(inputs, tail=tail)
+        else:
+            with tail_logits_only(model, tail), autocast:
+                logits = model(inputs)[:, -tail:]
         total += F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum").item()  # syncs
         if batch_ms is not None and len(chunk) == timed_size:
             batch_ms.append(1000 * (time.perf_counter() - started))
