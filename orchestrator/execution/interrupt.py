@@ -24,8 +24,8 @@ process of the job, and a terminal's process group holds the private Ray this co
 then gone, the Tuner cannot stop its trials, and the driver's core worker ends the process after 60 s of
 retries (exit 1, the runs left RUNNING), or the batch system kills it first. So the first signal also starts a
 bounded wait (`STOP_GRACE_S`): if the command is still stopping then, `last_resort` (the runner's: close the
-open runs as KILLED, give the leases back, close the parent run) runs from that thread and the process exits
-with the signal's code. The main thread may be blocked in Ray's native code meanwhile, where no Python signal
+open runs as KILLED, give the leases back, close the parent run) runs from that thread for at most
+`LAST_RESORT_S` and the process exits with the signal's code. The main thread may be blocked in Ray's native code meanwhile, where no Python signal
 handler runs: a second signal would not help there.
 """
 
@@ -39,7 +39,11 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
-STOP_GRACE_S = 15.0  # within SLURM's default KillWait (30 s) between its SIGTERM and its SIGKILL
+# Both within SLURM's default KillWait (30 s) between its SIGTERM and its SIGKILL, with room left for the job
+# script's own stop (orchestrator/slurm/script.py `finish`): the process ends at most GRACE + LAST_RESORT after
+# the first signal, also when the tracking server went down with the job and closing the runs cannot finish.
+STOP_GRACE_S = 10.0
+LAST_RESORT_S = 5.0
 _NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -98,11 +102,23 @@ def _give_up() -> None:
     action = _state["last_resort"]
     if action is None:
         return
-    try:
-        text = action(cause())
-    except BaseException as error:  # the store may be gone too: the next run closes the runs as stale
-        text = (f"Stopped by {cause()}; the open runs could not be closed ({type(error).__name__}): the next run "
-                "closes them as stale and resumes their trials.")
+    said: dict[str, str] = {}
+
+    def close() -> None:
+        try:
+            said["text"] = action(cause())
+        except BaseException as error:  # the store may be gone too: the next run closes the runs as stale
+            said["text"] = (f"Stopped by {cause()}; the open runs could not be closed ({type(error).__name__}): the "
+                            "next run closes them as stale and resumes their trials.")
+
+    # Bounded: a tracking server that stopped with the job (a SLURM job's own) would keep MLflow's client retrying
+    # for minutes, past the batch system's SIGKILL.
+    closing = threading.Thread(target=close, name="orchestrator-last-resort", daemon=True)
+    closing.start()
+    closing.join(LAST_RESORT_S)
+    text = said.get("text") or (f"Stopped by {cause()}; the open runs could not be closed within {LAST_RESORT_S:.0f}s "
+                                "(is the tracking store reachable?): the next run closes them as stale and resumes "
+                                "their trials.")
     sys.stderr.write(f"{text}\n")
     sys.stderr.flush()
     sys.stdout.flush()
