@@ -480,6 +480,7 @@ def test_legends_are_outside_the_axes(built, tmp_path):
     axes = fig.axes[0].get_window_extent(renderer)
     assert legend.x0 >= axes.x1  # entirely right of the plot area
     assert legend.x1 <= fig.bbox.x1 and legend.y0 >= fig.bbox.y0  # and inside the figure (which is not cropped)
-    # the baseline is named so in the legend
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == [f"{BASELINE} (baseline)", *report_study.LABELS[1:]]
+    # the baseline is named so in the legend, and the training length's marker is named last
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [f"{BASELINE} (baseline)", *report_study.LABELS[1:],
+                                                                 "training length"]
     plt.close(fig)
