@@ -12,7 +12,16 @@ import difflib
 from dataclasses import asdict
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 from pydantic.dataclasses import dataclass
 
 from . import components

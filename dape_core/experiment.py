@@ -6,13 +6,13 @@ This is the unit a study trial runs. It is independent of any orchestrator: prog
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import math
 import tempfile
 import time
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -238,8 +238,8 @@ def _validation(model, corpus, cfg: ExperimentConfig, precision):
 def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_dir) -> dict:
     """The evaluation protocol on the trained model: perplexity and ΔP by length, then (optionally) the
     forward time per length and the heat maps. Returns those ExperimentResult fields."""
-    from .evaluate.config import PROTOCOL_VERSION
     from .evaluate import attention_rows, delta_p, forward_ms_from_evaluation, perplexity_by_length, save_heat_maps
+    from .evaluate.config import PROTOCOL_VERSION
 
     started = time.perf_counter()
     batch_ms: dict[int, list[float]] | None = {} if cfg.eval.timing else None

@@ -41,6 +41,7 @@ from ..train import CheckpointStore, TrainConfig, resolve_device, resolve_precis
 from .config import CheConfig
 from .tasks import make_encoder_batch
 
+
 @dataclass
 class CheResult:
     task: str

@@ -40,8 +40,7 @@ from .inputs import Source, expand_inputs, read_pieces
 from .parallel import ordered_map
 from .progress import NoProgress, Progress
 from .splits import TEST, TRAIN, VALIDATION, document_split
-from .token_meta import (DOCS_SUFFIX, FORMAT, META_SUFFIX, fingerprint, full_sha256, metadata_path,
-                         write_json_atomically)
+from .token_meta import DOCS_SUFFIX, FORMAT, META_SUFFIX, fingerprint, full_sha256, metadata_path, write_json_atomically
 from .token_writer import SplitWriter
 from .tokenization import load_tokenizer
 

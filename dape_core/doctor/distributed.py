@@ -58,8 +58,8 @@ def curve(device: torch.device, parallelism: str = "ddp") -> dict:
     """This process's rank's losses per step ({"1": loss, ...}) and ms per step, in the process group if one is
     initialized (every rank reads its rows of each global batch), else on one device."""
     from dape_core.config import ModelConfig
-    from dape_core.model import build_model
     from dape_core.data import DataConfig, TrainStream, load_corpus
+    from dape_core.model import build_model
     from dape_core.train import TrainConfig, World, resolve_precision, train
     from dape_core.train.distributed import DistributedConfig, parallelize
 

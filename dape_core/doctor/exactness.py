@@ -62,8 +62,8 @@ def run(device: torch.device, chosen: list[Case] | None = None) -> list[Outcome]
 
 def check(case: Case, device: torch.device) -> Outcome:
     import dape_core.fused as fused
-    from dape_core.config import ModelConfig
     from dape_core.attention import CausalSelfAttention
+    from dape_core.config import ModelConfig
     from dape_core.fused import selfcheck
     from dape_core.position import build_position_encoding
 

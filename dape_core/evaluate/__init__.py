@@ -20,8 +20,13 @@ if TYPE_CHECKING:
     from .config import DEFAULT_TOKENS_PER_LENGTH, PROTOCOL_VERSION, EvalConfig
     from .flops import forward_flops_per_token, measured_forward_flops
     from .perplexity import delta_p, perplexity_by_length, tail_loss
-    from .timing import (forward_ms, forward_ms_by_length, forward_ms_from_evaluation, peak_memory_bytes,
-                         reset_peak_memory)
+    from .timing import (
+        forward_ms,
+        forward_ms_by_length,
+        forward_ms_from_evaluation,
+        peak_memory_bytes,
+        reset_peak_memory,
+    )
     from .visualise import attention_rows, save_heat_maps
 
 __getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC)

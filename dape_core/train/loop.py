@@ -32,9 +32,9 @@ from .callbacks import notify
 from .checkpoint import CheckpointStore
 from .config import TrainConfig
 from .distributed import World, gradient_sync
-from .sharded_checkpoint import load_full_state
 from .precision import Precision, resolve_precision
 from .schedule import cosine_lr, make_optimizer
+from .sharded_checkpoint import load_full_state
 
 TIMING_WARMUP_STEPS = 5  # the first steps (allocations, lazy init) are left out of ms_per_step
 

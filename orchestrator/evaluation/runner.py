@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 import dape_core.metric_names as names
+from dape_core.evaluate.config import PROTOCOL_VERSION
 
 from ..errors import StudyInterrupted, StudyTerminated, UserInputError
 from ..study import Study
@@ -31,7 +32,7 @@ from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
 from ..trial.protocol import EVAL_PROTOCOL_TAG, EVALUATION_TAG_PREFIX, SERIES, measured_under
 from ..trial.trials import Trial, expand
 from .leasing import lease_tasks, release_task
-from .request import PROTOCOL_VERSION, EvalRequest, TrialTask, missing_lengths, timed, weights_path
+from .request import EvalRequest, TrialTask, missing_lengths, timed, weights_path
 
 
 class EvaluationRefused(UserInputError):
@@ -241,8 +242,8 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
     """Evaluate what the study's finished trials lack (see the module's docstring), then build the report
     (rebuilt where something was evaluated), whose claims the outcome carries. `report`: False where the
     caller builds it (`orchestrator run`, after evaluating its report.lengths)."""
-    from ..tracking.source import code_source
     from ..reporting import build_report, render_md
+    from ..tracking.source import code_source
 
     started = time.monotonic()
     store = StudyStore.open(tracking_uri, study.name)

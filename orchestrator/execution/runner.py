@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dape_core.plugins import plugin_tags
+
 from ..errors import StudyInterrupted, StudyTerminated, TrackingServerUnreachable, exception_chain
 from ..planning.learned import load_measured
 from ..planning.schedule import longest_first
@@ -17,10 +19,8 @@ from ..tracking.console import ConsoleProgress
 from ..tracking.events import Tally, TrialEvents
 from ..tracking.leases import LeaseBook
 from ..tracking.recorder import MLflowRecorder
-from dape_core.plugins import plugin_tags
-
-from ..tracking.source import DIFF_FILE, code_source
 from ..tracking.sharing import DeviceSharing
+from ..tracking.source import DIFF_FILE, code_source
 from ..tracking.store import StudyStore
 from ..trial.trials import StoredIdentities, Trial, distinct
 from . import interrupt

@@ -16,8 +16,17 @@ from dape_core import ExperimentConfig
 from dape_core.data import anchored
 from dape_core.train.callbacks import TrainerCallback
 
-from ..trial.protocol import (CHECKPOINT_FILES_KEY, CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY,
-                              EVAL_PROTOCOL_TAG, FINAL_FLAG, LOG_KEY, WEIGHTS_FOLDER, WEIGHTS_KEY)
+from ..trial.protocol import (
+    CHECKPOINT_FILES_KEY,
+    CHECKPOINT_SET_ASIDE_KEY,
+    DATA_RECORD_KEY,
+    ENVIRONMENT_KEY,
+    EVAL_PROTOCOL_TAG,
+    FINAL_FLAG,
+    LOG_KEY,
+    WEIGHTS_FOLDER,
+    WEIGHTS_KEY,
+)
 from ..trial.trials import materialize
 from .trial_log import TrialLog
 

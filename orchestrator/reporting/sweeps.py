@@ -18,8 +18,8 @@ import pandas as pd
 from ..study import Study
 from ..tracking.store import SWEPT_TAG_PREFIX
 from . import cells
-from .names import setting, value
 from .names import point as point_words
+from .names import setting, value
 from .plots import MAX_LINES, Frame, Plot, _save, fit_title
 from .tables import Table
 
@@ -60,7 +60,7 @@ def best_points(table: Table) -> BestPoints | None:
             best[row.variant] = row
     if not best:
         return None
-    header = ["variant", "best grid point", table.header(column), "n", f"baseline there",
+    header = ["variant", "best grid point", table.header(column), "n", "baseline there",
               "margin" + (" (%)" if family.compare == "ratio" else " (difference)")]
     body = []
     for variant, row in best.items():

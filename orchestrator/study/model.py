@@ -26,13 +26,29 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, WithJsonSchema,
-                      field_validator, model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 import dape_core.metric_names as names
 from dape_core.train import Parallelism
-from dape_core.types import (FiniteFloat, NonEmptyStr, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
-                             Seed, StrictBool)
+from dape_core.types import (
+    FiniteFloat,
+    NonEmptyStr,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Seed,
+    StrictBool,
+)
 
 from .expect import Claim, later_length, length_tokens
 from .metric_families import PPL, ReportMetric

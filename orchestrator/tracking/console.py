@@ -15,8 +15,7 @@ import dape_core.metric_names as names
 
 from ..trial.protocol import CHECKPOINT_SET_ASIDE_KEY, accuracies, final_metrics, perplexity_by_length
 from ..trial.trials import Trial
-from .events import (TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried,
-                     TrialStarted)
+from .events import TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried, TrialStarted
 
 
 @dataclass

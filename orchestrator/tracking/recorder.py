@@ -24,15 +24,32 @@ import dape_core.metric_names as names
 from dape_core import ExperimentConfig
 from dape_core.applicability import unused_settings
 
-from ..trial.protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, LOG_KEY, PERIODIC_KEYS,
-                              SERIES, STRING_RESULT_KEYS, WEIGHTS_FOLDER, WEIGHTS_KEY, final_metrics)
+from ..trial.protocol import (
+    CHECKPOINT_SET_ASIDE_KEY,
+    DATA_RECORD_KEY,
+    ENVIRONMENT_KEY,
+    LOG_KEY,
+    PERIODIC_KEYS,
+    SERIES,
+    STRING_RESULT_KEYS,
+    WEIGHTS_FOLDER,
+    WEIGHTS_KEY,
+    final_metrics,
+)
 from . import run_files
-from .events import (TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried,
-                     TrialStarted)
+from .events import TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried, TrialStarted
 from .params import resolved_params, start_params
 from .sharing import DeviceSharing
-from .store import (ENV_TAG_PREFIX, INTERRUPTED_TAG, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG,
-                    WEIGHTS_TAG, StudyStore)
+from .store import (
+    ENV_TAG_PREFIX,
+    INTERRUPTED_TAG,
+    STOPPED_EARLY_TAG,
+    SWEPT_TAG_PREFIX,
+    TEMPLATE_TAG,
+    TRIAL_ID_TAG,
+    WEIGHTS_TAG,
+    StudyStore,
+)
 
 _TAG_LIMIT = 4000  # MLflow's tag values are bounded; reasons are cut to this
 
