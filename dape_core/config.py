@@ -190,7 +190,8 @@ class ModelConfig:
             raise ValueError(f"processor {self.processor!r} reads later keys (its record is not causal): it serves "
                              "bidirectional models only (causal: false)")
         if self.processor_facts.present and FORMS[self.form].needs_bias and not self.has_bias:
-            raise ValueError(f"form {self.form!r} needs a position encoding with a bias; {self.pos_encoding!r} has none")
+            raise ValueError(f"form {self.form!r} needs a position encoding with a bias; {self.pos_encoding!r} has "
+                             "none")
         self.options = self._checked_options()
         if self.d_model % self.n_head:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")

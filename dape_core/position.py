@@ -147,7 +147,8 @@ class RandomizedRoPE(RoPE):
         if not self.training:
             return torch.arange(length, device=device)
         if length > self.max_position:
-            raise ValueError(f"randomized RoPE cannot sample {length} distinct positions from [0, {self.max_position}); "
+            raise ValueError(f"randomized RoPE cannot sample {length} distinct positions from [0, "
+                             f"{self.max_position}); "
                              "raise rope_random_max")
         return torch.randperm(self.max_position, device=device)[:length].sort().values
 

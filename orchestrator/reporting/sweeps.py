@@ -153,7 +153,8 @@ def heatmaps(study: Study, table: Table, finished: pd.DataFrame, folder: Path) -
               "lists them all." if len(variants) > len(shown) else "")
     caption = (f"{table.family.title} over {setting(axes[0])} and {setting(axes[1])}, one row per variant: "
                f"mean over seeds at {' and at '.join(h for _, h in columns)}{others}; one colour scale per column "
-               f"({'darker is better' if lower else 'brighter is better'}); blank: no finished run. Plots of the metric "
+               f"({'darker is better' if lower else 'brighter is better'}); blank: no finished run. Plots of the "
+               "metric "
                f"against one swept value are drawn only while they have at most {MAX_LINES} lines.{capped}")
     path = _save(fig, folder, name)
     return Plot(name, "Heat maps", caption, path, path.with_suffix(".svg"))

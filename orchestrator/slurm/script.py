@@ -91,14 +91,17 @@ def render(request: JobRequest, target: JobTarget) -> str:
               "HEAD_PID= WORKERS_PID= MLFLOW_PID= RUN_PID= STOP= REQUEUE=",
               "",
               _FUNCTIONS,
-              "echo \"Job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES node(s) ($SLURM_JOB_NODELIST); Ray head at $RAY_ADDRESS_\"",
+              "echo \"Job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES node(s) ($SLURM_JOB_NODELIST); Ray head at "
+              "$RAY_ADDRESS_\"",
               "python -m orchestrator.slurm.node ray-start head \"$RAY_PORT\" \"$RAY_TMP\" &  # not through node():"
               " its pid, not a subshell's",
               "HEAD_PID=$!",
               "if [ \"$SLURM_JOB_NUM_NODES\" -gt 1 ]; then  # the step's CPUs and GPUs are given: srun does not "
               "inherit --cpus-per-task",
-              "  srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 \\",
-              f"    --cpus-per-task={request.cpus_per_node}{gpus} --relative=1 --kill-on-bad-exit=0 --job-name=ray-workers \\",
+              "  srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 "
+              "\\",
+              f"    --cpus-per-task={request.cpus_per_node}{gpus} --relative=1 --kill-on-bad-exit=0 "
+              "--job-name=ray-workers \\",
               "    python -m orchestrator.slurm.node ray-start worker \"$RAY_ADDRESS_\" \"$RAY_TMP\" &",
               "  WORKERS_PID=$!",
               "fi",

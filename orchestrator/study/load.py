@@ -132,7 +132,8 @@ def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
     if profile is not None:
         source = f"{source} (profile {profile})"
     if not isinstance(raw, dict):
-        raise StudyError(source, [*problems, f"(top level): expected a mapping of study fields, got {type(raw).__name__}"])
+        raise StudyError(source, [*problems, f"(top level): expected a mapping of study fields, got "
+                                             f"{type(raw).__name__}"])
     original = copy.deepcopy(raw)
     raw = _apply(copy.deepcopy(raw), source, profile, overrides)
     plugins, plugin_faults = load_plugins(raw.get("plugins"), folder)

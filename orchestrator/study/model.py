@@ -316,7 +316,8 @@ class Decide(_Strict):
 class Study(_Strict):
     name: StudyName = Field(description="Experiment name in MLflow (and its parent run's).")
     description: str = ""
-    base: dict[str, Any] = Field(default_factory=dict, description="Shared trial config: model, data, train, eval (and che for CHE tasks, distributed for the trial size).")
+    base: dict[str, Any] = Field(default_factory=dict, description="Shared trial config: model, data, train, eval (and "
+                                                                   "che for CHE tasks, distributed for the trial size).")
     axes: dict[SweepKey, SweepValues] = Field(default_factory=dict, description="Grid over dotted keys.")
     one_at_a_time: StrictBool = Field(False, description="Vary each axis alone from the baseline instead of a grid.")
     zip: dict[SweepKey, ZipValues] = Field(default_factory=dict, description="Dotted keys whose values vary together.")
@@ -334,7 +335,8 @@ class Study(_Strict):
     search: Search = Field(default_factory=Search)
     scheduler: Scheduler = Field(default_factory=Scheduler)
     resources: Resources = Field(default_factory=Resources)
-    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Named dotted overrides of the study.")
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Named dotted overrides of the "
+                                                                                  "study.")
     report: ReportSpec = Field(default_factory=ReportSpec)
     keep_weights: KeepWeights = Field("final", description="What a finished trial keeps as an artifact of its "
                                       "MLflow run: final (its trained model: safetensors weights, effective config "
