@@ -147,9 +147,8 @@ class RandomizedRoPE(RoPE):
         if not self.training:
             return torch.arange(length, device=device)
         if length > self.max_position:
-            raise ValueError(f"randomized RoPE cannot sample {length} distinct positions from [0, "
-                             f"{self.max_position}); "
-                             "raise rope_random_max")
+            raise ValueError(f"randomized RoPE cannot sample {length} distinct positions from "
+                             f"[0, {self.max_position}); raise rope_random_max")
         return torch.randperm(self.max_position, device=device)[:length].sort().values
 
 
@@ -250,7 +249,8 @@ class FIRE(PositionEncoding):
         return self.mlp(normalized.unsqueeze(-1)).permute(2, 0, 1)
 
 
-def t5_causal_bucket(distance: torch.Tensor, buckets: int = T5_BUCKETS, max_distance: int = T5_MAX_DISTANCE) -> torch.Tensor:
+def t5_causal_bucket(distance: torch.Tensor, buckets: int = T5_BUCKETS,
+                     max_distance: int = T5_MAX_DISTANCE) -> torch.Tensor:
     """T5's unidirectional bucketing of Δ ≥ 0: exact below buckets/2, log-spaced up to max_distance, then the
     last bucket."""
     exact = buckets // 2

@@ -1,4 +1,5 @@
-"""`orchestrator` command line: validate, plan, run, evaluate, status, report, ui and schema of study files; doctor; slurm.
+"""`orchestrator` command line: validate, plan, run, evaluate, status, report, ui and schema of study files; doctor;
+slurm.
 
 Exit codes: 0 every trial succeeded; 1 some trials failed (the rest completed; `doctor`: a check failed); 2 invalid
 study or argument; 3 interrupted and resumable (re-run the same command); 4 a claim of the study's `expect:`
@@ -58,8 +59,7 @@ OverridesArg = Annotated[Optional[list[str]], typer.Argument(metavar="[KEY=VALUE
 TrackingOpt = Annotated[Optional[str], typer.Option(help="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else "
                                                      "mlruns/mlflow.db in the study's project folder.")]
 ReportsDirOpt = Annotated[Optional[Path], typer.Option(help="Where reports are written; default: reports/ in the "
-                                                            "study's "
-                                                       "project folder.")]
+                                                            "study's project folder.")]
 StrictClaimsOpt = Annotated[bool, typer.Option("--strict-claims", help="Exit with code 4 if a claim of the study's "
                                                "expect: section fails (inconclusive is not a failure).")]
 
@@ -91,7 +91,8 @@ def run(
                                                                "server get to answer at start.")] = 30.0,
     resource_wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for an autoscaling cluster to add a node "
                                                              "that can host a trial.")] = 600.0,
-    failed_only: Annotated[bool, typer.Option("--failed-only", help="Rerun only the trials whose last run failed.")] = False,
+    failed_only: Annotated[bool, typer.Option("--failed-only",
+                                              help="Rerun only the trials whose last run failed.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     strict_claims: StrictClaimsOpt = False,
 ) -> None:
@@ -142,10 +143,11 @@ def report(
     reports_dir: ReportsDirOpt = None,
     value: Annotated[str, typer.Option(help="Which value of each run's metrics the cells show: final, best or "
                                             "step:N.")] = "final",
-    full: Annotated[bool, typer.Option("--print", help="Print the whole report (report.md), not only its summary.")] = False,
+    full: Annotated[bool, typer.Option("--print",
+                                       help="Print the whole report (report.md), not only its summary.")] = False,
     attach: Annotated[bool, typer.Option("--attach", help="Also attach the report (and the claims' "
-                                         "verdicts) to the study's parent run in MLflow (`orchestrator run` always "
-                                         "does).")] = False,
+                                         "verdicts) to the study's parent run in MLflow "
+                                         "(`orchestrator run` always does).")] = False,
     strict_claims: StrictClaimsOpt = False,
 ) -> None:
     """Build the study's report from the MLflow store: tables, significance, plots (Markdown, HTML, LaTeX, CSV)."""

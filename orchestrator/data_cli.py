@@ -49,17 +49,19 @@ def _summary(meta: dict, output: Path, seconds: float) -> None:
     counts = ", ".join(f"{name} {split[name]['documents']} documents / {split[name]['tokens']:,} tokens"
                        for name in ("train", "validation", "test") if split[name]["documents"])
     console.print(f"Prepared {meta['text_bytes'] / 1e6:,.1f} MB of text in {seconds:.1f}s "
-                  f"({meta['text_bytes'] / 1e6 / max(seconds, 1e-9):.2f} MB/s, {meta['prepared']['workers']} "
-                  "process(es)): "
+                  f"({meta['text_bytes'] / 1e6 / max(seconds, 1e-9):.2f} MB/s, "
+                  f"{meta['prepared']['workers']} process(es)): "
                   f"{meta['tokens']:,} {meta['dtype']} tokens, vocabulary {meta['vocab_size']}; {counts}")
     if meta["skipped_documents"]:
         console.print(f"{meta['skipped_documents']} empty document(s) skipped")
     token_file = output / meta["token_file"]
     console.print(f"Wrote {token_file} ({meta['content']['bytes'] / 1e6:,.1f} MB), {token_file.stem}.meta.json, "
-                  f"{token_file.stem}.docs.npy" + (f", {meta['tokenizer']['file']}" if meta["tokenizer"]["file"] else ""))
+                  f"{token_file.stem}.docs.npy"
+                  + (f", {meta['tokenizer']['file']}" if meta["tokenizer"]["file"] else ""))
     tokenizer = f", tokenizer: {output / meta['tokenizer']['file']}" if meta["tokenizer"]["file"] else ""
     split_fields = "".join(f", {key}: {value}" for key, value, default in
-                           (("val_fraction", split["val_fraction"], 0.1), ("test_fraction", split["test_fraction"], 0.0),
+                           (("val_fraction", split["val_fraction"], 0.1),
+                            ("test_fraction", split["test_fraction"], 0.0),
                             ("split_seed", split["seed"], 0)) if value != default)
     console.print(f"A study reads it with:\n  data: {{source: tokens, path: {token_file}, dtype: {meta['dtype']}"
                   f"{tokenizer}{split_fields}}}\n  model.vocab_size: at least {meta['vocab_size']}")
@@ -67,14 +69,16 @@ def _summary(meta: dict, output: Path, seconds: float) -> None:
 
 @data_app.command()
 def prepare(
-    inputs: Annotated[list[str], typer.Argument(metavar="INPUTS...", help="Text files, folders, globs, "
-                                                                          ".jsonl(.gz/.zst), .parquet, or folders saved by datasets.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Output folder: tokens.bin, tokens.meta.json, "
-                                                                "tokens.docs.npy, tokenizer.json.")] = Path("data/paper"),
+    inputs: Annotated[list[str], typer.Argument(
+        metavar="INPUTS...",
+        help="Text files, folders, globs, .jsonl(.gz/.zst), .parquet, or folders saved by datasets.")],
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="Output folder: tokens.bin, tokens.meta.json, tokens.docs.npy, tokenizer.json.")
+    ] = Path("data/paper"),
     tokenizer: Annotated[Optional[str], typer.Option(help="A local tokenizer.json (e.g. GPT-2's); default: "
                                                           "byte-level.")] = None,
-    train_tokenizer: Annotated[Optional[int], typer.Option(metavar="VOCAB", help="Train a byte-level BPE of this "
-                                                                                 "vocabulary on the training documents.")] = None,
+    train_tokenizer: Annotated[Optional[int], typer.Option(
+        metavar="VOCAB", help="Train a byte-level BPE of this vocabulary on the training documents.")] = None,
     tokenizer_train_bytes: Annotated[Optional[int], typer.Option(help="At most this much text trains the BPE (default "
                                                                       "1 GiB).")] = None,
     eos_token: Annotated[Optional[str], typer.Option(help="End-of-text token of a tokenizer.json (default: its "

@@ -1,4 +1,5 @@
-"""Train and evaluate one model on one CHE task (docs/method.md §7) or on associative recall (docs/method.md §8, extension).
+"""Train and evaluate one model on one CHE task (docs/method.md §7) or on associative recall (docs/method.md §8,
+extension).
 
     from dape_core.che.experiment import CheConfig, run_che
     result = run_che(CheConfig(task="parity_check", steps=300), ModelConfig(preset="tiny"))

@@ -213,8 +213,8 @@ def _check_splits(cfg: PrepareConfig, writer: SplitWriter) -> None:
                          "the fractions, or cut files into more documents with a separator")
 
 
-def _metadata(cfg: PrepareConfig, sources: list[Source], tokenizer, record: dict, dtype, writer: SplitWriter, finished: dict,
-              folder: Path, text_bytes: int, seconds: float) -> dict:
+def _metadata(cfg: PrepareConfig, sources: list[Source], tokenizer, record: dict, dtype, writer: SplitWriter,
+              finished: dict, folder: Path, text_bytes: int, seconds: float) -> dict:
     layout = finished["layout"]
     tokens = sum(entry["tokens"] for entry in layout.values())
     docs_file = folder / (Path(TOKEN_FILE).stem + DOCS_SUFFIX)

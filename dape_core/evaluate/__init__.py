@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 _PUBLIC = {  # name -> the submodule it lives in
-    "DEFAULT_TOKENS_PER_LENGTH": "config", "EvalConfig": "config", "PROTOCOL_VERSION": "config", "forward_flops_per_token": "flops",
+    "DEFAULT_TOKENS_PER_LENGTH": "config", "EvalConfig": "config", "PROTOCOL_VERSION": "config",
+    "forward_flops_per_token": "flops",
     "measured_forward_flops": "flops", "delta_p": "perplexity", "perplexity_by_length": "perplexity",
     "tail_loss": "perplexity", "forward_ms": "timing", "forward_ms_by_length": "timing",
     "forward_ms_from_evaluation": "timing", "peak_memory_bytes": "timing", "reset_peak_memory": "timing",

@@ -115,7 +115,8 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
                          eval_section=request.eval_section(own, later), threads=max(1, int(study.resources.cpus)),
                          precision=tags.get("precision"), device=tags.get("device"), visualise=request.visualise,
                          time=time_it, warmup=request.time_warmup, repeats=request.time_repeats,
-                         timed_lengths=sorted(set(own["lengths"]) | set(lengths) | set(names.by_length(metrics, names.PPL))))
+                         timed_lengths=sorted(set(own["lengths"]) | set(lengths)
+                                              | set(names.by_length(metrics, names.PPL))))
         if shorter:
             task.notes.append(f"lengths {shorter} are below its training length {seq_len}: not evaluated")
         if stale:

@@ -185,8 +185,8 @@ def _write(folder: Path, texts: dict[str, str], frame: pd.DataFrame, tables: lis
 
 def _record_pareto(store: StudyStore, search) -> None:
     """A multi-objective search's Pareto set in MLflow: on the parent run, tags search.pareto_size and
-    search.pareto_runs (the runs' names, a JSON list); on each sample, the tag search.pareto = true or false (the MLflow UI
-    filters on it: tags.`search.pareto` = 'true')."""
+    search.pareto_runs (the runs' names, a JSON list); on each sample, the tag search.pareto = true or false (the
+    MLflow UI filters on it: tags.`search.pareto` = 'true')."""
     if search is None or not search.multi_objective or not store.parent_run_id:
         return
     front = search.pareto if search.pareto is not None else pd.DataFrame(columns=["run_id", "run_name"])

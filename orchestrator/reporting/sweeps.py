@@ -70,7 +70,8 @@ def best_points(table: Table) -> BestPoints | None:
         if baseline is not None and base_cell.n:
             margin = (f"{cells.signed((row.ratio(column, baseline) - 1) * 100, 1)}%" if family.compare == "ratio"
                       else cells.signed(row.delta(column, baseline), family.decimals))
-        body.append([variant, point_words(row.block), cells.mean_std(row.cells[column], family.decimals), cells.seeds(row),
+        body.append([variant, point_words(row.block), cells.mean_std(row.cells[column], family.decimals),
+                     cells.seeds(row),
                      "(is the baseline)" if row.is_baseline else
                      (cells.mean_std(base_cell, family.decimals) if base_cell is not None else cells.DASH), margin])
     best_word = "lowest" if family.lower_is_better else "highest"
@@ -154,8 +155,7 @@ def heatmaps(study: Study, table: Table, finished: pd.DataFrame, folder: Path) -
     caption = (f"{table.family.title} over {setting(axes[0])} and {setting(axes[1])}, one row per variant: "
                f"mean over seeds at {' and at '.join(h for _, h in columns)}{others}; one colour scale per column "
                f"({'darker is better' if lower else 'brighter is better'}); blank: no finished run. Plots of the "
-               "metric "
-               f"against one swept value are drawn only while they have at most {MAX_LINES} lines.{capped}")
+               f"metric against one swept value are drawn only while they have at most {MAX_LINES} lines.{capped}")
     path = _save(fig, folder, name)
     return Plot(name, "Heat maps", caption, path, path.with_suffix(".svg"))
 

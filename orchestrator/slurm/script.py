@@ -98,8 +98,8 @@ def render(request: JobRequest, target: JobTarget) -> str:
               "HEAD_PID=$!",
               "if [ \"$SLURM_JOB_NUM_NODES\" -gt 1 ]; then  # the step's CPUs and GPUs are given: srun does not "
               "inherit --cpus-per-task",
-              "  srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 "
-              "\\",
+              "  srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) "
+              "--ntasks-per-node=1 \\",
               f"    --cpus-per-task={request.cpus_per_node}{gpus} --relative=1 --kill-on-bad-exit=0 "
               "--job-name=ray-workers \\",
               "    python -m orchestrator.slurm.node ray-start worker \"$RAY_ADDRESS_\" \"$RAY_TMP\" &",
@@ -174,7 +174,9 @@ finish() {  # stop the workers, the head and the MLflow server, by process id; e
     alive_any $WORKERS_PID $HEAD_PID $MLFLOW_PID || break; sleep 1
   done
   for pid in $WORKERS_PID $HEAD_PID $MLFLOW_PID; do stop_group KILL "$pid"; wait "$pid" 2> /dev/null; done
-  if [ -n "$REQUEUE" ]; then echo "Requeueing job $SLURM_JOB_ID: it resumes the study."; scontrol requeue "$SLURM_JOB_ID"; fi
+  if [ -n "$REQUEUE" ]; then
+    echo "Requeueing job $SLURM_JOB_ID: it resumes the study."; scontrol requeue "$SLURM_JOB_ID"
+  fi
   echo "Job $SLURM_JOB_ID ends with exit code $1."
   exit "$1"
 }

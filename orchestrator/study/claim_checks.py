@@ -265,7 +265,8 @@ def _bound(study, rows, claim: Bound) -> list[Check]:
             for length in _lengths(claim) for row in chosen]
 
 
-_CHECKS = {"bound": _bound, "compare": _compare, "length_ratio": _length_ratio, "trend": _trend, "order": _order, "best": _best}
+_CHECKS = {"bound": _bound, "compare": _compare, "length_ratio": _length_ratio, "trend": _trend, "order": _order,
+           "best": _best}
 
 
 def claim_checks(study: "Study", claim: Any, rows: list | None = None) -> list[Check]:

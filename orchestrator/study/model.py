@@ -316,8 +316,9 @@ class Decide(_Strict):
 class Study(_Strict):
     name: StudyName = Field(description="Experiment name in MLflow (and its parent run's).")
     description: str = ""
-    base: dict[str, Any] = Field(default_factory=dict, description="Shared trial config: model, data, train, eval (and "
-                                                                   "che for CHE tasks, distributed for the trial size).")
+    base: dict[str, Any] = Field(default_factory=dict, description="Shared trial config: model, data, train, eval "
+                                                                   "(and che for CHE tasks, distributed for the trial "
+                                                                   "size).")
     axes: dict[SweepKey, SweepValues] = Field(default_factory=dict, description="Grid over dotted keys.")
     one_at_a_time: StrictBool = Field(False, description="Vary each axis alone from the baseline instead of a grid.")
     zip: dict[SweepKey, ZipValues] = Field(default_factory=dict, description="Dotted keys whose values vary together.")

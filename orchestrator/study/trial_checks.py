@@ -188,6 +188,5 @@ def run_name_problems(study: "Study") -> list[str]:
         if len(name) > MAX_RUN_NAME:
             problems.append(f"{cell.where}: the run name {name[:40]!r}... has {len(name)} characters, more than "
                             f"MLflow's {MAX_RUN_NAME}; shorten the row's label (the variant's label and the swept "
-                            "values; "
-                            "without variants, the study's name)")
+                            "values; without variants, the study's name)")
     return problems

@@ -170,7 +170,8 @@ def reader_for(tracking_uri: str, client=None) -> SQLiteReader | ClientReader:
     if revision in TESTED_REVISIONS:
         return direct
     _log.warning("The tracking store %s has MLflow schema revision %s, not %s that the direct reader is tested "
-                 "with: reading it through MLflow's client (slower).", path, revision, " or ".join(sorted(TESTED_REVISIONS)))
+                 "with: reading it through MLflow's client (slower).", path, revision,
+                 " or ".join(sorted(TESTED_REVISIONS)))
     return ClientReader(_sqlite_client(tracking_uri, path, client))
 
 

@@ -100,7 +100,8 @@ class MLflowRecorder(TrialListener):
             self._log_text(run_id, run_files.LOG_FILE, result[LOG_KEY])
         if not event.final:
             if result.get(CHECKPOINT_SET_ASIDE_KEY):  # the trial found an unreadable checkpoint and started over
-                self.store.set_tags(run_id, {CHECKPOINT_SET_ASIDE_KEY: str(result[CHECKPOINT_SET_ASIDE_KEY])[:_TAG_LIMIT]})
+                set_aside = str(result[CHECKPOINT_SET_ASIDE_KEY])[:_TAG_LIMIT]
+                self.store.set_tags(run_id, {CHECKPOINT_SET_ASIDE_KEY: set_aside})
             if "pid" in result and self.worker_pids.get(event.key) != result["pid"]:
                 # Which process trains this trial, so that an operator (or a fault test) can find it.
                 self.worker_pids[event.key] = result["pid"]

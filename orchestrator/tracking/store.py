@@ -12,7 +12,8 @@ folder that cannot be written; `client.probe_server`: a tracking server that doe
 of these fails at once in one paragraph. The experiments this tool creates carry the tag
 `orchestrator.study`; an experiment of the study's name without it belongs to someone else and is refused,
 never written into. A SQLite store keeps its artifacts beside its file, and one moved or copied with them
-is pointed at them where it lands (relocation.py). A SQLite store is read without MLflow (readers.py); MLflow's client is made for writes.
+is pointed at them where it lands (relocation.py). A SQLite store is read without MLflow (readers.py); MLflow's
+client is made for writes.
 """
 
 from __future__ import annotations

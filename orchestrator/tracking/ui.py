@@ -1,9 +1,9 @@
 """`orchestrator ui`: MLflow's UI as the study's comparison dashboard.
 
 For an embedded SQLite store it starts MLflow's tracking server app on 127.0.0.1 (uvicorn, one worker, no job
-execution, warnings and request logs off) and, once it answers, writes the study's dashboard tags through the server's REST API
-(tracking/dashboard.py) and prints the study's page: its trial runs with the study's charts. For a tracking
-server it writes the same tags through MLflow's client and prints the page on that server.
+execution, warnings and request logs off) and, once it answers, writes the study's dashboard tags through the
+server's REST API (tracking/dashboard.py) and prints the study's page: its trial runs with the study's charts. For a
+tracking server it writes the same tags through MLflow's client and prints the page on that server.
 
 This process never imports MLflow for a SQLite store (the server does, once): the UI serves sooner.
 """
@@ -96,7 +96,8 @@ def refresh_served_dashboard(base_url: str, experiment_id: str) -> None:
     runs, token = [], None
     while True:
         page = _api(base_url, "runs/search", {"experiment_ids": [experiment_id], "max_results": 1000,
-                                              "filter": dashboard.TRIAL_FILTER, **({"page_token": token} if token else {})})
+                                              "filter": dashboard.TRIAL_FILTER,
+                                              **({"page_token": token} if token else {})})
         runs += page.get("runs", [])
         token = page.get("next_page_token")
         if not token:
