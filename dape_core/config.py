@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import asdict
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import (
     AfterValidator,
@@ -169,9 +169,14 @@ class ModelConfig:
     form: FormName = "concat_residual"
     leak: StrictBool = False
     causal: StrictBool = True
-    n_layer: PositiveInt | None = None
-    d_model: PositiveInt | None = None
-    n_head: PositiveInt | None = None
+    if TYPE_CHECKING:  # what a validated config holds: `_fill_from_preset` fills the sizes a study leaves out
+        n_layer: int = 0
+        d_model: int = 0
+        n_head: int = 0
+    else:  # what a study may give: a size, or none for the preset's
+        n_layer: PositiveInt | None = None
+        d_model: PositiveInt | None = None
+        n_head: PositiveInt | None = None
     mlp_ratio: PositiveInt = 4
     train_length: PositiveInt = DEFAULT_TRAIN_LENGTH
     rope_random_max: PositiveInt | None = None
