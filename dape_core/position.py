@@ -85,6 +85,7 @@ class RoPE(PositionEncoding):
     def __init__(self, head_dim: int, base: float = 10000.0):
         super().__init__()
         self.head_dim = head_dim
+        self.inv_freq: torch.Tensor
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 

@@ -57,8 +57,12 @@ import importlib.util
 import os
 import re
 import warnings
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from .fit import Fit
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 MAX_HEAD_DIM = 128
@@ -136,7 +140,7 @@ def fused_attention(layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 # What the kernels did for each configuration since `start_record()`: (spec, dtype, device, backward) -> its
 # `fit.Fit` (the tiles they ran with and their self-check, or why they did not run). run_experiment reports it
 # (ExperimentResult.attention_kernels).
-_RECORD: dict[tuple, object] = {}
+_RECORD: dict[tuple, Fit] = {}
 _WARNED: set[tuple] = set()  # the configurations whose fallback was warned of (once per process)
 
 
