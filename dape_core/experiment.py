@@ -268,9 +268,11 @@ def _run_che_experiment(cfg: ExperimentConfig, callback, checkpoints: Checkpoint
     """The CHE path: no corpus, no perplexity; accuracies instead. Checkpoints and resume as for the LM."""
     from .che.experiment import run_che
 
+    assert cfg.che is not None, "the CHE path runs for a config with a che section"
     task_record = che_task_record(cfg)
     data_hash = hashlib.sha256(json.dumps(task_record, sort_keys=True).encode()).hexdigest()[:16]
-    weights, weights_seconds = [], []
+    weights: list[str] = []
+    weights_seconds: list[float] = []
 
     def keep(model) -> None:
         from .stored import save_model
@@ -306,6 +308,7 @@ def _run_che_experiment(cfg: ExperimentConfig, callback, checkpoints: Checkpoint
 
 def che_task_record(cfg: ExperimentConfig) -> dict:
     """What a CHE trial's data was: the task and its lengths (its hash is the trial's data hash)."""
+    assert cfg.che is not None, "a CHE trial's config has a che section"
     return {"source": "che", "task": cfg.che.task, "form": cfg.che.form,
             "train_max_length": cfg.che.train_max_length, "test_lengths": cfg.che.test_lengths}
 
@@ -318,6 +321,7 @@ def evaluate_stored_che(model, cfg: ExperimentConfig, lengths: list[int], precis
     from .train import resolve_precision
 
     device = next(model.parameters()).device
+    assert cfg.che is not None, "a stored CHE model's config has a che section"
     che = dataclasses.replace(cfg.che, test_lengths=sorted(set(cfg.che.test_lengths) | set(lengths)))
-    precision = resolve_precision(precision or cfg.train.precision, device)
-    return accuracies(model, che, cfg.train.seed, device, precision, only=set(lengths))[1]
+    resolved = resolve_precision(precision or cfg.train.precision, device)
+    return accuracies(model, che, cfg.train.seed, device, resolved, only=set(lengths))[1]
