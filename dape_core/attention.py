@@ -182,6 +182,7 @@ class CausalSelfAttention(nn.Module):
         future = k_pos[None, :] > positions[start:stop, None]  # [rows, keys]
         bias = self.pos.bias(q_pos, k_pos)
         if processor is None:
+            assert bias is not None, "without a processor or a bias, attend() takes the causal SDPA path"
             mask = bias.to(q.dtype)
             if self.causal:
                 mask = mask.masked_fill(future, float("-inf"))

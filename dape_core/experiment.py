@@ -152,7 +152,7 @@ def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointS
     reset_peak_memory(device)
     trained = train(model, stream, cfg.train, callback, precision=precision, validate=_validation(model, corpus, cfg,
                     precision), checkpoints=checkpoints, checkpoint_every=checkpoint_every, resume=resume, world=world)
-    training_peak = world.max(peak_memory_bytes(device), device)  # the largest worker's
+    training_peak = int(world.max(peak_memory_bytes(device), device))  # the largest worker's (a count of bytes)
     evaluated = full_model_on_rank_zero(model, build, device, world)
     if evaluated is None:  # a rank other than 0: rank 0 evaluates and reports
         world.barrier()

@@ -281,6 +281,7 @@ def build_position_encodings(cfg: ModelConfig) -> list[PositionEncoding]:
     """One encoding per layer. Learnable encodings (Kerple, FIRE) have per-layer parameters, as in the
     authors' code; T5's table is one module shared by all layers (docs/method.md §2)."""
     facts = cfg.encoding  # its record builds it (dape_core/encodings.py, contrib or a plugin)
+    assert facts.build is not None, "a registered encoding has its builder (Encoding.check)"
     if facts.shared:
         encodings = [facts.build(cfg)] * cfg.n_layer
     else:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 
-def _attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+def _attention_modules(model: torch.nn.Module) -> list[Any]:  # duck-typed: CausalSelfAttention's face
     return [m for m in model.modules() if hasattr(m, "qkv") and hasattr(m, "pos")]
 
 
