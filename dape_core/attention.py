@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 import torch
 from torch import nn
@@ -155,7 +156,7 @@ class CausalSelfAttention(nn.Module):
         length = q.shape[2]
         recompute = torch.is_grad_enabled()
         outs, done = [], 0
-        keys = {"all_keys": True} if uniform else {}
+        keys: dict[str, Any] = {"all_keys": True} if uniform else {}
         for start in range(0, length, rows):
             if uniform:
                 start = max(0, min(start, length - rows))

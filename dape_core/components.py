@@ -452,5 +452,6 @@ def setting_labels() -> dict[str, str]:
 
 def value_labels(kind: Literal["pos_encoding", "processor", "form"]) -> dict[str, str]:
     """A component's name -> its label in words, for the settings that name components."""
-    registry: Registry[Any] = {"pos_encoding": encodings, "processor": processors, "form": forms}[kind]
+    registries: dict[str, Registry[Any]] = {"pos_encoding": encodings, "processor": processors, "form": forms}
+    registry = registries[kind]
     return {name: record.label for name, record in registry.items(discover=False)}

@@ -75,6 +75,7 @@ class ExperimentResult:
                                   (names.MS_FORWARD, self.ms_forward)):
             out.update({names.per_length(prefix, length): value for length, value in by_length.items()})
         if self.che_acc_test is not None:
+            assert self.che_acc_train is not None, "a CHE result has both accuracies"
             out[names.CHE_ACC_TRAIN], out[names.CHE_ACC_TEST] = self.che_acc_train, self.che_acc_test
             out.update({names.per_length(names.ACC, length): value for length, value in self.che_accuracy.items()})
         return out
@@ -115,6 +116,7 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     check_world(cfg.distributed, world)
     checkpoints = CheckpointStore(checkpoint_dir, cfg.fingerprint()) if checkpoint_dir is not None else None
     start_record()
+    result: ExperimentResult | None
     if cfg.che is not None:
         result = _run_che_experiment(cfg, callback, checkpoints, checkpoint_every, resume, weights_dir)
     else:
@@ -250,6 +252,7 @@ def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_
     ms_forward = {}
     if cfg.eval.timing:  # the evaluation's own batches, warm-up dropped: no extra passes in the usual case
         timed = {length: windows[length] for length in cfg.eval.lengths}
+        assert batch_ms is not None  # timing on: perplexity_by_length recorded the batches' times
         ms_forward = forward_ms_from_evaluation(model, timed, batch_ms, cfg.eval, precision)
     artifacts = []
     if cfg.eval.visualise:

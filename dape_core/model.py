@@ -7,6 +7,8 @@ family) -> bias B -> processor (S, B) -> A -> causal mask -> softmax -> ·V. Pre
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -68,7 +70,8 @@ class CausalLM(nn.Module):
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None):
         # One set of positions per forward pass, shared by every layer (randomized RoPE samples them here).
-        positions = self.blocks[0].attn.pos.sequence_positions(tokens.shape[1], tokens.device)
+        first = cast(Block, self.blocks[0])
+        positions = first.attn.pos.sequence_positions(tokens.shape[1], tokens.device)
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x, positions)

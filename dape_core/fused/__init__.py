@@ -169,6 +169,7 @@ def recorded() -> str:
             clauses.append(f"{what}: not used, the block or direct path ran instead ({fit.problem})")
         else:
             tiles = fit.tiles
+            assert fit.check is not None, "kernels that ran passed their self-check (fit.py)"
             backward_tiles = f", {tiles.bwd_rows}x{tiles.bwd_cols} backward" if backward else ""
             clauses.append(f"{what}: fused, tiles {tiles.fwd_rows}x{tiles.fwd_cols} forward{backward_tiles}, "
                            f"self-check passed ({fit.check.summary()})")
