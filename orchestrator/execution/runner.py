@@ -128,7 +128,7 @@ def _run_and_close(context: RunContext, running: _Running) -> None:
     study, store, todo, events, progress, outcome = (context.study, context.store, running.todo, running.events,
                                                      running.progress, running.outcome)
     leases = running.leases
-    status = "FINISHED"
+    status: str | None = "FINISHED"  # None: the parent run is left open (the tracking server is unreachable)
     def last_resort(what: str) -> str:  # the clean stop did not end in time (interrupt.py): close what is open
         stopped = _close_open_trials(events)
         leases.close()

@@ -109,6 +109,7 @@ def expand(study: Study) -> list[Trial]:
     trials, plugins = [], study.plugin_payloads()
     for index, row in enumerate(resolved_rows(study)):
         cell = row.cell
+        assert cell is not None, "a study row has its cell (only a search value's config has none)"
         for seed in study.seeds:
             resolved = row.config.to_dict()  # a fresh plain dict per trial
             resolved["train"]["seed"] = seed
