@@ -24,7 +24,7 @@ on single fields are in the types.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
@@ -149,7 +149,7 @@ class Distribution(_Strict):
         return self
 
 
-GRID = "grid"  # search.algorithm of a study whose rows are its trials (axes, zip); the others sample a space
+GRID: Final = "grid"  # search.algorithm of a study whose rows are its trials (axes, zip); the others sample a space
 
 
 Mode = Literal["min", "max"]
