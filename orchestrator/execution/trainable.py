@@ -103,7 +103,7 @@ def execute(tune_config: dict, report: Report, threads: int, all_ranks: bool = F
             result = run_experiment(experiment, sink, threads=threads, checkpoint_dir=folder,
                                     checkpoint_every=checkpoint_every(steps) if folder else None,
                                     artifacts_dir=folder / "artifacts" if folder else None,
-                                    weights_dir=folder / WEIGHTS_FOLDER if keep else None)
+                                    weights_dir=folder / WEIGHTS_FOLDER if keep and folder else None)
         except NonFiniteLossError as error:
             # Deterministic: retrying would diverge again. End the trial with its reason instead.
             log.write(f"FAILED: NonFiniteLossError: {error}")

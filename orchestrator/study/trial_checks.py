@@ -141,7 +141,9 @@ def search_values(dist: "Distribution") -> list[Any]:
     """The values a search dimension can take that bound what a trial may be given: every choice, both ends
     of a range (an `int` range's ends as integers)."""
     if dist.type == "choice":
+        assert dist.values is not None, "a choice has its values (Distribution's validation)"
         return list(dist.values)
+    assert dist.low is not None and dist.high is not None, "a range has its bounds (Distribution's validation)"
     if dist.type == "int":
         return [int(dist.low), int(dist.high)]
     return [dist.low, dist.high]

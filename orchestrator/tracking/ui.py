@@ -159,7 +159,9 @@ def serve(tracking_uri: str, study_name: str, port: int, on_ready: Callable[[str
     base_url = local_address(port)
     # Artifacts of runs whose artifact location is the server's default (never the orchestrator's: its
     # experiments keep theirs beside the SQLite file) would go beside the store, as `mlflow ui` would.
-    artifacts = sqlite_path(tracking_uri).parent / "mlartifacts"
+    database = sqlite_path(tracking_uri)
+    assert database is not None, "serve() is for an embedded SQLite store (a tracking server: show_on_server)"
+    artifacts = database.parent / "mlartifacts"
     server = subprocess.Popen(server_command(tracking_uri, port), env=server_env(tracking_uri, artifacts))
 
     def forward(signum, _frame):
