@@ -166,6 +166,7 @@ def identity_problems(trials: list[ResolvedTrial]) -> list[str]:
             first[canonical] = trial
             continue
         earlier = first[canonical]
+        assert earlier.cell is not None  # `first` keeps rows only (those with a cell)
         same_config = legacy_identity(earlier.config.to_dict()) == legacy_identity(config)
         if not same_config and earlier.cell.variant == trial.cell.variant:
             continue  # one variant's rows that differ only in what it does not read: one shared trial

@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import ForeignExperiment, StoreUnusable
 from . import dashboard
 from .lookup import no_experiment, require_store
-from .readers import ClientReader, reader_for
+from .readers import ClientReader, SQLiteReader, reader_for
 from .relocation import relocate
 from .sqlite_file import check_folder_writable, check_readable, check_writable, store_lock
 from .uri import is_server, sqlite_path
@@ -115,7 +115,7 @@ class StudyStore:
         if path is None:
             _probe_if_server(tracking_uri, connect_timeout)
             client = _client(tracking_uri)
-            reader = ClientReader(client)
+            reader: SQLiteReader | ClientReader = ClientReader(client)
             existing = reader.experiment(study_name)
         else:
             client = None
