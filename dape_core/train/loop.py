@@ -248,6 +248,7 @@ class _Run:
         is resharded for this world by DCP; a one-worker file is read whole by every rank. Returns the note of
         a one-worker checkpoint that could not be used and was set aside (training then starts from scratch)."""
         sharded = checkpoints.sharded
+        state: dict | None
         if sharded.exists() and (self.world.distributed or not checkpoints.exists()):
             state, rng = sharded.load(self.model, self.optimizer, self.world)
         elif checkpoints.exists() and self.world.distributed:
