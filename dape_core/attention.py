@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 import torch
 from torch import nn
@@ -178,7 +179,7 @@ class CausalSelfAttention(nn.Module):
         length = q.shape[2]
         recompute = torch.is_grad_enabled()
         outs, done = [], 0
-        keys = {"all_keys": True} if uniform else {}
+        keys: dict[str, Any] = {"all_keys": True} if uniform else {}
         for start in range(0, length, rows):
             if uniform:
                 start = max(0, min(start, length - rows))
@@ -205,6 +206,7 @@ class CausalSelfAttention(nn.Module):
         future = k_pos[None, :] > positions[start:stop, None]  # [rows, keys]
         bias = self.pos.bias(q_pos, k_pos)
         if processor is None:
+            assert bias is not None, "without a processor or a bias, attend() takes the causal SDPA path"
             mask = bias.to(q.dtype)
             if self.causal:
                 mask = mask.masked_fill(future, float("-inf"))

@@ -27,7 +27,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 __all__ = [
     "ComponentError",
@@ -269,7 +269,19 @@ def _check_common(record, kind: str, fields: tuple[str, ...]) -> None:
                                  "(Setting(name, type, default))")
 
 
-R = TypeVar("R")
+class _Record(Protocol):
+    """What a registry reads of its records (Encoding, Processor, Form)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def owner(self) -> str: ...
+
+    def check(self) -> None: ...
+
+
+R = TypeVar("R", bound=_Record)
 
 
 class Registry(Generic[R]):
@@ -440,5 +452,6 @@ def setting_labels() -> dict[str, str]:
 
 def value_labels(kind: Literal["pos_encoding", "processor", "form"]) -> dict[str, str]:
     """A component's name -> its label in words, for the settings that name components."""
-    registry = {"pos_encoding": encodings, "processor": processors, "form": forms}[kind]
+    registries: dict[str, Registry[Any]] = {"pos_encoding": encodings, "processor": processors, "form": forms}
+    registry = registries[kind]
     return {name: record.label for name, record in registry.items(discover=False)}

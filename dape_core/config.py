@@ -10,9 +10,18 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import asdict
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 from pydantic.dataclasses import dataclass
 
 from . import components
@@ -21,8 +30,8 @@ from .encodings import BUILTIN_ENCODINGS, ENCODINGS, FIRE_DEFAULT_WIDTH
 from .processor_records import FORMS, PROCESSORS
 from .types import PositiveInt, StrictBool
 
-# name -> (layers, width, heads). Paper sizes from docs/method.md §5 (head dims 64, 64, 80, 128 follow from width / heads);
-# the CPU presets are this project's.
+# name -> (layers, width, heads). Paper sizes from docs/method.md §5 (head dims 64, 64, 80, 128 follow from
+# width / heads); the CPU presets are this project's.
 PRESETS: dict[str, tuple[int, int, int]] = {
     "tiny": (2, 64, 2),  # unit tests: trains in seconds
     "small": (4, 128, 4),  # CPU studies (docs/method.md §9, a CPU scale that shows the effect)
@@ -136,7 +145,8 @@ class ModelConfig:
         formulation over the full map). Both give the same logits and gradients. Without a processor,
         training always uses PyTorch's fused kernel. On CUDA the fused Triton path takes precedence where it
         applies (dape_core/attention.py), and blocks take their rows from a memory budget instead.
-    causal: True (default) for the causal LM. False builds a bidirectional encoder (the CHE protocol, docs/method.md §7):
+    causal: True (default) for the causal LM. False builds a bidirectional encoder (the CHE protocol,
+        docs/method.md §7):
         no causal mask, every query attends to all keys, position biases are taken at the symmetric distance
         Δ = |i − j| (instead of i − j clamped at 0), and the processor runs without its `tril` (a bidirectional
         model may read both sides, so there is nothing to leak). A kernel taller than one query row is still
@@ -159,9 +169,14 @@ class ModelConfig:
     form: FormName = "concat_residual"
     leak: StrictBool = False
     causal: StrictBool = True
-    n_layer: PositiveInt | None = None
-    d_model: PositiveInt | None = None
-    n_head: PositiveInt | None = None
+    if TYPE_CHECKING:  # what a validated config holds: `_fill_from_preset` fills the sizes a study leaves out
+        n_layer: int = 0
+        d_model: int = 0
+        n_head: int = 0
+    else:  # what a study may give: a size, or none for the preset's
+        n_layer: PositiveInt | None = None
+        d_model: PositiveInt | None = None
+        n_head: PositiveInt | None = None
     mlp_ratio: PositiveInt = 4
     train_length: PositiveInt = DEFAULT_TRAIN_LENGTH
     rope_random_max: PositiveInt | None = None
@@ -181,7 +196,8 @@ class ModelConfig:
             raise ValueError(f"processor {self.processor!r} reads later keys (its record is not causal): it serves "
                              "bidirectional models only (causal: false)")
         if self.processor_facts.present and FORMS[self.form].needs_bias and not self.has_bias:
-            raise ValueError(f"form {self.form!r} needs a position encoding with a bias; {self.pos_encoding!r} has none")
+            raise ValueError(f"form {self.form!r} needs a position encoding with a bias; "
+                             f"{self.pos_encoding!r} has none")
         self.options = self._checked_options()
         if self.d_model % self.n_head:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")

@@ -6,13 +6,13 @@ This is the unit a study trial runs. It is independent of any orchestrator: prog
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import math
 import tempfile
 import time
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,6 +75,7 @@ class ExperimentResult:
                                   (names.MS_FORWARD, self.ms_forward)):
             out.update({names.per_length(prefix, length): value for length, value in by_length.items()})
         if self.che_acc_test is not None:
+            assert self.che_acc_train is not None, "a CHE result has both accuracies"
             out[names.CHE_ACC_TRAIN], out[names.CHE_ACC_TEST] = self.che_acc_train, self.che_acc_test
             out.update({names.per_length(names.ACC, length): value for length, value in self.che_accuracy.items()})
         return out
@@ -115,6 +116,7 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     check_world(cfg.distributed, world)
     checkpoints = CheckpointStore(checkpoint_dir, cfg.fingerprint()) if checkpoint_dir is not None else None
     start_record()
+    result: ExperimentResult | None
     if cfg.che is not None:
         result = _run_che_experiment(cfg, callback, checkpoints, checkpoint_every, resume, weights_dir)
     else:
@@ -152,7 +154,7 @@ def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointS
     reset_peak_memory(device)
     trained = train(model, stream, cfg.train, callback, precision=precision, validate=_validation(model, corpus, cfg,
                     precision), checkpoints=checkpoints, checkpoint_every=checkpoint_every, resume=resume, world=world)
-    training_peak = world.max(peak_memory_bytes(device), device)  # the largest worker's
+    training_peak = int(world.max(peak_memory_bytes(device), device))  # the largest worker's (a count of bytes)
     evaluated = full_model_on_rank_zero(model, build, device, world)
     if evaluated is None:  # a rank other than 0: rank 0 evaluates and reports
         world.barrier()
@@ -265,8 +267,8 @@ def _validation(model, corpus, cfg: ExperimentConfig, precision):
 def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_dir, corpus) -> dict:
     """The evaluation protocol on the trained model: perplexity and ΔP by length, then (optionally) the
     forward time per length and the heat maps. Returns those ExperimentResult fields."""
-    from .evaluate.config import PROTOCOL_VERSION
     from .evaluate import delta_p, forward_ms_from_evaluation, perplexity_by_length
+    from .evaluate.config import PROTOCOL_VERSION
 
     started = time.perf_counter()
     batch_ms: dict[int, list[float]] | None = {} if cfg.eval.timing else None
@@ -277,6 +279,7 @@ def _evaluate(model, windows: dict, cfg: ExperimentConfig, precision, artifacts_
     ms_forward = {}
     if cfg.eval.timing:  # the evaluation's own batches, warm-up dropped: no extra passes in the usual case
         timed = {length: windows[length] for length in cfg.eval.lengths}
+        assert batch_ms is not None  # timing on: perplexity_by_length recorded the batches' times
         ms_forward = forward_ms_from_evaluation(model, timed, batch_ms, cfg.eval, precision)
     artifacts = []
     if cfg.eval.visualise:
@@ -290,9 +293,11 @@ def _run_che_experiment(cfg: ExperimentConfig, callback, checkpoints: Checkpoint
     """The CHE path: no corpus, no perplexity; accuracies instead. Checkpoints and resume as for the LM."""
     from .che.experiment import run_che
 
+    assert cfg.che is not None, "the CHE path runs for a config with a che section"
     task_record = che_task_record(cfg)
     data_hash = hashlib.sha256(json.dumps(task_record, sort_keys=True).encode()).hexdigest()[:16]
-    weights, weights_seconds = [], []
+    weights: list[str] = []
+    weights_seconds: list[float] = []
 
     def keep(model) -> None:
         from .stored import save_model
@@ -328,6 +333,7 @@ def _run_che_experiment(cfg: ExperimentConfig, callback, checkpoints: Checkpoint
 
 def che_task_record(cfg: ExperimentConfig) -> dict:
     """What a CHE trial's data was: the task and its lengths (its hash is the trial's data hash)."""
+    assert cfg.che is not None, "a CHE trial's config has a che section"
     return {"source": "che", "task": cfg.che.task, "form": cfg.che.form,
             "train_max_length": cfg.che.train_max_length, "test_lengths": cfg.che.test_lengths}
 
@@ -340,6 +346,7 @@ def evaluate_stored_che(model, cfg: ExperimentConfig, lengths: list[int], precis
     from .train import resolve_precision
 
     device = next(model.parameters()).device
+    assert cfg.che is not None, "a stored CHE model's config has a che section"
     che = dataclasses.replace(cfg.che, test_lengths=sorted(set(cfg.che.test_lengths) | set(lengths)))
-    precision = resolve_precision(precision or cfg.train.precision, device)
-    return accuracies(model, che, cfg.train.seed, device, precision, only=set(lengths))[1]
+    resolved = resolve_precision(precision or cfg.train.precision, device)
+    return accuracies(model, che, cfg.train.seed, device, resolved, only=set(lengths))[1]

@@ -33,7 +33,8 @@ CONCURRENT_TRIALS_MAX, CONCURRENT_TRIALS_MEAN = "concurrent_trials_max", "concur
 # i: the CUDA index the trial sees) where NVML is present, its power where the driver reports it.
 SYSTEM_PREFIX = "system/"
 SYSTEM_CPU_UTILIZATION = "system/cpu_utilization_percentage"
-SYSTEM_MEMORY_MB, SYSTEM_MEMORY_PERCENT = "system/system_memory_usage_megabytes", "system/system_memory_usage_percentage"
+SYSTEM_MEMORY_MB = "system/system_memory_usage_megabytes"
+SYSTEM_MEMORY_PERCENT = "system/system_memory_usage_percentage"
 PROCESS_CPU_UTILIZATION = "system/process_cpu_utilization_percentage"
 PROCESS_MEMORY_MB = "system/process_memory_usage_megabytes"
 GPU_PREFIX = "system/gpu_"  # + index + "_" + one of GPU_SYSTEM_KEYS: `gpu_metric`

@@ -7,6 +7,8 @@ family) -> bias B -> processor (S, B) -> A -> causal mask -> softmax -> ·V. Pre
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -80,7 +82,8 @@ class CausalLM(nn.Module):
         if tail is not None and targets is not None:
             raise ValueError("tail and targets exclude each other: the loss needs every position's logits")
         # One set of positions per forward pass, shared by every layer (randomized RoPE samples them here).
-        positions = self.blocks[0].attn.pos.sequence_positions(tokens.shape[1], tokens.device)
+        first = cast(Block, self.blocks[0])
+        positions = first.attn.pos.sequence_positions(tokens.shape[1], tokens.device)
         x = self.embed(tokens)
         last = len(self.blocks) - 1
         for index, block in enumerate(self.blocks):

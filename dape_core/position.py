@@ -85,6 +85,7 @@ class RoPE(PositionEncoding):
     def __init__(self, head_dim: int, base: float = 10000.0):
         super().__init__()
         self.head_dim = head_dim
+        self.inv_freq: torch.Tensor
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
@@ -147,8 +148,8 @@ class RandomizedRoPE(RoPE):
         if not self.training:
             return torch.arange(length, device=device)
         if length > self.max_position:
-            raise ValueError(f"randomized RoPE cannot sample {length} distinct positions from [0, {self.max_position}); "
-                             "raise rope_random_max")
+            raise ValueError(f"randomized RoPE cannot sample {length} distinct positions from "
+                             f"[0, {self.max_position}); raise rope_random_max")
         return torch.randperm(self.max_position, device=device)[:length].sort().values
 
 
@@ -249,7 +250,8 @@ class FIRE(PositionEncoding):
         return self.mlp(normalized.unsqueeze(-1)).permute(2, 0, 1)
 
 
-def t5_causal_bucket(distance: torch.Tensor, buckets: int = T5_BUCKETS, max_distance: int = T5_MAX_DISTANCE) -> torch.Tensor:
+def t5_causal_bucket(distance: torch.Tensor, buckets: int = T5_BUCKETS,
+                     max_distance: int = T5_MAX_DISTANCE) -> torch.Tensor:
     """T5's unidirectional bucketing of Δ ≥ 0: exact below buckets/2, log-spaced up to max_distance, then the
     last bucket."""
     exact = buckets // 2
@@ -279,6 +281,7 @@ def build_position_encodings(cfg: ModelConfig) -> list[PositionEncoding]:
     """One encoding per layer. Learnable encodings (Kerple, FIRE) have per-layer parameters, as in the
     authors' code; T5's table is one module shared by all layers (docs/method.md §2)."""
     facts = cfg.encoding  # its record builds it (dape_core/encodings.py, contrib or a plugin)
+    assert facts.build is not None, "a registered encoding has its builder (Encoding.check)"
     if facts.shared:
         encodings = [facts.build(cfg)] * cfg.n_layer
     else:

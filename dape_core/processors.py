@@ -70,7 +70,9 @@ class ConvScoreProcessor(ScoreProcessor):
 
     def feature_parts(self, scores: torch.Tensor, bias: torch.Tensor | None) -> list[torch.Tensor]:
         """The processor's input channels z, as parts to concatenate over the head axis (the form's record)."""
-        return self.form_facts.parts(scores, bias)
+        parts = self.form_facts.parts
+        assert parts is not None, "a registered form has its parts (Form.check)"
+        return parts(scores, bias)
 
     def _conv(self, conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
         if self.kernel[0] > 1:
@@ -137,7 +139,7 @@ class TrilConcat(torch.autograd.Function):
 def build_processor(cfg: ModelConfig, has_bias: bool) -> ScoreProcessor | None:
     """The layer's processor, built by its record (None without one); the module keeps its record as `facts`."""
     facts = cfg.processor_facts
-    if not facts.present:
+    if facts.build is None:  # `none`: no processor (what Processor.present reads)
         return None
     processor = facts.build(cfg, has_bias)
     processor.facts = facts

@@ -1,4 +1,5 @@
-"""`orchestrator` command line: validate, plan, run, evaluate, status, report, ui and schema of study files; doctor; slurm.
+"""`orchestrator` command line: validate, plan, run, evaluate, status, report, ui and schema of study files; doctor;
+slurm.
 
 Exit codes: 0 every trial succeeded; 1 some trials failed (the rest completed; `doctor`: a check failed); 2 invalid
 study or argument; 3 interrupted and resumable (re-run the same command); 4 a claim of the study's `expect:`
@@ -51,12 +52,14 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   rich_markup_mode="markdown",  # a docstring's line breaks are not the help's: paragraphs reflow
                   help="Run DAPE-style ablation studies: study file -> Ray Tune trials -> MLflow -> report.")
 StudyArg = Annotated[str, typer.Argument(metavar="STUDY", help="A study file, or a study's name (studies/NAME.yaml).")]
-ProfileOpt = Annotated[Optional[str], typer.Option("--profile", "-p", help="A named profile of the study (e.g. paper).")]
-OverridesArg = Annotated[Optional[list[str]], typer.Argument(metavar="[KEY=VALUE]...", help="Dotted overrides, e.g. train.steps=100.")]
+ProfileOpt = Annotated[Optional[str], typer.Option("--profile", "-p", help="A named profile of the study (e.g. "
+                                                                           "paper).")]
+OverridesArg = Annotated[Optional[list[str]], typer.Argument(metavar="[KEY=VALUE]...", help="Dotted overrides, e.g. "
+                                                                                            "train.steps=100.")]
 TrackingOpt = Annotated[Optional[str], typer.Option(help="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else "
                                                      "mlruns/mlflow.db in the study's project folder.")]
-ReportsDirOpt = Annotated[Optional[Path], typer.Option(help="Where reports are written; default: reports/ in the study's "
-                                                       "project folder.")]
+ReportsDirOpt = Annotated[Optional[Path], typer.Option(help="Where reports are written; default: reports/ in the "
+                                                            "study's project folder.")]
 StrictClaimsOpt = Annotated[bool, typer.Option("--strict-claims", help="Exit with code 4 if a claim of the study's "
                                                "expect: section fails (inconclusive is not a failure).")]
 
@@ -77,14 +80,19 @@ def run(
     overrides: OverridesArg = None,
     profile: ProfileOpt = None,
     tracking_uri: TrackingOpt = None,
-    address: Annotated[Optional[str], typer.Option(help="Ray cluster address; default: RAY_ADDRESS, else a local Ray.")] = None,
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster address; default: RAY_ADDRESS, else a local "
+                                                        "Ray.")] = None,
     reports_dir: ReportsDirOpt = None,
     storage_dir: Annotated[Optional[Path], typer.Option(help="Ray Tune state and trial checkpoints; default: "
                                                         ".orchestrator/ in the study's project folder.")] = None,
-    local: Annotated[bool, typer.Option("--local", help="Run trials in this process one by one, without Ray (debugging).")] = False,
-    connect_timeout: Annotated[float, typer.Option(min=1, help="Seconds the Ray cluster (--address) and the tracking server get to answer at start.")] = 30.0,
-    resource_wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for an autoscaling cluster to add a node that can host a trial.")] = 600.0,
-    failed_only: Annotated[bool, typer.Option("--failed-only", help="Rerun only the trials whose last run failed.")] = False,
+    local: Annotated[bool, typer.Option("--local", help="Run trials in this process one by one, without Ray "
+                                                        "(debugging).")] = False,
+    connect_timeout: Annotated[float, typer.Option(min=1, help="Seconds the Ray cluster (--address) and the tracking "
+                                                               "server get to answer at start.")] = 30.0,
+    resource_wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for an autoscaling cluster to add a node "
+                                                             "that can host a trial.")] = 600.0,
+    failed_only: Annotated[bool, typer.Option("--failed-only",
+                                              help="Rerun only the trials whose last run failed.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     strict_claims: StrictClaimsOpt = False,
     decide: Annotated[bool, typer.Option("--decide", help="Add seeds until the claims are decided: every row trains "
@@ -121,7 +129,8 @@ def status(study_path: StudyArg, overrides: OverridesArg = None, profile: Profil
 
 
 @app.command()
-def schema(output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None) -> None:
+def schema(output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of "
+                                                                                 "stdout.")] = None) -> None:
     """Print the study file's JSON Schema (for editor completion, e.g. yaml-language-server)."""
     from .commands.schema import schema as command
 
@@ -135,10 +144,13 @@ def report(
     profile: ProfileOpt = None,
     tracking_uri: TrackingOpt = None,
     reports_dir: ReportsDirOpt = None,
-    value: Annotated[str, typer.Option(help="Which value of each run's metrics the cells show: final, best or step:N.")] = "final",
-    full: Annotated[bool, typer.Option("--print", help="Print the whole report (report.md), not only its summary.")] = False,
+    value: Annotated[str, typer.Option(help="Which value of each run's metrics the cells show: final, best or "
+                                            "step:N.")] = "final",
+    full: Annotated[bool, typer.Option("--print",
+                                       help="Print the whole report (report.md), not only its summary.")] = False,
     attach: Annotated[bool, typer.Option("--attach", help="Also attach the report (and the claims' "
-                                         "verdicts) to the study's parent run in MLflow (`orchestrator run` always does).")] = False,
+                                         "verdicts) to the study's parent run in MLflow "
+                                         "(`orchestrator run` always does).")] = False,
     strict_claims: StrictClaimsOpt = False,
 ) -> None:
     """Build the study's report from the MLflow store: tables, significance, plots (Markdown, HTML, LaTeX, CSV)."""
@@ -179,9 +191,11 @@ def evaluate(
                                         "quieter machine); the new values are logged as new points.")] = False,
     profile: ProfileOpt = None,
     tracking_uri: TrackingOpt = None,
-    address: Annotated[Optional[str], typer.Option(help="Ray cluster address; default: RAY_ADDRESS, else a local Ray.")] = None,
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster address; default: RAY_ADDRESS, else a local "
+                                                        "Ray.")] = None,
     reports_dir: ReportsDirOpt = None,
-    local: Annotated[bool, typer.Option("--local", help="Evaluate in this process one trial at a time, without Ray.")] = False,
+    local: Annotated[bool, typer.Option("--local", help="Evaluate in this process one trial at a time, without "
+                                                        "Ray.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Score the study's finished trials again from their kept models (no training): new lengths, another tail
@@ -199,10 +213,13 @@ def evaluate(
 
 @app.command()
 def doctor(
-    address: Annotated[Optional[str], typer.Option(help="A Ray cluster to reach (default: RAY_ADDRESS; none: skipped).")] = None,
-    tracking_uri: Annotated[Optional[str], typer.Option(help="An MLflow store to reach (default: MLFLOW_TRACKING_URI; none: skipped).")] = None,
+    address: Annotated[Optional[str], typer.Option(help="A Ray cluster to reach (default: RAY_ADDRESS; none: "
+                                                        "skipped).")] = None,
+    tracking_uri: Annotated[Optional[str], typer.Option(help="An MLflow store to reach (default: MLFLOW_TRACKING_URI; "
+                                                             "none: skipped).")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="The checks alone, without the benchmark.")] = False,
-    connect_timeout: Annotated[float, typer.Option(min=1, help="Seconds the Ray cluster and the tracking store get to answer.")] = 10.0,
+    connect_timeout: Annotated[float, typer.Option(min=1, help="Seconds the Ray cluster and the tracking store get to "
+                                                               "answer.")] = 10.0,
 ) -> None:
     """Check this machine: environment, cluster and store reachability, the fused attention kernels' exactness on
     this device, DDP/FSDP on 2+ GPUs, and a short benchmark. Exit code 1 when a check fails."""
@@ -221,7 +238,8 @@ def slurm(
     storage_dir: Annotated[Optional[Path], typer.Option(help="Ray Tune state and trial checkpoints, on a file system "
                                                         "every node sees; default: .orchestrator/ in the study's "
                                                         "project folder.")] = None,
-    nodes: Annotated[int, typer.Option(min=1, help="Nodes of the job: a Ray head on the first, workers on the rest.")] = 1,
+    nodes: Annotated[int, typer.Option(min=1, help="Nodes of the job: a Ray head on the first, workers on the "
+                                                   "rest.")] = 1,
     gpus_per_node: Annotated[Optional[int], typer.Option(min=0, help="GPUs per node; default: enough for the "
                                                          "study's largest trial.")] = None,
     cpus_per_node: Annotated[Optional[int], typer.Option(min=1, help="CPUs per node; default: the trial workers "

@@ -49,16 +49,19 @@ def _summary(meta: dict, output: Path, seconds: float) -> None:
     counts = ", ".join(f"{name} {split[name]['documents']} documents / {split[name]['tokens']:,} tokens"
                        for name in ("train", "validation", "test") if split[name]["documents"])
     console.print(f"Prepared {meta['text_bytes'] / 1e6:,.1f} MB of text in {seconds:.1f}s "
-                  f"({meta['text_bytes'] / 1e6 / max(seconds, 1e-9):.2f} MB/s, {meta['prepared']['workers']} process(es)): "
+                  f"({meta['text_bytes'] / 1e6 / max(seconds, 1e-9):.2f} MB/s, "
+                  f"{meta['prepared']['workers']} process(es)): "
                   f"{meta['tokens']:,} {meta['dtype']} tokens, vocabulary {meta['vocab_size']}; {counts}")
     if meta["skipped_documents"]:
         console.print(f"{meta['skipped_documents']} empty document(s) skipped")
     token_file = output / meta["token_file"]
     console.print(f"Wrote {token_file} ({meta['content']['bytes'] / 1e6:,.1f} MB), {token_file.stem}.meta.json, "
-                  f"{token_file.stem}.docs.npy" + (f", {meta['tokenizer']['file']}" if meta["tokenizer"]["file"] else ""))
+                  f"{token_file.stem}.docs.npy"
+                  + (f", {meta['tokenizer']['file']}" if meta["tokenizer"]["file"] else ""))
     tokenizer = f", tokenizer: {output / meta['tokenizer']['file']}" if meta["tokenizer"]["file"] else ""
     split_fields = "".join(f", {key}: {value}" for key, value, default in
-                           (("val_fraction", split["val_fraction"], 0.1), ("test_fraction", split["test_fraction"], 0.0),
+                           (("val_fraction", split["val_fraction"], 0.1),
+                            ("test_fraction", split["test_fraction"], 0.0),
                             ("split_seed", split["seed"], 0)) if value != default)
     console.print(f"A study reads it with:\n  data: {{source: tokens, path: {token_file}, dtype: {meta['dtype']}"
                   f"{tokenizer}{split_fields}}}\n  model.vocab_size: at least {meta['vocab_size']}")
@@ -66,21 +69,35 @@ def _summary(meta: dict, output: Path, seconds: float) -> None:
 
 @data_app.command()
 def prepare(
-    inputs: Annotated[list[str], typer.Argument(metavar="INPUTS...", help="Text files, folders, globs, .jsonl(.gz/.zst), .parquet, or folders saved by datasets.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Output folder: tokens.bin, tokens.meta.json, tokens.docs.npy, tokenizer.json.")] = Path("data/paper"),
-    tokenizer: Annotated[Optional[str], typer.Option(help="A local tokenizer.json (e.g. GPT-2's); default: byte-level.")] = None,
-    train_tokenizer: Annotated[Optional[int], typer.Option(metavar="VOCAB", help="Train a byte-level BPE of this vocabulary on the training documents.")] = None,
-    tokenizer_train_bytes: Annotated[Optional[int], typer.Option(help="At most this much text trains the BPE (default 1 GiB).")] = None,
-    eos_token: Annotated[Optional[str], typer.Option(help="End-of-text token of a tokenizer.json (default: its <|endoftext|>, </s> or <eos>).")] = None,
-    input_format: Annotated[str, typer.Option("--format", help="auto (by file suffix), text, jsonl, parquet or hf_disk.")] = "auto",
-    pattern: Annotated[Optional[list[str]], typer.Option(help="Files taken from a folder (repeatable; default: *.txt, *.jsonl(.gz/.zst), *.parquet, recursively).")] = None,
-    text_field: Annotated[Optional[str], typer.Option(help="The text column of JSON Lines / Parquet / saved datasets (default: text).")] = None,
+    inputs: Annotated[list[str], typer.Argument(
+        metavar="INPUTS...",
+        help="Text files, folders, globs, .jsonl(.gz/.zst), .parquet, or folders saved by datasets.")],
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="Output folder: tokens.bin, tokens.meta.json, tokens.docs.npy, tokenizer.json.")
+    ] = Path("data/paper"),
+    tokenizer: Annotated[Optional[str], typer.Option(help="A local tokenizer.json (e.g. GPT-2's); default: "
+                                                          "byte-level.")] = None,
+    train_tokenizer: Annotated[Optional[int], typer.Option(
+        metavar="VOCAB", help="Train a byte-level BPE of this vocabulary on the training documents.")] = None,
+    tokenizer_train_bytes: Annotated[Optional[int], typer.Option(help="At most this much text trains the BPE (default "
+                                                                      "1 GiB).")] = None,
+    eos_token: Annotated[Optional[str], typer.Option(help="End-of-text token of a tokenizer.json (default: its "
+                                                          "<|endoftext|>, </s> or <eos>).")] = None,
+    input_format: Annotated[str, typer.Option("--format", help="auto (by file suffix), text, jsonl, parquet or "
+                                                               "hf_disk.")] = "auto",
+    pattern: Annotated[Optional[list[str]], typer.Option(help="Files taken from a folder (repeatable; default: *.txt, "
+                                                              "*.jsonl(.gz/.zst), *.parquet, recursively).")] = None,
+    text_field: Annotated[Optional[str], typer.Option(help="The text column of JSON Lines / Parquet / saved datasets "
+                                                           "(default: text).")] = None,
     hf_split: Annotated[Optional[str], typer.Option(help="The split of a saved DatasetDict (default: train).")] = None,
     separator: Annotated[Optional[str], typer.Option(help="Cut files / rows into documents on this string.")] = None,
-    val_fraction: Annotated[Optional[float], typer.Option(help="Share of documents held out for validation (default 0.1).")] = None,
-    test_fraction: Annotated[Optional[float], typer.Option(help="Share of documents held out for test (default 0).")] = None,
+    val_fraction: Annotated[Optional[float], typer.Option(help="Share of documents held out for validation (default "
+                                                               "0.1).")] = None,
+    test_fraction: Annotated[Optional[float], typer.Option(help="Share of documents held out for test (default "
+                                                                "0).")] = None,
     split_seed: Annotated[Optional[int], typer.Option(help="Seed of the document split (default 0).")] = None,
-    workers: Annotated[Optional[int], typer.Option(help="Tokenizing processes (default: every core; one for byte-level).")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Tokenizing processes (default: every core; one for "
+                                                        "byte-level).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Tokenize and split a corpus into OUTPUT/tokens.bin with its metadata (default OUTPUT: data/paper, what
@@ -114,7 +131,8 @@ def prepare(
 @data_app.command()
 def verify(
     token_file: Annotated[Path, typer.Argument(metavar="TOKEN_FILE", help="A prepared tokens.bin.")],
-    quick: Annotated[bool, typer.Option("--quick", help="Size and sampled blocks only (what every trial checks), not the full sha256.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Size and sampled blocks only (what every trial checks), not "
+                                                        "the full sha256.")] = False,
 ) -> None:
     """Check a prepared token file against its metadata: by default its full sha256."""
     from dape_core.data import TokenFileChanged, verify_token_file

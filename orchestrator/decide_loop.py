@@ -8,11 +8,12 @@ undecided claim reads them.
 
 Each look is an ordinary run of the study's trials (execution/runner.py's `run_study`, on Ray, a cluster, SLURM or
 `--local`) over the trials planned so far, followed by the scoring of their `report.lengths` (run.py's
-`evaluate_later`, so that claims at those lengths are judged at every look), so finished trials are skipped by their identity (config hash with its
-seed) and nothing is trained twice. The sequence keeps no state of its own: it is recomputed from the store, look
-by look, judging each look on exactly the seeds that look planned, so a rerun after Ctrl-C, a killed driver or a
-SLURM requeue takes the same looks and reaches the same decisions. Each look is recorded on the study's MLflow
-parent run: metrics at step = look index (LOOK_METRICS) and the artifact `looks.json` (every look so far).
+`evaluate_later`, so that claims at those lengths are judged at every look), so finished trials are skipped by
+their identity (config hash with its seed) and nothing is trained twice. The sequence keeps no state of its own: it
+is recomputed from the store, look by look, judging each look on exactly the seeds that look planned, so a rerun
+after Ctrl-C, a killed driver or a SLURM requeue takes the same looks and reaches the same decisions. Each look is
+recorded on the study's MLflow parent run: metrics at step = look index (LOOK_METRICS) and the artifact
+`looks.json` (every look so far).
 
 A trial that fails stops only the claims that read it ("a trial it reads failed"); the others go on.
 """

@@ -70,7 +70,7 @@ class StudyTerminated(StudyInterrupted):
     exit_code = 143  # 128 + SIGTERM: what a shell reports for a process SIGTERM ended
 
 
-def exception_chain(error: BaseException) -> Iterator[BaseException]:
+def exception_chain(error: BaseException | None) -> Iterator[BaseException]:
     """The error and every error behind it (`raise ... from`, or raised while handling), each once."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:

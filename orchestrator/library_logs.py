@@ -36,16 +36,17 @@ def _to_terminal(handler: logging.Handler) -> bool:
 def route_library_logs(path: Path) -> Path | None:
     """Send the libraries' log records to `path` (created on the first record); returns it, or None where
     its folder cannot be made (the records are then dropped: the console stays one paragraph either way)."""
+    written: Path | None = path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handler: logging.Handler = _QuietFileHandler(path, delay=True, encoding="utf-8")
     except OSError:
-        handler, path = logging.NullHandler(), None
+        handler, written = logging.NullHandler(), None
     handler.setFormatter(logging.Formatter(_FORMAT))
     stop_routing()
     _state["handler"] = handler
     reroute()
-    return path
+    return written
 
 
 def reroute() -> None:

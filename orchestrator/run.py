@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .evaluation.runner import EvaluationRefused, evaluate_study
 from .evaluation.request import EvalRequest
+from .evaluation.runner import EvaluationRefused, evaluate_study
 from .execution.context import RunContext
 from .execution.runner import StudyOutcome, run_study
 from .reporting.build import build_report

@@ -1,4 +1,5 @@
-"""Train and evaluate one model on one CHE task (docs/method.md §7) or on associative recall (docs/method.md §8, extension).
+"""Train and evaluate one model on one CHE task (docs/method.md §7) or on associative recall (docs/method.md §8,
+extension).
 
     from dape_core.che.experiment import CheConfig, run_che
     result = run_che(CheConfig(task="parity_check", steps=300), ModelConfig(preset="tiny"))
@@ -40,6 +41,7 @@ from ..model import build_model
 from ..train import CheckpointStore, TrainConfig, resolve_device, resolve_precision, train
 from .config import CheConfig
 from .tasks import make_encoder_batch
+
 
 @dataclass
 class CheResult:

@@ -18,7 +18,8 @@ _PUBLIC = {  # name -> the submodule it lives in
     "stdlib_files": "sources", "SPLITS": "splits", "TEST": "splits", "TRAIN": "splits",
     "VALIDATION": "splits", "ByteTokenizer": "tokenization", "HFTokenizer": "tokenization",
     "load_tokenizer": "tokenization", "TokenBatch": "windows", "TrainStream": "windows",
-    "evaluation_windows": "windows", "tail_windows": "windows", "PROTOCOL_VERSION": "windows", "anchored": "preflight", "data_problems": "preflight",
+    "evaluation_windows": "windows", "tail_windows": "windows", "PROTOCOL_VERSION": "windows",
+    "anchored": "preflight", "data_problems": "preflight",
     "PrepareConfig": "prepare", "prepare_corpus": "prepare", "TokenFileChanged": "token_meta",
     "read_metadata": "token_meta", "verify_token_file": "token_meta",
 }

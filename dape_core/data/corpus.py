@@ -77,7 +77,10 @@ def _document_corpus(cfg: DataConfig) -> Corpus:
         raise ValueError(f"data source {cfg.source!r} ({cfg.path or 'stdlib'}): every document is empty")
     dtype = np.uint8 if isinstance(tokenizer, ByteTokenizer) else tokenizer.dtype
     separator = [] if tokenizer.eos_id is None else [tokenizer.eos_id]
-    pieces, docs, regions, offset = [], {}, {}, 0
+    pieces: list[np.ndarray] = []
+    docs: dict[str, list[tuple[int, int]]] = {}
+    regions: dict[str, list[tuple[int, int]]] = {}
+    offset = 0
     for name in SPLITS:
         docs[name], start = [], offset
         for ids in by_split[name]:
@@ -92,6 +95,7 @@ def _document_corpus(cfg: DataConfig) -> Corpus:
 
 
 def _token_file_corpus(cfg: DataConfig) -> Corpus:
+    assert cfg.path is not None, "a tokens source has a path (DataConfig's validation)"
     path = Path(cfg.path).expanduser()
     meta = read_metadata(path) if path.is_file() else None
     if meta is not None:

@@ -19,7 +19,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, cast
 
 from .raw_inputs import expand_path, load_saved_dataset
 
@@ -113,7 +113,7 @@ def _open_binary(path: Path) -> tuple[BinaryIO, BinaryIO]:
     """(decompressed stream, raw file): the raw file's position measures progress."""
     raw = path.open("rb")
     if path.suffix == ".gz":
-        return gzip.GzipFile(fileobj=raw), raw
+        return cast(BinaryIO, gzip.GzipFile(fileobj=raw)), raw
     if path.suffix == ".zst":
         try:
             import zstandard

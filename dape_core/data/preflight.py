@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 from pathlib import Path
+from typing import Any
 
 from .config import DataConfig
 from .prepared import config_problems
@@ -23,7 +24,7 @@ from .token_meta import read_metadata
 
 def anchored(cfg: DataConfig, root: str | Path) -> DataConfig:
     """`cfg` with a relative `path` and `tokenizer` made absolute under `root` (absolute ones unchanged)."""
-    changes = {}
+    changes: dict[str, Any] = {}
     if cfg.path is not None and not Path(cfg.path).expanduser().is_absolute():
         changes["path"] = str(Path(root) / cfg.path)
     if cfg.tokenizer != "byte" and not Path(cfg.tokenizer).expanduser().is_absolute():
@@ -40,6 +41,7 @@ def _shown(given: str, root: Path | None) -> str:
 
 def _text_problems(cfg: DataConfig, path: Path, shown: str) -> list[str]:
     """A text path that gives no bytes to train on: missing, a folder or glob matching nothing, all empty."""
+    assert cfg.path is not None, "a text source has a path (DataConfig's validation)"
     if path.is_file():
         return [] if path.stat().st_size else [f"data.path: the text file {shown} is empty"]
     if path.is_dir():

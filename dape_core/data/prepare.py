@@ -40,8 +40,7 @@ from .inputs import Source, expand_inputs, read_pieces
 from .parallel import ordered_map
 from .progress import NoProgress, Progress
 from .splits import TEST, TRAIN, VALIDATION, document_split
-from .token_meta import (DOCS_SUFFIX, FORMAT, META_SUFFIX, fingerprint, full_sha256, metadata_path,
-                         write_json_atomically)
+from .token_meta import DOCS_SUFFIX, FORMAT, META_SUFFIX, fingerprint, full_sha256, metadata_path, write_json_atomically
 from .token_writer import SplitWriter
 from .tokenization import load_tokenizer
 
@@ -214,8 +213,8 @@ def _check_splits(cfg: PrepareConfig, writer: SplitWriter) -> None:
                          "the fractions, or cut files into more documents with a separator")
 
 
-def _metadata(cfg: PrepareConfig, sources: list[Source], tokenizer, record: dict, dtype, writer: SplitWriter, finished: dict,
-              folder: Path, text_bytes: int, seconds: float) -> dict:
+def _metadata(cfg: PrepareConfig, sources: list[Source], tokenizer, record: dict, dtype, writer: SplitWriter,
+              finished: dict, folder: Path, text_bytes: int, seconds: float) -> dict:
     layout = finished["layout"]
     tokens = sum(entry["tokens"] for entry in layout.values())
     docs_file = folder / (Path(TOKEN_FILE).stem + DOCS_SUFFIX)

@@ -43,8 +43,8 @@ class RichProgress:
 
 @contextmanager
 def rich_progress() -> Iterator[RichProgress]:
-    from rich.progress import (BarColumn, DownloadColumn, Progress as Bar, TextColumn, TimeRemainingColumn,
-                               TransferSpeedColumn)
+    from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+    from rich.progress import Progress as Bar
 
     bar = Bar(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
               TimeRemainingColumn())

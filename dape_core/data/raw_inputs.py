@@ -62,7 +62,8 @@ def load_saved_dataset(path: Path, split: str, text_field: str, settings: str = 
     loaded = datasets.load_from_disk(str(path))
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
-            raise ValueError(f"{settings}hf_split {split!r} is not in the dataset at {path}; it has: {', '.join(loaded)}")
+            raise ValueError(f"{settings}hf_split {split!r} is not in the dataset at {path}; it has: "
+                             f"{', '.join(loaded)}")
         loaded = loaded[split]
     if text_field not in loaded.column_names:
         raise ValueError(f"{settings}text_field {text_field!r} is not a column of the dataset at {path}; "

@@ -46,6 +46,7 @@ def stdlib_documents(cfg: DataConfig) -> list[Document]:
 
 def text_files(cfg: DataConfig) -> tuple[Path, list[Path]]:
     """(root the keys are relative to, files in sorted order) for a file, a folder or a glob."""
+    assert cfg.path is not None, "a text source has a path (DataConfig's validation)"
     found = expand_path(cfg.path, (cfg.pattern,))
     if found.kind == "missing":
         raise FileNotFoundError(f"data.path: {found.root} does not exist")
@@ -89,6 +90,7 @@ def text_documents(cfg: DataConfig) -> list[Document]:
 
 
 def hf_disk_documents(cfg: DataConfig) -> list[Document]:
+    assert cfg.path is not None, "an hf_disk source has a path (DataConfig's validation)"
     path = Path(cfg.path).expanduser()
     import_datasets(path)  # first: a missing package is the problem to fix first
     if not path.exists():
@@ -120,6 +122,7 @@ def documents_hash(documents: list[Document]) -> hashlib._Hash:
 
 def open_token_file(cfg: DataConfig) -> np.ndarray:
     """A read-only memory map of a `.bin` (raw ids of `data.dtype`) or a 1-D `.npy` token file."""
+    assert cfg.path is not None, "a tokens source has a path (DataConfig's validation)"
     path = Path(cfg.path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"data.path: no token file at {path}")

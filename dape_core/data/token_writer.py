@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +53,7 @@ class SplitWriter:
         self.length[split] += len(data) // self.dtype.itemsize
 
     def _close_document(self) -> None:
+        assert self._open is not None, "a document is open (write() opens it before closing it)"
         split, start = self._open
         self._open = None
         end = self.length[split]
@@ -75,8 +77,8 @@ class SplitWriter:
             for split in SPLITS:
                 if split != TRAIN:
                     self._copy_into(out, self.folder / f"{split}.part")
-                entry = {"start": offset, "end": offset + self.length[split], "tokens": self.length[split],
-                         "documents": self.documents[split]}
+                entry: dict[str, Any] = {"start": offset, "end": offset + self.length[split],
+                                         "tokens": self.length[split], "documents": self.documents[split]}
                 if split in HELD_OUT:
                     spans = np.fromfile(self.folder / f"{split}.spans", dtype=np.int64).reshape(-1, 2) + offset
                     entry["document_rows"] = [row, row + len(spans)]  # rows of the index holding this split

@@ -77,7 +77,8 @@ class TrainStream:
 
 
 
-def tail_windows(regions: list[np.ndarray], lengths: list[int], n_windows: int, tail: int, seed: int) -> dict[int, torch.Tensor]:
+def tail_windows(regions: list[np.ndarray], lengths: list[int], n_windows: int, tail: int,
+                 seed: int) -> dict[int, torch.Tensor]:
     """Windows of L + 1 tokens for each length L, all ending at the same `n_windows` tails of `tail` tokens.
 
     The held-out split is read as one token stream: its regions end to end (documents with their separators,

@@ -16,6 +16,7 @@ import statistics
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -73,7 +74,7 @@ def build(variant: str, setting: Setting, device: torch.device, training: bool) 
                          block_rows=setting.block_rows, train_length=setting.train_length)
 
 
-def build_variant(variant: str, device: torch.device, training: bool, *, preset: str, vocab_size: int,
+def build_variant(variant: str, device: torch.device, training: bool, *, preset: Any, vocab_size: int,
                   block_rows: int, **fields) -> torch.nn.Module:
     """The model of `variant` (a name of VARIANTS; the same weights for every variant), on its path, in training
     or evaluation mode. `fields`: other ModelConfig fields (train_length)."""
@@ -193,7 +194,7 @@ def _guarded(phase: str, variant: str, case) -> Row:
     return Row(phase, variant, *figures) if figures is not None else Row(phase, variant, note=note)
 
 
-def guarded(case, limit: int = 200) -> tuple[object, str]:
+def guarded(case, limit: int = 200) -> tuple[Any, str]:
     """(what `case()` returns, "") or (None, why it failed: out of memory, an error of its path, in at most
     `limit` characters), the device's memory freed after: one failing case leaves the others' figures."""
     try:

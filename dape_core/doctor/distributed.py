@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -18,12 +19,16 @@ import dape_core.metric_names as metric_names
 
 from . import FAIL, PASS, SKIP, Outcome
 
+if TYPE_CHECKING:
+    from dape_core.train.distributed_config import Parallelism
+
 STEPS = 3
 TOLERANCE = 1e-4  # nats, on a loss of about 5.5 (tests/test_distributed.py measures ~5e-7 on CPU)
-MODEL = {"preset": "tiny", "pos_encoding": "kerple", "processor": "dapev2", "kernel_size": 3, "d_dape": 8,
-         "train_length": 64}
-PARALLELISMS = ("ddp", "fsdp")
-TRAIN = {"steps": STEPS, "batch_size": 8, "seq_len": 64, "log_every": 1, "precision": "fp32", "lr": 1e-3}
+MODEL: dict[str, Any] = {"preset": "tiny", "pos_encoding": "kerple", "processor": "dapev2", "kernel_size": 3,
+                         "d_dape": 8, "train_length": 64}
+PARALLELISMS: tuple[Parallelism, ...] = ("ddp", "fsdp")
+TRAIN: dict[str, Any] = {"steps": STEPS, "batch_size": 8, "seq_len": 64, "log_every": 1, "precision": "fp32",
+                         "lr": 1e-3}
 
 
 def run() -> list[Outcome]:
@@ -54,12 +59,12 @@ def compare(devices: list[torch.device], backend: str) -> list[Outcome]:
     return outcomes
 
 
-def curve(device: torch.device, parallelism: str = "ddp") -> dict:
+def curve(device: torch.device, parallelism: Parallelism = "ddp") -> dict:
     """This process's rank's losses per step ({"1": loss, ...}) and ms per step, in the process group if one is
     initialized (every rank reads its rows of each global batch), else on one device."""
     from dape_core.config import ModelConfig
-    from dape_core.model import build_model
     from dape_core.data import DataConfig, TrainStream, load_corpus
+    from dape_core.model import build_model
     from dape_core.train import TrainConfig, World, resolve_precision, train
     from dape_core.train.distributed import DistributedConfig, parallelize
 

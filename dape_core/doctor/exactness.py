@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -62,12 +63,12 @@ def run(device: torch.device, chosen: list[Case] | None = None) -> list[Outcome]
 
 def check(case: Case, device: torch.device) -> Outcome:
     import dape_core.fused as fused
-    from dape_core.config import ModelConfig
     from dape_core.attention import CausalSelfAttention
+    from dape_core.config import ModelConfig
     from dape_core.fused import selfcheck
     from dape_core.position import build_position_encoding
 
-    size = dict(SIZES["cuda" if device.type == "cuda" else "cpu"])
+    size: dict[str, Any] = dict(SIZES["cuda" if device.type == "cuda" else "cpu"])
     length = size.pop("length")
     name = f"fused = direct, {case.label}, T={length}"
     cfg = ModelConfig(preset="tiny", pos_encoding="kerple", processor=fused_processor(), kernel_size=case.kernel_size,
@@ -85,8 +86,9 @@ def check(case: Case, device: torch.device) -> Outcome:
     try:
         with autocast, torch.set_grad_enabled(case.training):
             inputs = [x.clone().requires_grad_(case.training) for x in (piece.q, piece.k, piece.v)]
-            out = fused.fused_attention(layer, *inputs, forced=True)
-            grads = None
+            out = fused.fused_attention(layer, *inputs, forced=True)  # type: ignore[misc, arg-type]  # inputs: q, k, v
+            assert out is not None, "forced on, the fused path raises rather than returning None"
+            grads: dict[str, torch.Tensor | None] | None = None
             if case.training:
                 found = torch.autograd.grad(out, [*inputs, *params.values()], piece.d_out, allow_unused=True)
                 grads = dict(zip(["q", "k", "v", *params], found))

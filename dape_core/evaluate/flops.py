@@ -12,11 +12,13 @@ causal kernel skips about half of the attention grid; this counts what the formu
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 
-def _attention_modules(model: nn.Module) -> list[nn.Module]:
+def _attention_modules(model: nn.Module) -> list[Any]:  # duck-typed: CausalSelfAttention's face
     return [module for module in model.modules() if hasattr(module, "qkv") and hasattr(module, "pos")]
 
 

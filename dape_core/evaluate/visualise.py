@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-
 MAP_PIXELS = 256  # a drawn and stored map is pooled to at most this many queries and keys (mean of each block)
 
 

@@ -57,8 +57,12 @@ import importlib.util
 import os
 import re
 import warnings
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from .fit import Fit
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 MAX_HEAD_DIM = 128
@@ -136,7 +140,7 @@ def fused_attention(layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 # What the kernels did for each configuration since `start_record()`: (spec, dtype, device, backward) -> its
 # `fit.Fit` (the tiles they ran with and their self-check, or why they did not run). run_experiment reports it
 # (ExperimentResult.attention_kernels).
-_RECORD: dict[tuple, object] = {}
+_RECORD: dict[tuple, Fit] = {}
 _WARNED: set[tuple] = set()  # the configurations whose fallback was warned of (once per process)
 
 
@@ -165,6 +169,7 @@ def recorded() -> str:
             clauses.append(f"{what}: not used, the block or direct path ran instead ({fit.problem})")
         else:
             tiles = fit.tiles
+            assert fit.check is not None, "kernels that ran passed their self-check (fit.py)"
             backward_tiles = f", {tiles.bwd_rows}x{tiles.bwd_cols} backward" if backward else ""
             clauses.append(f"{what}: fused, tiles {tiles.fwd_rows}x{tiles.fwd_cols} forward{backward_tiles}, "
                            f"self-check passed ({fit.check.summary()})")

@@ -78,7 +78,7 @@ def _first_that_runs(layer, spec: Spec, choices: list[Tiles], q, k, v, backward:
     q, k, v = piece.q, piece.k, piece.v
     launched = table.detach() if table is not None else None, tuple(w.detach() for w in weights)
     width = spec.kernel_width
-    failures = []
+    failures: list[str] = []
     with torch.no_grad():
         forward = _first(choices, lambda t: launch.forward_fits(t, width), "forward", failures,
                          lambda t: launch.run_forward(spec, t, q, k, v, *launched))

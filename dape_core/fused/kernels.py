@@ -176,8 +176,8 @@ def dape_forward_kernel(q, k, v, table, w_in_s, w_in_b, b_in, w_out, b_out, out,
     row_sum = tl.where(row_sum == 0.0, 1.0, row_sum)
     h = tl.arange(0, HP)[:, None, None]
     e = tl.arange(0, DH)[None, None, :]
-    tl.store(out + batch * s_ob + h * s_oh + rows * s_ot + e * s_od, (acc / row_sum[:, :, None]).to(out.dtype.element_ty),
-             mask=(h < H) & (rows < T) & (e < DHR))
+    tl.store(out + batch * s_ob + h * s_oh + rows * s_ot + e * s_od,
+             (acc / row_sum[:, :, None]).to(out.dtype.element_ty), mask=(h < H) & (rows < T) & (e < DHR))
     h2 = tl.arange(0, HP)[:, None]
     r2 = row0 + tl.arange(0, M)[None, :]
     tl.store(lse + batch * H * T + h2 * T + r2, row_max + tl.log(row_sum), mask=(h2 < H) & (r2 < T))

@@ -252,8 +252,8 @@ def run_backward(spec: Spec, tiles: Tiles, q, k, v, table, weights, out, lse, d_
             dk[:, :, :keys] += (d_scores.transpose(-2, -1) @ q[:, :, start:stop]).to(acc).mul_(scale)
             dv[:, :, :keys] += (probs.transpose(-2, -1) @ d_out[:, :, start:stop].to(q.dtype)).to(acc)
     weight_grads = tuple(slot.sum(0).to(w.dtype) for slot, w in zip(slots.values(), weights))
-    d_table = d_table.to(table.dtype) if table is not None else None
-    return dq, dk.to(k.dtype), dv.to(v.dtype), d_table, weight_grads
+    table_grad = d_table.to(table.dtype) if table is not None else None
+    return dq, dk.to(k.dtype), dv.to(v.dtype), table_grad, weight_grads
 
 
 class FusedDapeAttention(torch.autograd.Function):

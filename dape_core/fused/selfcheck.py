@@ -31,6 +31,7 @@ import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -95,7 +96,7 @@ class _Layer(nn.Module):
 
     def __init__(self, layer: nn.Module):
         super().__init__()
-        self.layer = layer
+        self.layer: Any = layer  # a CausalSelfAttention (attention.py imports this package)
 
     def forward(self, what: str, *args):
         layer = self.layer

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 _PUBLIC = {  # name -> the submodule it lives in
-    "TrainerCallback": "callbacks", "CheckpointMismatchError": "checkpoint",
+    "TrainerCallback": "callbacks", "CheckpointMismatchError": "checkpoint_file",
     "CheckpointStore": "checkpoint", "CheckpointUnreadable": "checkpoint", "TrainConfig": "config",
     "DistributedConfig": "distributed_config", "Parallelism": "distributed_config", "World": "distributed",
     "BatchSource": "loop", "NonFiniteLossError": "loop", "TrainResult": "loop", "lm_loss": "loop", "train": "loop",
@@ -25,7 +25,8 @@ __all__ = list(_PUBLIC)
 
 if TYPE_CHECKING:
     from .callbacks import TrainerCallback
-    from .checkpoint import CheckpointMismatchError, CheckpointStore, CheckpointUnreadable
+    from .checkpoint import CheckpointStore, CheckpointUnreadable
+    from .checkpoint_file import CheckpointMismatchError
     from .config import TrainConfig
     from .distributed import World
     from .distributed_config import DistributedConfig, Parallelism

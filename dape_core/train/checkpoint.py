@@ -20,10 +20,14 @@ import pickle
 import time
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from .checkpoint_file import CheckpointMismatchError, CheckpointUnreadable, check_header, write_atomically
+from .checkpoint_file import CheckpointUnreadable, check_header, write_atomically
+
+if TYPE_CHECKING:
+    from .sharded_checkpoint import ShardedCheckpoints
 
 FORMAT = 2  # 2: the batch source's state under rng/batches, and tokens_seen
 REQUIRED_KEYS = frozenset({"format", "fingerprint", "step", "model", "optimizer", "scaler", "rng"})

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from ..types import Fraction, PositiveFloat, NonNegativeFloat, PositiveInt, Seed
+from ..types import Fraction, NonNegativeFloat, PositiveFloat, PositiveInt, Seed
 
 PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
 Device = Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$")]  # auto, cpu, cuda or cuda:N

@@ -19,12 +19,16 @@ from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from .distributed_config import DistributedConfig, Parallelism  # noqa: F401 (their home before the split)
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
 
 
 @dataclass(frozen=True)
@@ -152,13 +156,15 @@ def gradient_sync(model: nn.Module, enabled: bool):
         yield
         return
     if is_sharded(model):
-        model.set_requires_gradient_sync(False)
+        sharded = cast("FSDPModule", model)
+        sharded.set_requires_gradient_sync(False)
         try:
             yield
         finally:
-            model.set_requires_gradient_sync(True)
+            sharded.set_requires_gradient_sync(True)
         return
-    with (model.no_sync() if hasattr(model, "no_sync") else nullcontext()):
+    no_sync = getattr(model, "no_sync", None)  # DDP's; a plain module has none
+    with (no_sync() if no_sync is not None else nullcontext()):
         yield
 
 

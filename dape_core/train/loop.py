@@ -32,9 +32,9 @@ from .callbacks import notify
 from .checkpoint import CheckpointStore
 from .config import TrainConfig
 from .distributed import World, gradient_sync
-from .sharded_checkpoint import load_full_state
 from .precision import Precision, resolve_precision
 from .schedule import cosine_lr, make_optimizer
+from .sharded_checkpoint import load_full_state
 
 TIMING_WARMUP_STEPS = 5  # the first steps (allocations, lazy init) are left out of ms_per_step
 
@@ -248,6 +248,7 @@ class _Run:
         is resharded for this world by DCP; a one-worker file is read whole by every rank. Returns the note of
         a one-worker checkpoint that could not be used and was set aside (training then starts from scratch)."""
         sharded = checkpoints.sharded
+        state: dict | None
         if sharded.exists() and (self.world.distributed or not checkpoints.exists()):
             state, rng = sharded.load(self.model, self.optimizer, self.world)
         elif checkpoints.exists() and self.world.distributed:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -82,10 +83,11 @@ class ShardedCheckpoints:
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
         folder = self.latest()
+        assert folder is not None, "load() is called where a checkpoint exists (exists())"
         meta = torch.load(folder / "meta.pt", weights_only=True)
         check_header(meta, folder, FORMAT, self.fingerprint, kind="sharded checkpoint")
         model_state, optimizer_state = get_state_dict(model, optimizer)  # templates: this world's shapes
-        state = {"model": model_state, "optimizer": optimizer_state}
+        state: dict[str, Any] = {"model": model_state, "optimizer": optimizer_state}
         dcp.load(state, checkpoint_id=str(folder))
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         rank_file = folder / f"rng_rank{world.rank}.pt"

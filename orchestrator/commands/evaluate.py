@@ -75,6 +75,7 @@ def evaluate(invocation: Invocation, lengths: list[int], *, tail_tokens: int | N
              "Run the same command to evaluate what is missing. Add --debug for the traceback (the libraries' "
              f"messages are in {escape(str(log_file))}).", EXIT_INTERRUPTED)
     if outcome.report_summary:
+        assert outcome.report_dir is not None, "the report's folder comes with its summary (evaluation/runner.py)"
         console.print()
         console.print(outcome.report_summary, markup=False)
         console.print(f"Report: {outcome.report_dir / 'report.html'}")

@@ -35,4 +35,5 @@ def first_line(error: BaseException) -> str:
 
 
 def browse_hint(study_path, tracking_uri: str | None) -> str:
-    return f"Browse the runs: orchestrator ui {study_path}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
+    return (f"Browse the runs: orchestrator ui {study_path}"
+            + (f" --tracking-uri {tracking_uri}" if tracking_uri else ""))

@@ -50,7 +50,8 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
     uri = invocation.uri
     reports_dir = invocation.writable_reports(reports_dir)
     storage_dir = invocation.writable_folder(storage_dir, ".orchestrator", "--storage-dir")
-    console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; tracking at {uri}")
+    console.print(f"Study [bold]{study.name}[/bold] from {study_path}{f' (profile {profile})' if profile else ''}; "
+                  f"tracking at {uri}")
     from ..execution import interrupt
     from ..library_logs import library_logs_to
 

@@ -22,7 +22,8 @@ def ui(invocation: Invocation, port: int) -> None:
             console.print(f"Study {study.name}: {mlflow_ui.show_on_server(uri, study.name)}")
             return
         console.print(f"Starting the MLflow UI on {uri} (Ctrl-C stops it)")
-        code = mlflow_ui.serve(uri, study.name, port, lambda url: console.print(f"MLflow UI for study {study.name}: {url}"))
+        code = mlflow_ui.serve(uri, study.name, port, lambda url: console.print(f"MLflow UI for study {study.name}: "
+                                                                                f"{url}"))
     except mlflow_ui.UIError as error:
         stop(f"[red]Cannot show the UI[/red] {escape(str(error))}", EXIT_INTERRUPTED)
     except StudyNotFound as error:

@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import dape_core.metric_names as names
-from dape_core.evaluate.config import PROTOCOL_VERSION
 
 from ..tracking.store import WEIGHTS_TAG
 from ..trial.protocol import ISOLATED_PREFIX

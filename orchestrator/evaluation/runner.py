@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 import dape_core.metric_names as names
+from dape_core.evaluate.config import PROTOCOL_VERSION
 
 from ..errors import StudyInterrupted, StudyTerminated, UserInputError
 from ..study import Study
@@ -31,7 +32,7 @@ from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
 from ..trial.protocol import EVAL_PROTOCOL_TAG, EVALUATION_TAG_PREFIX, SERIES, measured_under
 from ..trial.trials import Trial, expand_stored
 from .leasing import lease_tasks, release_task
-from .request import PROTOCOL_VERSION, EvalRequest, TrialTask, missing_lengths, timed, weights_path
+from .request import EvalRequest, TrialTask, missing_lengths, timed, weights_path
 
 
 class EvaluationRefused(UserInputError):
@@ -114,7 +115,8 @@ def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: E
                          eval_section=request.eval_section(own, later), threads=max(1, int(study.resources.cpus)),
                          precision=tags.get("precision"), device=tags.get("device"), visualise=request.visualise,
                          time=time_it, warmup=request.time_warmup, repeats=request.time_repeats,
-                         timed_lengths=sorted(set(own["lengths"]) | set(lengths) | set(names.by_length(metrics, names.PPL))))
+                         timed_lengths=sorted(set(own["lengths"]) | set(lengths)
+                                              | set(names.by_length(metrics, names.PPL))))
         if shorter:
             task.notes.append(f"lengths {shorter} are below its training length {seq_len}: not evaluated")
         if stale:
@@ -246,8 +248,8 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
     (rebuilt where something was evaluated), whose claims the outcome carries. `report`: False where the
     caller builds it (`orchestrator run`, after evaluating its report.lengths). `trials`: the study expanded,
     where the caller has it (`orchestrator run`'s rows)."""
-    from ..tracking.source import code_source
     from ..reporting import build_report, render_md
+    from ..tracking.source import code_source
 
     started = time.monotonic()
     store = StudyStore.open(tracking_uri, study.name)

@@ -42,7 +42,8 @@ def weights_folder(artifact_uri: str, tracking_uri: str | None = None) -> tuple[
 
 def evaluate_task(task: dict) -> dict:
     """Evaluate (or time) one stored trial; returns {"metrics", "artifacts", "eval_protocol" (where lengths were
-    scored), "device", "precision", "seconds", "threads"}. Raises dape_core.stored.WeightsUnreadable (naming the file) for damaged weights."""
+    scored), "device", "precision", "seconds", "threads"}. Raises dape_core.stored.WeightsUnreadable (naming the file)
+    for damaged weights."""
     import dataclasses
 
     import torch
@@ -104,9 +105,10 @@ def _che(stored, task: dict, device, started: float, began: float) -> dict:
     precision = resolve_precision((task.get("precision") if same_kind else None) or stored.config.train.precision,
                                   device)
     accuracy = evaluate_stored_che(stored.model, stored.config, task["lengths"], precision.name)
-    return {"metrics": {names.per_length(names.ACC, length): value for length, value in accuracy.items()}, "artifacts": [],
-            "device": str(device), "precision": precision.name, "seconds": time.perf_counter() - started,
-            "threads": torch.get_num_threads(), "began": began, "ended": time.time(), "pid": os.getpid()}
+    return {"metrics": {names.per_length(names.ACC, length): value for length, value in accuracy.items()},
+            "artifacts": [], "device": str(device), "precision": precision.name,
+            "seconds": time.perf_counter() - started, "threads": torch.get_num_threads(), "began": began,
+            "ended": time.time(), "pid": os.getpid()}
 
 
 def _eval_changes(section: dict) -> dict:

@@ -22,7 +22,7 @@ import re
 import socket
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 # Ray is imported where it is used: the runner reads the defaults below without loading Ray.
 from ..errors import RayClusterUnreachable, ResourcesNotArrived, ResourcesUnavailable
@@ -45,7 +45,7 @@ def connect(address: str | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
     if ray.is_initialized():
         return
     # Ray's own log lines would drown the progress; errors still surface through the trial results.
-    common = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    common: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     address = address or os.environ.get("RAY_ADDRESS")
     if not address or address == "local":
         # "local" starts a private Ray even when a `ray start` cluster is running on this machine.

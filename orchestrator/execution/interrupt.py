@@ -25,8 +25,8 @@ then gone, the Tuner cannot stop its trials, and the driver's core worker ends t
 retries (exit 1, the runs left RUNNING), or the batch system kills it first. So the first signal also starts a
 bounded wait (`STOP_GRACE_S`): if the command is still stopping then, `last_resort` (the runner's: close the
 open runs as KILLED, give the leases back, close the parent run) runs from that thread for at most
-`LAST_RESORT_S` and the process exits with the signal's code. The main thread may be blocked in Ray's native code meanwhile, where no Python signal
-handler runs: a second signal would not help there.
+`LAST_RESORT_S` and the process exits with the signal's code. The main thread may be blocked in Ray's native
+code meanwhile, where no Python signal handler runs: a second signal would not help there.
 """
 
 from __future__ import annotations

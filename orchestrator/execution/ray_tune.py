@@ -53,7 +53,9 @@ class InterruptStopper(tune.Stopper):
 
 def to_tune_domain(dist: Distribution):
     if dist.type == "choice":
+        assert dist.values is not None, "a choice has its values (Distribution's validation)"
         return tune.choice(dist.values)
+    assert dist.low is not None and dist.high is not None, "a range has its bounds (Distribution's validation)"
     if dist.type == "uniform":
         return tune.uniform(dist.low, dist.high)
     if dist.type == "loguniform":

@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dape_core.plugins import plugin_tags
+
 from ..errors import StudyInterrupted, StudyTerminated, TrackingServerUnreachable, exception_chain
 from ..planning.learned import load_measured
 from ..planning.schedule import longest_first
@@ -17,10 +19,8 @@ from ..tracking.console import ConsoleProgress
 from ..tracking.events import Tally, TrialEvents
 from ..tracking.leases import LeaseBook
 from ..tracking.recorder import MLflowRecorder
-from dape_core.plugins import plugin_tags
-
-from ..tracking.source import DIFF_FILE, code_source
 from ..tracking.sharing import DeviceSharing
+from ..tracking.source import DIFF_FILE, code_source
 from ..tracking.store import StudyStore
 from ..trial.trials import StoredIdentities, Trial, distinct
 from . import interrupt
@@ -91,7 +91,8 @@ def run_study(context: RunContext) -> StudyOutcome:
     study, store = context.study, context.store
     todo, skipped = select_trials(study, context.rows, store, context.failed_only)
     if todo:  # (the measured durations read every finished run of the store: not for nothing to run)
-        todo = longest_first(todo, study, load_measured(context.tracking_uri))  # so that no long trial ends the study alone
+        # longest first, so that no long trial ends the study alone
+        todo = longest_first(todo, study, load_measured(context.tracking_uri))
     progress = context.progress or ConsoleProgress(len(todo))
     progress.total = study.search.samples_per_row * len(todo)
     if todo and not context.local:  # before the parent run: an unreachable cluster leaves nothing behind
@@ -127,7 +128,7 @@ def _run_and_close(context: RunContext, running: _Running) -> None:
     study, store, todo, events, progress, outcome = (context.study, context.store, running.todo, running.events,
                                                      running.progress, running.outcome)
     leases = running.leases
-    status = "FINISHED"
+    status: str | None = "FINISHED"  # None: the parent run is left open (the tracking server is unreachable)
     def last_resort(what: str) -> str:  # the clean stop did not end in time (interrupt.py): close what is open
         stopped = _close_open_trials(events)
         leases.close()

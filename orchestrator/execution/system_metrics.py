@@ -65,7 +65,8 @@ class _Gpus:
         nvml = self.nvml
         for index, handle in enumerate(self.handles):
             try:
-                values[names.gpu_metric(index, names.GPU_UTILIZATION)] = float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+                rates = nvml.nvmlDeviceGetUtilizationRates(handle)
+                values[names.gpu_metric(index, names.GPU_UTILIZATION)] = float(rates.gpu)
                 memory = nvml.nvmlDeviceGetMemoryInfo(handle)
                 values[names.gpu_metric(index, names.GPU_MEMORY_MB)] = memory.used / 1e6
                 values[names.gpu_metric(index, names.GPU_MEMORY_PERCENT)] = memory.used / memory.total * 100

@@ -16,8 +16,17 @@ from dape_core import ExperimentConfig
 from dape_core.data import anchored
 from dape_core.train.callbacks import TrainerCallback
 
-from ..trial.protocol import (CHECKPOINT_FILES_KEY, CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY,
-                              EVAL_PROTOCOL_TAG, FINAL_FLAG, LOG_KEY, WEIGHTS_FOLDER, WEIGHTS_KEY)
+from ..trial.protocol import (
+    CHECKPOINT_FILES_KEY,
+    CHECKPOINT_SET_ASIDE_KEY,
+    DATA_RECORD_KEY,
+    ENVIRONMENT_KEY,
+    EVAL_PROTOCOL_TAG,
+    FINAL_FLAG,
+    LOG_KEY,
+    WEIGHTS_FOLDER,
+    WEIGHTS_KEY,
+)
 from ..trial.trials import materialize
 from .system_metrics import SystemSampler
 from .trial_log import TrialLog
@@ -105,7 +114,7 @@ def run_trial(tune_config: dict, report: Report, threads: int, all_ranks: bool =
             result = run_experiment(experiment, sink, threads=threads, checkpoint_dir=folder,
                                     checkpoint_every=checkpoint_every(steps) if folder else None,
                                     artifacts_dir=folder / "artifacts" if folder else None,
-                                    weights_dir=folder / WEIGHTS_FOLDER if keep else None)
+                                    weights_dir=folder / WEIGHTS_FOLDER if keep and folder else None)
         except NonFiniteLossError as error:
             # Deterministic: retrying would diverge again. End the trial with its reason instead.
             log.write(f"FAILED: NonFiniteLossError: {error}")

@@ -23,7 +23,8 @@ def run_trial(config: dict) -> None:
     threads = max(1, int(tune.get_context().get_trial_resources().required_resources.get("CPU", 1)))
 
     def report(metrics: dict) -> None:
-        tune.report({**metrics, "ray_node_id": ray.get_runtime_context().get_node_id()} if metrics.get(FINAL_FLAG) else metrics)
+        tune.report({**metrics, "ray_node_id": ray.get_runtime_context().get_node_id()}
+                    if metrics.get(FINAL_FLAG) else metrics)
 
     try:
         execute(config, report, threads)

@@ -41,7 +41,8 @@ def plan_table(study: Study, profile: str | None, rows: list[PlanRow]) -> Table:
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("trial", overflow="fold", ratio=1, min_width=12)
     for column in ["id", "params", "GFLOP/\nstep"] + (["workers"] if wide else []) + ["GiB/\nworker"] + (
-            ["fits"] if gpu_memory is not None else []) + (["weights"] if weights else []) + ["est.\ntime", "basis", "status"]:
+            ["fits"] if gpu_memory is not None else []) + (["weights"] if weights else []) + [
+            "est.\ntime", "basis", "status"]:
         table.add_column(column, no_wrap=column in ("id", "params"), overflow="fold")
     for number, row in enumerate(rows, 1):
         cost = row.cost

@@ -137,7 +137,8 @@ def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.Da
     claims = evaluate_claims(study, trials, study_path)
     return ReportDocument(study_name=study.name, description=study.description, tracking_uri=store.tracking_uri,
                           experiment_id=store.experiment_id, value_text=value_text, trials=trials, outside=outside,
-                          tables=tables, plots=figures or [], claims=claims, decide_note=_decide_note(study, store, trials, claims),
+                          tables=tables, plots=figures or [], claims=claims,
+                          decide_note=_decide_note(study, store, trials, claims),
                           best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None,
                           cost=cost_front(study, tables, tabled, plot_dir),
                           published=published_lines(study, prefer_isolated(tabled)))
@@ -195,8 +196,8 @@ def _write(folder: Path, texts: dict[str, str], frame: pd.DataFrame, tables: lis
 
 def _record_pareto(store: StudyStore, search) -> None:
     """A multi-objective search's Pareto set in MLflow: on the parent run, tags search.pareto_size and
-    search.pareto_runs (the runs' names, a JSON list); on each sample, the tag search.pareto = true or false (the MLflow UI
-    filters on it: tags.`search.pareto` = 'true')."""
+    search.pareto_runs (the runs' names, a JSON list); on each sample, the tag search.pareto = true or false (the
+    MLflow UI filters on it: tags.`search.pareto` = 'true')."""
     if search is None or not search.multi_objective or not store.parent_run_id:
         return
     front = search.pareto if search.pareto is not None else pd.DataFrame(columns=["run_id", "run_name"])

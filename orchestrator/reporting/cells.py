@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .stats import Comparison, N_TOO_SMALL, Summary, format_p
+from .stats import N_TOO_SMALL, Comparison, Summary, format_p
 from .tables import Row, Table
 
 DASH = "–"

@@ -126,5 +126,6 @@ class ReportDocument:
             listing["params"] = listing["params"].map(lambda v: "–" if pd.isna(v) else f"{v / 1e6:.2f}M")
         if "shared_with" in self.trials and self.trials["shared_with"].notna().any():
             # Rows that differ only in settings their trial does not read read one run (trial/trials.py).
-            listing["run of"] = self.trials["shared_with"].map(lambda v: f"shared with {v}" if isinstance(v, str) else "–")
+            listing["run of"] = self.trials["shared_with"].map(
+                lambda v: f"shared with {v}" if isinstance(v, str) else "–")
         return listing.fillna("–").astype(str)

@@ -92,27 +92,29 @@ def _accuracy_header(column: str) -> str:
 
 _SHOWN = {  # each declared family's presentation
     PPL.name: Family(PPL, "perplexity",
-                     "Perplexity on the last K tokens of held-out windows of each evaluation length L. Lower is better.",
-                     header=lambda c: f"L={names.length_of(c, names.PPL)}", order=lambda c: (names.length_of(c, names.PPL),),
+                     "Perplexity on the last K tokens of held-out windows of each evaluation length L. "
+                     "Lower is better.",
+                     header=lambda c: f"L={names.length_of(c, names.PPL)}",
+                     order=lambda c: (names.length_of(c, names.PPL),),
                      decimals=3, compare="ratio", significance=True, by_length=True),
     DELTA_P.name: Family(DELTA_P, "delta_p",
-                         "ΔP(L) = perplexity with the last T_train tokens as context minus perplexity with all L tokens, "
-                         "on the same scored tail. Above 0: the model uses context beyond its training length. Higher "
-                         "is better.",
+                         "ΔP(L) = perplexity with the last T_train tokens as context minus perplexity with all "
+                         "L tokens, on the same scored tail. Above 0: the model uses context beyond its training "
+                         "length. Higher is better.",
                          header=lambda c: f"L={names.length_of(c, names.DELTA_P)}",
                          order=lambda c: (names.length_of(c, names.DELTA_P),),
                          decimals=3, compare="difference", significance=True, by_length=True,
                          zero_reason="{columns} left out: ΔP is 0 there by definition (at an evaluation length up to "
                                      "the training length, the last T_train tokens are the whole context)."),
     ACCURACY.name: Family(ACCURACY, "accuracy",
-                          "Per-token accuracy (averaged over the test lengths where the task has several). Higher is "
-                          "better.",
+                          "Per-token accuracy (averaged over the test lengths where the task has several). "
+                          "Higher is better.",
                           header=_accuracy_header, order=lambda c: (c,), decimals=3, compare="difference",
                           significance=True),
     TIME.name: Family(TIME, "time",
                       "Milliseconds per training step and per forward pass (median after warm-up) where measured, and "
-                      "wall-clock seconds of training and evaluation. Lower is better; hardware as in the device column "
-                      "of the trials table.",
+                      "wall-clock seconds of training and evaluation. Lower is better; hardware as in the device "
+                      "column of the trials table.",
                       header=_time_header, order=_time_order, decimals=2, compare="ratio", significance=False,
                       reference=_time_reference),
 }

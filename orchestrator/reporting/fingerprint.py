@@ -56,7 +56,8 @@ def unchanged(folder: Path, inputs: str) -> Kept | None:
     if record.get("inputs") != inputs:
         return None
     files = [folder / name for name in record.get("files", [])]
-    plots = [Plot(p["name"], p["title"], p["caption"], folder / p["path"], folder / p["vector"] if p.get("vector") else None)
+    plots = [Plot(p["name"], p["title"], p["caption"], folder / p["path"],
+                  folder / p["vector"] if p.get("vector") else None)
              for p in record.get("plots", [])]
     if not all(path.is_file() for path in files + [plot.path for plot in plots]):
         return None
@@ -66,7 +67,8 @@ def unchanged(folder: Path, inputs: str) -> Kept | None:
 def write(folder: Path, inputs: str, plots: list[Plot], files: list[Path], attached: bool) -> None:
     record = {"inputs": inputs, "attached": attached,
               "files": [str(path.relative_to(folder)) for path in files],
-              "plots": [{"name": p.name, "title": p.title, "caption": p.caption, "path": str(p.path.relative_to(folder)),
+              "plots": [{"name": p.name, "title": p.title, "caption": p.caption,
+                         "path": str(p.path.relative_to(folder)),
                          "vector": str(p.vector.relative_to(folder)) if p.vector else None} for p in plots]}
     (folder / FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
 

@@ -301,7 +301,8 @@ def versus_swept(key: str, table: Table, finished: pd.DataFrame, folder: Path) -
     position = {v: (v if numeric else i) for i, v in enumerate(values)}
     fig, axes = Frame(1, len(columns), (3.5, 2.9), title=0.35).figure()
     for ax, column in zip(axes[0], columns):
-        groups = with_key.groupby([with_key[k].astype(str) for k in others], dropna=False) if others else [((), with_key)]
+        groups = (with_key.groupby([with_key[k].astype(str) for k in others], dropna=False) if others
+                  else [((), with_key)])
         for group_key, group in groups:
             stats = group.groupby(key)[column].agg(["mean", "std"]).reindex([v for v in values if v in set(group[key])])
             label_parts = [assignment(k.removeprefix(SWEPT_TAG_PREFIX), _grouped_value(v)) for k, v in

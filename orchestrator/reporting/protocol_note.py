@@ -47,8 +47,9 @@ def protocol_note(frame: pd.DataFrame, plain: bool = True) -> str:
     measured = frame[frame[PROTOCOL_COLUMN].notna()]
     versions = sorted({int(value) for value in measured[PROTOCOL_COLUMN]})
     if versions == [PROTOCOL_VERSION]:
-        return "" if not plain else (f" Evaluation protocol {PROTOCOL_VERSION}: every length scores the same tail tokens of the held-out "
-                "stream, the lengths differing only in the context before them.")
+        return "" if not plain else (f" Evaluation protocol {PROTOCOL_VERSION}: every length scores the same tail "
+                                     "tokens of the held-out stream, the lengths differing only in the context "
+                                     "before them.")
     parts = []
     if len(versions) > 1:
         by_version = {version: sorted(set(measured[measured[PROTOCOL_COLUMN] == version]["label"]))

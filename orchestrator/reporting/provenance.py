@@ -1,8 +1,8 @@
-"""The report's provenance section (after the tables and plots): which code, data, software and hardware produced its numbers, read
-from the trials' runs (tags `code_version`, `data_hash`, `device` and the `env.*` tags each trial's process
-reported: dape_core/environment.py). A fact that differs between trials lists every value; one a run did not
-record (a run from before it was recorded) says so. The device and its hardware are the setup's (setup.py,
-`hardware`): named once in the report."""
+"""The report's provenance section (after the tables and plots): which code, data, software and hardware
+produced its numbers, read from the trials' runs (tags `code_version`, `data_hash`, `device` and the `env.*` tags
+each trial's process reported: dape_core/environment.py). A fact that differs between trials lists every value; one
+a run did not record (a run from before it was recorded) says so. The device and its hardware are the setup's
+(setup.py, `hardware`): named once in the report."""
 
 from __future__ import annotations
 

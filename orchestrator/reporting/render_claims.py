@@ -93,7 +93,8 @@ def details_markdown(results: list[ClaimResult], title: str) -> list[str]:
     out = [f"## {title}", ""]
     for result in results:
         words = f"**{result.words}**" if _strong(result) else f"*{result.words}*"
-        out += [f"**{result.claim.id}** ({words}, {result.claim.source}): {_md(result.claim.text or result.claim.kind)}",
+        out += [f"**{result.claim.id}** ({words}, {result.claim.source}): "
+                f"{_md(result.claim.text or result.claim.kind)}",
                 "", f"- why: {_md(_why(result))}"]
         out += [f"- {_md(line)}" for line in _check_lines(result)] + [""]
     return out

@@ -19,7 +19,8 @@ h1 { font-size: 1.7em; margin-bottom: 0.2em; }
 h2 { font-size: 1.25em; margin-top: 2em; border-bottom: 1px solid #ccc; padding-bottom: 0.2em; }
 p.meta, ul.meta { color: #444; font-size: 0.92em; }
 table { border-collapse: collapse; margin: 0.8em 0 1.4em; font-variant-numeric: tabular-nums; }
-caption { caption-side: top; text-align: left; font-size: 0.88em; color: #333; padding-bottom: 0.6em; max-width: 1000px; }
+caption { caption-side: top; text-align: left; font-size: 0.88em; color: #333; padding-bottom: 0.6em;
+          max-width: 1000px; }
 thead th { border-top: 2px solid #111; border-bottom: 1px solid #111; padding: 0.35em 0.8em; text-align: right; }
 tbody td { padding: 0.28em 0.8em; text-align: right; white-space: nowrap; }
 tbody tr:last-child td { border-bottom: 2px solid #111; }
@@ -84,7 +85,8 @@ def _significance_table(table: Table) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in names + [table.header(c) for c in table.columns])
     body = "".join(
         "<tr>" + "".join(f"<td>{escape(name)}</td>" for name in cells.compared_names(table, row)) + "".join(
-            f"<td>{escape(cells.significance(row.comparisons.get(c), table.family.decimals))}</td>" for c in table.columns)
+            f"<td>{escape(cells.significance(row.comparisons.get(c), table.family.decimals))}</td>"
+            for c in table.columns)
         + "</tr>" for row in rows)
     caption = (f"Against the baseline ({escape(render_md.baselines(table))}): difference of means, "
                "Holm-corrected p-value, Cohen's d, the test and the seeds it used.")

@@ -54,9 +54,11 @@ def table_tex(table: Table, study_name: str) -> str:
     extra = (1 if has_ratio else 0) + (1 if table.has_baseline else 0)
     names = len(cells.name_header(table))
     spec = "l" * names + "c" * len(table.columns) + "c" + "r" * extra
-    header = [escape(name.capitalize()) for name in cells.name_header(table)] + [f"${escape(table.header(c)).replace('$', '')}$" if table.family.by_length
-                            else escape(table.header(c)) for c in table.columns] + ["$n$"]
-    header += (["ratio"] if has_ratio else []) + ([r"$\Delta$"] if table.has_baseline else [])  # at the caption's column
+    header = [escape(name.capitalize()) for name in cells.name_header(table)]
+    header += [f"${escape(table.header(c)).replace('$', '')}$" if table.family.by_length
+               else escape(table.header(c)) for c in table.columns] + ["$n$"]
+    # at the caption's column
+    header += (["ratio"] if has_ratio else []) + ([r"$\Delta$"] if table.has_baseline else [])
     lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{4pt}",
              rf"\caption{{{escape(table.family.title)}. {escape(table.caption())}}}",
              rf"\label{{tab:{re.sub(r'[^A-Za-z0-9]+', '-', study_name)}-{table.family.key}}}",

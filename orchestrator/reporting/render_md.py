@@ -65,7 +65,8 @@ def significance_note(table: Table) -> str | None:
 
 def baselines(table: Table) -> str:
     if table.blocks and len(table.baseline_names) > 1:
-        return "the " + ", ".join(dict.fromkeys(row.variant for row in table.rows if row.is_baseline)) + " row of each grid point"
+        baselines = ", ".join(dict.fromkeys(row.variant for row in table.rows if row.is_baseline))
+        return f"the {baselines} row of each grid point"
     return ", ".join(table.baseline_names)
 
 
@@ -75,7 +76,8 @@ def _header(document: ReportDocument, title: str | None) -> list[str]:
         out += [document.description.strip(), ""]
     out += [(f"{document.counts()}. From the MLflow store {document.tracking_uri} (experiment "
             f"{document.experiment_id}).")]
-    out += ["", "Setup:"] + [f"- {name}: {_escape(text)}" for name, text in document.setup()] if document.setup() else []
+    setup = document.setup()
+    out += ["", "Setup:"] + [f"- {name}: {_escape(text)}" for name, text in setup] if setup else []
     out.append("")
     return out
 
@@ -98,7 +100,8 @@ def _tables_from(document: ReportDocument, first: int) -> list[str]:
     out = []
     chosen = document.tables[:1] if first == 1 else document.tables[1:]
     for number, table in enumerate(chosen, start=first):
-        out += [f"## {table.family.title}", "", f"*Table {number}.* {_escape(table.caption())}", "", main_table(table), "",
+        out += [f"## {table.family.title}", "", f"*Table {number}.* {_escape(table.caption())}", "",
+                main_table(table), "",
                 f"Every number behind the table: [table_{table.family.key}.csv](table_{table.family.key}.csv)", ""]
         note = significance_note(table)
         if note:
@@ -151,7 +154,8 @@ def _trials(document: ReportDocument, title: str | None) -> list[str]:
     listing = document.trial_listing()
     links, note = document.run_links()
     if "run id" in listing:  # each run id a link to the run's page in MLflow's UI
-        listing["run id"] = [f"[{run_id}]({link})" if link else run_id for run_id, link in zip(listing["run id"], links)]
+        listing["run id"] = [f"[{run_id}]({link})" if link else run_id
+                             for run_id, link in zip(listing["run id"], links)]
     out = [f"## {title}", ""] + ([f"*{_escape(note)}*", ""] if note else [])
     return out + [_grid(list(listing.columns), listing.to_numpy().tolist(), numbers=False), ""]
 

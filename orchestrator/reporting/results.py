@@ -20,13 +20,12 @@ import dape_core.metric_names as names
 from ..study import Study, StudyError, load_study
 from ..study.locate import names_a_file, study_file
 from ..tracking.params import NOT_APPLICABLE, effective_params
-from ..tracking.store import (ENV_TAG_PREFIX, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG,
-                              StudyStore)
+from ..tracking.store import ENV_TAG_PREFIX, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG, StudyStore
 from ..tracking.uri import choose_store
 from ..trial.trials import StoredIdentities, Trial, expand_stored, shared_rows
-from .layout import row_layout
 from .columns import CONFIG_PREFIX, IDENTITY_COLUMNS, MISSING, SERIES_METRICS, metric_columns
 from .families import higher_is_better
+from .layout import row_layout
 from .protocol_note import run_columns
 
 

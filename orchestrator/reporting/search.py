@@ -116,7 +116,9 @@ def _distribution(dist: Distribution):
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     if dist.type == "choice":
+        assert dist.values is not None, "a choice has its values (Distribution's validation)"
         return CategoricalDistribution(dist.values)
+    assert dist.low is not None and dist.high is not None, "a range has its bounds (Distribution's validation)"
     if dist.type == "int":
         return IntDistribution(int(dist.low), int(dist.high))
     return FloatDistribution(dist.low, dist.high, log=dist.type == "loguniform")

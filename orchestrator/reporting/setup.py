@@ -13,8 +13,8 @@ import pandas as pd
 import dape_core.metric_names as names
 from dape_core import PRESETS
 
-from .names import value as value_words
 from ..tracking.store import ENV_TAG_PREFIX
+from .names import value as value_words
 from .provenance import hardware
 
 

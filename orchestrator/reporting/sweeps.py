@@ -18,8 +18,8 @@ import pandas as pd
 from ..study import Study
 from ..tracking.store import SWEPT_TAG_PREFIX
 from . import cells
-from .names import setting, value
 from .names import point as point_words
+from .names import setting, value
 from .plots import MAX_LINES, Frame, Plot, _save, fit_title
 from .tables import Table
 
@@ -60,7 +60,7 @@ def best_points(table: Table) -> BestPoints | None:
             best[row.variant] = row
     if not best:
         return None
-    header = ["variant", "best grid point", table.header(column), "n", f"baseline there",
+    header = ["variant", "best grid point", table.header(column), "n", "baseline there",
               "margin" + (" (%)" if family.compare == "ratio" else " (difference)")]
     body = []
     for variant, row in best.items():
@@ -70,7 +70,8 @@ def best_points(table: Table) -> BestPoints | None:
         if baseline is not None and base_cell.n:
             margin = (f"{cells.signed((row.ratio(column, baseline) - 1) * 100, 1)}%" if family.compare == "ratio"
                       else cells.signed(row.delta(column, baseline), family.decimals))
-        body.append([variant, point_words(row.block), cells.mean_std(row.cells[column], family.decimals), cells.seeds(row),
+        body.append([variant, point_words(row.block), cells.mean_std(row.cells[column], family.decimals),
+                     cells.seeds(row),
                      "(is the baseline)" if row.is_baseline else
                      (cells.mean_std(base_cell, family.decimals) if base_cell is not None else cells.DASH), margin])
     best_word = "lowest" if family.lower_is_better else "highest"
@@ -153,8 +154,8 @@ def heatmaps(study: Study, table: Table, finished: pd.DataFrame, folder: Path) -
               "lists them all." if len(variants) > len(shown) else "")
     caption = (f"{table.family.title} over {setting(axes[0])} and {setting(axes[1])}, one row per variant: "
                f"mean over seeds at {' and at '.join(h for _, h in columns)}{others}; one colour scale per column "
-               f"({'darker is better' if lower else 'brighter is better'}); blank: no finished run. Plots of the metric "
-               f"against one swept value are drawn only while they have at most {MAX_LINES} lines.{capped}")
+               f"({'darker is better' if lower else 'brighter is better'}); blank: no finished run. Plots of the "
+               f"metric against one swept value are drawn only while they have at most {MAX_LINES} lines.{capped}")
     path = _save(fig, folder, name)
     return Plot(name, "Heat maps", caption, path, path.with_suffix(".svg"))
 

@@ -92,14 +92,17 @@ def render(request: JobRequest, target: JobTarget) -> str:
               "HEAD_PID= WORKERS_PID= MLFLOW_PID= RUN_PID= STOP= REQUEUE= JOB_DIR=",
               "",
               _FUNCTIONS,
-              "echo \"Job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES node(s) ($SLURM_JOB_NODELIST); Ray head at $RAY_ADDRESS_\"",
+              "echo \"Job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES node(s) ($SLURM_JOB_NODELIST); Ray head at "
+              "$RAY_ADDRESS_\"",
               "python -m orchestrator.slurm.node ray-start head \"$RAY_PORT\" \"$RAY_TMP\" &  # not through node():"
               " its pid, not a subshell's",
               "HEAD_PID=$!",
               "if [ \"$SLURM_JOB_NUM_NODES\" -gt 1 ]; then  # the step's CPUs and GPUs are given: srun does not "
               "inherit --cpus-per-task",
-              "  srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 \\",
-              f"    --cpus-per-task={request.cpus_per_node}{gpus} --relative=1 --kill-on-bad-exit=0 --job-name=ray-workers \\",
+              "  srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) "
+              "--ntasks-per-node=1 \\",
+              f"    --cpus-per-task={request.cpus_per_node}{gpus} --relative=1 --kill-on-bad-exit=0 "
+              "--job-name=ray-workers \\",
               "    python -m orchestrator.slurm.node ray-start worker \"$RAY_ADDRESS_\" \"$RAY_TMP\" &",
               "  WORKERS_PID=$!",
               "fi",
@@ -114,12 +117,14 @@ def render(request: JobRequest, target: JobTarget) -> str:
                   f"JOB_DIR={q(str(target.logs_dir))}/job-$SLURM_JOB_ID",
                   f"mkdir -p {q(str(database.parent / 'artifacts'))}",
                   "python -m orchestrator.slurm.node mlflow-server \"$JOB_DIR\" \"$HEAD_IP\" \"$MLFLOW_PORT\" \\",
-                  f"  {q(target.tracking_uri)} {q((database.parent / 'artifacts').as_uri())} &  # its pid, not a subshell's",
+                  f"  {q(target.tracking_uri)} {q((database.parent / 'artifacts').as_uri())} &"
+                  "  # its pid, not a subshell's",
                   "MLFLOW_PID=$!",
                   "TRACKING_URI=\"http://$HEAD_IP:$MLFLOW_PORT\"",
                   "node wait-http \"$TRACKING_URI/health\" 300 || finish 1",
                   ". \"$JOB_DIR/mlflow-credentials\" || finish 1  # MLFLOW_TRACKING_USERNAME / _PASSWORD",
-                  "export MLFLOW_TRACKING_USERNAME MLFLOW_TRACKING_PASSWORD  # for the driver (Ray's nodes started before)",
+                  "export MLFLOW_TRACKING_USERNAME MLFLOW_TRACKING_PASSWORD"
+                  "  # for the driver (Ray's nodes started before)",
                   "echo \"MLflow server for this job: $TRACKING_URI (store: " + str(database)
                   + "; login: $JOB_DIR/mlflow-credentials)\""]
     else:
@@ -175,7 +180,9 @@ finish() {  # stop the workers, the head and the MLflow server, by process id; e
   done
   for pid in $WORKERS_PID $HEAD_PID $MLFLOW_PID; do stop_group KILL "$pid"; wait "$pid" 2> /dev/null; done
   [ -n "$JOB_DIR" ] && rm -rf -- "$JOB_DIR"  # the MLflow server's login: it ends with the server
-  if [ -n "$REQUEUE" ]; then echo "Requeueing job $SLURM_JOB_ID: it resumes the study."; scontrol requeue "$SLURM_JOB_ID"; fi
+  if [ -n "$REQUEUE" ]; then
+    echo "Requeueing job $SLURM_JOB_ID: it resumes the study."; scontrol requeue "$SLURM_JOB_ID"
+  fi
   echo "Job $SLURM_JOB_ID ends with exit code $1."
   exit "$1"
 }

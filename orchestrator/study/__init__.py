@@ -6,7 +6,8 @@
 - yaml_loader.py: YAML that means one thing: duplicate keys refused, size bounded (alias bombs);
 - load.py: reading, profiles, and every check below gathered into one StudyError;
 - trial_checks.py: every resolved trial (rows, search values) with its trial size validated by dape_core,
-  duplicate identities (the size left out), run names; sweeps.py: exclude, seeds and variant keys that a sweep would silently ignore or overwrite;
+  duplicate identities (the size left out), run names; sweeps.py: exclude, seeds and variant keys that a sweep
+  would silently ignore or overwrite;
   search_checks.py: searcher, ASHA and report metrics against what the trials log (trial_metrics.py);
 - data_paths.py: data files and tokenizers that do not exist (run, plan, validate);
 - expect.py: the `expect:` claims; claim_checks.py: each claim as checks on the rows (validation, verdicts);
@@ -14,8 +15,15 @@
 - schema.py: the format as JSON Schema (`orchestrator schema`).
 """
 
-from .load import (apply_study_overrides, load_study, parse_study, profile_data_notes, read_study, read_study_yaml,
-                   validate_config)
+from .load import (
+    apply_study_overrides,
+    load_study,
+    parse_study,
+    profile_data_notes,
+    read_study,
+    read_study_yaml,
+    validate_config,
+)
 from .model import SECTIONS, Decide, Distribution, ReportSpec, Resources, Scheduler, Search, Study, Variant
 from .overrides import parse_override, resolve, set_dotted
 from .problems import StudyError

@@ -8,7 +8,7 @@ path) and feeds the report's verdicts (orchestrator/reporting/claims.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import dape_core.metric_names as names
 
@@ -50,6 +50,7 @@ def study_rows(study: "Study") -> list[tuple["Cell", Row]]:
     rows = []
     for resolved in resolved_rows(study):  # the rows as the study's validation resolved them
         cell, config = resolved.cell, resolved.config
+        assert cell is not None, "a study row has its cell (only a search value's config has none)"
         if config.che is not None:
             later = tuple(study.report.later_lengths(config.che.train_max_length, list(config.che.test_lengths)))
         else:
@@ -216,6 +217,7 @@ def _length_ratio(study, rows, claim: LengthRatio) -> list[Check]:
     for row in select(study, rows, claim.variant, claim.where):
         term = Term(row.label, metric_column(row, claim.metric, claim.at), metric_column(row, claim.metric, claim.over))
         bound = claim.at_least if claim.at_least is not None else claim.at_most
+        assert bound is not None, "a length_ratio claim has at_least or at_most (its validation)"
         checks.append(Check(term, ">" if claim.at_least is not None else "<", None, shift=bound))
     return checks
 
@@ -223,7 +225,7 @@ def _length_ratio(study, rows, claim: LengthRatio) -> list[Check]:
 def _trend(study, rows, claim: Trend) -> list[Check]:
     names = claim.variants or [claim.variant]
     chosen = [row for name in names for row in select(study, rows, name, claim.where)]
-    groups: dict[tuple, list[Row]] = {}
+    groups: dict[tuple, list[tuple[Any, Row]]] = {}  # the rest of the grid point -> (axis value, row)
     for row in chosen:
         try:
             value = config_value(row.config, claim.axis)
@@ -260,12 +262,14 @@ def _bound(study, rows, claim: Bound) -> list[Check]:
     names = claim.variants or sorted({cell.variant for cell, _ in rows})
     chosen = [row for name in names for row in select(study, rows, name, claim.where)]
     bound = claim.at_least if claim.at_least is not None else claim.at_most
+    assert bound is not None, "a bound claim has at_least or at_most (its validation)"
     return [Check(Term(row.label, metric_column(row, claim.metric, length)),
                   ">" if claim.at_least is not None else "<", None, shift=bound)
             for length in _lengths(claim) for row in chosen]
 
 
-_CHECKS = {"bound": _bound, "compare": _compare, "length_ratio": _length_ratio, "trend": _trend, "order": _order, "best": _best}
+_CHECKS: dict[str, Callable[..., list[Check]]] = {"bound": _bound, "compare": _compare, "length_ratio": _length_ratio,
+                                                  "trend": _trend, "order": _order, "best": _best}
 
 
 def claim_checks(study: "Study", claim: Any, rows: list | None = None) -> list[Check]:

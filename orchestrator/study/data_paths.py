@@ -25,6 +25,7 @@ def prepare_hint(cfg: DataConfig) -> str:
     """The command that makes a missing token file (and its tokenizer) where the section looks for them."""
     if cfg.source != "tokens":
         return f"; see {GUIDE_SECTION}"
+    assert cfg.path is not None, "a tokens source has a path (DataConfig's validation)"
     folder = Path(cfg.path).parent
     return f"; prepare it with `orchestrator data prepare CORPUS --output {folder}` ({GUIDE_SECTION})"
 

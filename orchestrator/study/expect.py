@@ -21,8 +21,9 @@ table or figure) and the rows and metric it is about:
 Rows are addressed by `variant` (a variant's label: its rows at every grid point; or a full row label such
 as "DAPE (pos_encoding=rope)": that row alone) and `where` (dotted key -> value: keep the rows whose
 resolved config has that value; a list of values: any of them). Comparisons pair rows of the same grid
-point. Lengths in `at`/`over` are token counts, or multiples of the row's training length ("8x"). `metric` is a family with lengths (`ppl`,
-`delta_p`, `ms_forward`, `acc`) or a single metric (`che_acc_test`, `ms_per_step`, `train_loss`, ...).
+point. Lengths in `at`/`over` are token counts, or multiples of the row's training length ("8x"). `metric` is a
+family with lengths (`ppl`, `delta_p`, `ms_forward`, `acc`) or a single metric (`che_acc_test`, `ms_per_step`,
+`train_loss`, ...).
 
 claim_checks.py turns a claim into concrete checks on the study's rows, and reports what it cannot resolve.
 """

@@ -44,14 +44,16 @@ from .trial_checks import (
 )
 from .yaml_loader import load_yaml
 
-__all__ = ["apply_study_overrides", "load_study", "parse_study", "profile_data_notes", "read_study", "read_study_yaml", "validate_config"]
+__all__ = ["apply_study_overrides", "load_study", "parse_study", "profile_data_notes", "read_study", "read_study_yaml",
+           "validate_config"]
 
 
 def apply_study_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
     """Dotted overrides of the study document. A key not naming a study field is taken relative to `base`
     (`train.steps=100` means `base.train.steps=100`), the way a researcher types it on the command line."""
     study_fields = set(Study.model_fields)
-    absolute = {(key if key.split(".")[0] in study_fields else f"base.{key}"): value for key, value in overrides.items()}
+    absolute = {(key if key.split(".")[0] in study_fields else f"base.{key}"): value
+                for key, value in overrides.items()}
     return resolve(raw, absolute)
 
 
@@ -99,7 +101,8 @@ def _base_problems(raw: dict, known: list[str]) -> list[str]:
 def _profiled(original: dict, name: str) -> tuple[Study | None, list[str]]:
     """A profile applied to the file as written (not on top of another profile), validated as a Study."""
     try:
-        return Study.model_validate(apply_study_overrides(copy.deepcopy(original), original["profiles"][name] or {})), []
+        overridden = apply_study_overrides(copy.deepcopy(original), original["profiles"][name] or {})
+        return Study.model_validate(overridden), []
     except ValidationError as error:
         return None, format_pydantic(error, "study", Study)
     except (ValueError, AttributeError) as error:
@@ -133,7 +136,8 @@ def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
     if profile is not None:
         source = f"{source} (profile {profile})"
     if not isinstance(raw, dict):
-        raise StudyError(source, [*problems, f"(top level): expected a mapping of study fields, got {type(raw).__name__}"])
+        raise StudyError(source, [*problems, f"(top level): expected a mapping of study fields, got "
+                                             f"{type(raw).__name__}"])
     original = copy.deepcopy(raw)
     raw = _apply(copy.deepcopy(raw), source, profile, overrides)
     plugins, plugin_faults = load_plugins(raw.get("plugins"), folder)

@@ -24,15 +24,31 @@ on single fields are in the types.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, WithJsonSchema,
-                      field_validator, model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 import dape_core.metric_names as names
 from dape_core.train import Parallelism
-from dape_core.types import (FiniteFloat, NonEmptyStr, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
-                             Seed, StrictBool)
+from dape_core.types import (
+    FiniteFloat,
+    NonEmptyStr,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Seed,
+    StrictBool,
+)
 
 from .expect import Claim, later_length, length_tokens
 from .metric_families import PPL, ReportMetric
@@ -133,7 +149,7 @@ class Distribution(_Strict):
         return self
 
 
-GRID = "grid"  # search.algorithm of a study whose rows are its trials (axes, zip); the others sample a space
+GRID: Final = "grid"  # search.algorithm of a study whose rows are its trials (axes, zip); the others sample a space
 
 
 Mode = Literal["min", "max"]
@@ -300,7 +316,9 @@ class Decide(_Strict):
 class Study(_Strict):
     name: StudyName = Field(description="Experiment name in MLflow (and its parent run's).")
     description: str = ""
-    base: dict[str, Any] = Field(default_factory=dict, description="Shared trial config: model, data, train, eval (and che for CHE tasks, distributed for the trial size).")
+    base: dict[str, Any] = Field(default_factory=dict, description="Shared trial config: model, data, train, eval "
+                                                                   "(and che for CHE tasks, distributed for the trial "
+                                                                   "size).")
     axes: dict[SweepKey, SweepValues] = Field(default_factory=dict, description="Grid over dotted keys.")
     one_at_a_time: StrictBool = Field(False, description="Vary each axis alone from the baseline instead of a grid.")
     zip: dict[SweepKey, ZipValues] = Field(default_factory=dict, description="Dotted keys whose values vary together.")
@@ -318,7 +336,8 @@ class Study(_Strict):
     search: Search = Field(default_factory=Search)
     scheduler: Scheduler = Field(default_factory=Scheduler)
     resources: Resources = Field(default_factory=Resources)
-    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Named dotted overrides of the study.")
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Named dotted overrides of the "
+                                                                                  "study.")
     report: ReportSpec = Field(default_factory=ReportSpec)
     keep_weights: KeepWeights = Field("final", description="What a finished trial keeps as an artifact of its "
                                       "MLflow run: final (its trained model: safetensors weights, effective config "

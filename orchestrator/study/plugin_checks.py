@@ -36,7 +36,8 @@ def plugin_problems(plugins: list[Plugin], trials: list) -> list[str]:
     from dape_core.audit import future_leak
 
     modules = {plugin.module: plugin for plugin in plugins}
-    problems, seen = [], set()
+    problems: list[str] = []
+    seen: set[str] = set()
     for trial in trials:
         model = trial.config.model
         used = _owners(model) & set(modules)

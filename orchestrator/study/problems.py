@@ -53,7 +53,8 @@ def format_pydantic(error: ValidationError, prefix: str, root: type) -> list[str
             message = (f"unknown key {loc[-1]!r}{did_you_mean(str(loc[-1]), valid)}"
                        + (f"; valid keys: {', '.join(valid)}" if valid else ""))
         elif item["type"] == "literal_error":  # "Input should be 'none', 'dape' or 'dapev2'"
-            message += did_you_mean(item.get("input"), re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected", ""))))
+            expected = str(item.get("ctx", {}).get("expected", ""))
+            message += did_you_mean(item.get("input"), re.findall(r"'([^']*)'", expected))
         path = ".".join(str(part) for part in loc)
         if prefix in ("base", "study"):
             problems.append(f"{prefix}.{path}: {message}" if path else f"{prefix}: {message}")

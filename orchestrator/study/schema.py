@@ -16,6 +16,7 @@ def study_json_schema() -> dict:
     schema.setdefault("$defs", {}).update(experiment.pop("$defs", {}))
     schema["$defs"]["ExperimentConfig"] = experiment
     schema["properties"]["base"] = {"$ref": "#/$defs/ExperimentConfig",
-                                    "description": "Shared trial config: model, data, train, eval (and che for CHE tasks)."}
+                                    "description": "Shared trial config: model, data, train, eval (and che for CHE "
+                                                   "tasks)."}
     schema["title"] = "DAPE orchestrator study"
     return schema

@@ -141,7 +141,9 @@ def search_values(dist: "Distribution") -> list[Any]:
     """The values a search dimension can take that bound what a trial may be given: every choice, both ends
     of a range (an `int` range's ends as integers)."""
     if dist.type == "choice":
+        assert dist.values is not None, "a choice has its values (Distribution's validation)"
         return list(dist.values)
+    assert dist.low is not None and dist.high is not None, "a range has its bounds (Distribution's validation)"
     if dist.type == "int":
         return [int(dist.low), int(dist.high)]
     return [dist.low, dist.high]
@@ -164,6 +166,7 @@ def identity_problems(trials: list[ResolvedTrial]) -> list[str]:
             first[canonical] = trial
             continue
         earlier = first[canonical]
+        assert earlier.cell is not None  # `first` keeps rows only (those with a cell)
         same_config = legacy_identity(earlier.config.to_dict()) == legacy_identity(config)
         if not same_config and earlier.cell.variant == trial.cell.variant:
             continue  # one variant's rows that differ only in what it does not read: one shared trial
@@ -187,6 +190,6 @@ def run_name_problems(study: "Study") -> list[str]:
         name = f"{cell.label} · s{longest_seed}"
         if len(name) > MAX_RUN_NAME:
             problems.append(f"{cell.where}: the run name {name[:40]!r}... has {len(name)} characters, more than "
-                            f"MLflow's {MAX_RUN_NAME}; shorten the row's label (the variant's label and the swept values; "
-                            "without variants, the study's name)")
+                            f"MLflow's {MAX_RUN_NAME}; shorten the row's label (the variant's label and the swept "
+                            "values; without variants, the study's name)")
     return problems

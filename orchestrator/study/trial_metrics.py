@@ -13,6 +13,7 @@ import re
 import dape_core.metric_names as names
 from dape_core.experiment_config import ExperimentConfig
 
+
 def periodic_metrics(cfg: ExperimentConfig) -> set[str]:
     """Reported while the trial trains: what ASHA can compare trials on at its rungs."""
     return {names.TRAIN_LOSS} | ({names.VAL_LOSS} if cfg.train.eval_every else set())

@@ -15,8 +15,7 @@ import dape_core.metric_names as names
 
 from ..trial.protocol import CHECKPOINT_SET_ASIDE_KEY, accuracies, final_metrics, perplexity_by_length
 from ..trial.trials import Trial
-from .events import (TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried,
-                     TrialStarted)
+from .events import TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried, TrialStarted
 
 
 @dataclass
@@ -114,7 +113,8 @@ class ConsoleProgress(TrialListener):
             return
         loss_text = f"{loss:.3f}" if loss is not None else "-"
         elapsed = time.monotonic() - row.started
-        self._line(trial, f"step {step}/{total_steps}  loss {loss_text}  {elapsed:.0f}s elapsed, ~{row.eta() or '0s'} to go")
+        self._line(trial, f"step {step}/{total_steps}  loss {loss_text}  {elapsed:.0f}s elapsed, ~{row.eta() or '0s'} "
+                          "to go")
 
     def _evaluated(self, trial: Trial, perplexity: dict[int, float], accuracy: dict[str, float]) -> None:
         row = self._row(trial)
@@ -143,7 +143,8 @@ class ConsoleProgress(TrialListener):
     def trial_interrupted(self, event: TrialInterrupted) -> None:
         row = self._row(event.trial)
         row.state = "interrupted"
-        self._line(event.trial, f"[yellow]interrupted[/yellow] at step {row.step}: closed as KILLED, resumes on the next run")
+        self._line(event.trial, f"[yellow]interrupted[/yellow] at step {row.step}: closed as KILLED, resumes on the "
+                                "next run")
 
     def trial_retried(self, event: TrialRetried) -> None:
         self.message(f"{event.trial.run_name}: crashed ({event.reason}); retrying")

@@ -112,7 +112,7 @@ class LeaseBook:
         wanted = set(trial_ids) - self.held
         blocked: dict[str, Holder | None] = {}
         for attempt in range(self.attempts):
-            blocked = _holding(wanted, self.others())
+            blocked = dict(_holding(wanted, self.others()))  # typed to take the contested (None) below
             free = wanted - blocked.keys()
             if not free:
                 break
@@ -184,8 +184,11 @@ class LeaseBook:
     def _start_heartbeat(self) -> None:
         def beat() -> None:
             while not self._stop.wait(self.heartbeat_s):
+                run_id = self.run_id
+                if run_id is None:  # abandoned: nothing more is written
+                    return
                 try:
-                    self.store.set_tags(self.run_id, {HEARTBEAT_TAG: repr(time.time())})
+                    self.store.set_tags(run_id, {HEARTBEAT_TAG: repr(time.time())})
                 except Exception:  # a store outage ends the study elsewhere; the lease then expires
                     _log.debug("lease heartbeat failed", exc_info=True)
 

@@ -113,7 +113,8 @@ class SQLiteReader:
         ids = tuple(runs)
         for run_id, key, text in self._query(f"SELECT run_uuid, key, value FROM tags WHERE run_uuid IN ({marks})", ids):
             runs[run_id].data.tags[key] = text
-        for run_id, key, text in self._query(f"SELECT run_uuid, key, value FROM params WHERE run_uuid IN ({marks})", ids):
+        for run_id, key, text in self._query(f"SELECT run_uuid, key, value FROM params WHERE run_uuid IN "
+                                             f"({marks})", ids):
             runs[run_id].data.params[key] = text
         for run_id, key, number, is_nan in self._query(
                 f"SELECT run_uuid, key, value, is_nan FROM latest_metrics WHERE run_uuid IN ({marks})", ids):
@@ -169,7 +170,8 @@ def reader_for(tracking_uri: str, client=None) -> SQLiteReader | ClientReader:
     if revision in TESTED_REVISIONS:
         return direct
     _log.warning("The tracking store %s has MLflow schema revision %s, not %s that the direct reader is tested "
-                 "with: reading it through MLflow's client (slower).", path, revision, " or ".join(sorted(TESTED_REVISIONS)))
+                 "with: reading it through MLflow's client (slower).", path, revision,
+                 " or ".join(sorted(TESTED_REVISIONS)))
     return ClientReader(_sqlite_client(tracking_uri, path, client))
 
 

@@ -27,16 +27,34 @@ import dape_core.metric_names as names
 from dape_core import ExperimentConfig
 from dape_core.applicability import unused_settings
 
-from ..trial.protocol import (CHECKPOINT_SET_ASIDE_KEY, DATA_RECORD_KEY, ENVIRONMENT_KEY, LOG_KEY, PERIODIC_KEYS,
-                              SERIES, STRING_RESULT_KEYS, SYSTEM_METRICS_KEY, WEIGHTS_FOLDER, WEIGHTS_KEY,
-                              decode_samples, final_metrics)
+from ..trial.protocol import (
+    CHECKPOINT_SET_ASIDE_KEY,
+    DATA_RECORD_KEY,
+    ENVIRONMENT_KEY,
+    LOG_KEY,
+    PERIODIC_KEYS,
+    SERIES,
+    STRING_RESULT_KEYS,
+    SYSTEM_METRICS_KEY,
+    WEIGHTS_FOLDER,
+    WEIGHTS_KEY,
+    decode_samples,
+    final_metrics,
+)
 from . import run_files
-from .events import (TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried,
-                     TrialStarted)
+from .events import TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried, TrialStarted
 from .params import resolved_params, start_params
 from .sharing import DeviceSharing
-from .store import (ENV_TAG_PREFIX, INTERRUPTED_TAG, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG,
-                    WEIGHTS_TAG, StudyStore)
+from .store import (
+    ENV_TAG_PREFIX,
+    INTERRUPTED_TAG,
+    STOPPED_EARLY_TAG,
+    SWEPT_TAG_PREFIX,
+    TEMPLATE_TAG,
+    TRIAL_ID_TAG,
+    WEIGHTS_TAG,
+    StudyStore,
+)
 
 _TAG_LIMIT = 4000  # MLflow's tag values are bounded; reasons are cut to this
 
@@ -90,7 +108,8 @@ class MLflowRecorder(TrialListener):
             self._log_system_metrics(run_id, event.key, result[SYSTEM_METRICS_KEY])
         if not event.final:
             if result.get(CHECKPOINT_SET_ASIDE_KEY):  # the trial found an unreadable checkpoint and started over
-                self.store.set_tags(run_id, {CHECKPOINT_SET_ASIDE_KEY: str(result[CHECKPOINT_SET_ASIDE_KEY])[:_TAG_LIMIT]})
+                set_aside = str(result[CHECKPOINT_SET_ASIDE_KEY])[:_TAG_LIMIT]
+                self.store.set_tags(run_id, {CHECKPOINT_SET_ASIDE_KEY: set_aside})
             if "pid" in result and self.worker_pids.get(event.key) != result["pid"]:
                 # Which process trains this trial, so that an operator (or a fault test) can find it.
                 self.worker_pids[event.key] = result["pid"]
@@ -107,8 +126,9 @@ class MLflowRecorder(TrialListener):
         step per sample of the run (MLflow's system metrics view plots them by step or time)."""
         first = self.system_steps.get(key, 0)
         samples = decode_samples(text)
-        self.store.log_points(run_id, [(name, value, ms, first + offset)
-                                       for offset, (ms, values) in enumerate(samples) for name, value in values.items()])
+        points = [(name, value, ms, first + offset)
+                  for offset, (ms, values) in enumerate(samples) for name, value in values.items()]
+        self.store.log_points(run_id, points)
         self.system_steps[key] = first + len(samples)
 
     def _final(self, run_id: str, event: TrialResult, now: int) -> None:

@@ -83,7 +83,7 @@ def moved(database: Path) -> Moved | None:
     for experiment_id, location in rows:
         path = _local_path(location or "")
         root = _artifacts_ancestor(path) if path is not None else None
-        if root is not None and not _same(root, own):
+        if path is not None and root is not None and not _same(root, own):
             recorded[str(experiment_id)] = location
             relocated[str(experiment_id)] = own / path.relative_to(root)
     return Moved(own, recorded, relocated) if recorded else None

@@ -12,7 +12,8 @@ folder that cannot be written; `client.probe_server`: a tracking server that doe
 of these fails at once in one paragraph. The experiments this tool creates carry the tag
 `orchestrator.study`; an experiment of the study's name without it belongs to someone else and is refused,
 never written into. A SQLite store keeps its artifacts beside its file, and one moved or copied with them
-is pointed at them where it lands (relocation.py). A SQLite store is read without MLflow (readers.py); MLflow's client is made for writes.
+is pointed at them where it lands (relocation.py). A SQLite store is read without MLflow (readers.py); MLflow's
+client is made for writes.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from ..errors import ForeignExperiment, StoreUnusable
 from . import dashboard
 from .lookup import no_experiment, require_store
-from .readers import ClientReader, reader_for
+from .readers import ClientReader, SQLiteReader, reader_for
 from .relocation import relocate
 from .sqlite_file import check_folder_writable, check_readable, check_writable, store_lock
 from .uri import is_server, sqlite_path
@@ -114,7 +115,7 @@ class StudyStore:
         if path is None:
             _probe_if_server(tracking_uri, connect_timeout)
             client = _client(tracking_uri)
-            reader = ClientReader(client)
+            reader: SQLiteReader | ClientReader = ClientReader(client)
             existing = reader.experiment(study_name)
         else:
             client = None

@@ -1,9 +1,9 @@
 """`orchestrator ui`: MLflow's UI as the study's comparison dashboard.
 
 For an embedded SQLite store it starts MLflow's tracking server app on 127.0.0.1 (uvicorn, one worker, no job
-execution, warnings and request logs off) and, once it answers, writes the study's dashboard tags through the server's REST API
-(tracking/dashboard.py) and prints the study's page: its trial runs with the study's charts. For a tracking
-server it writes the same tags through MLflow's client and prints the page on that server.
+execution, warnings and request logs off) and, once it answers, writes the study's dashboard tags through the
+server's REST API (tracking/dashboard.py) and prints the study's page: its trial runs with the study's charts. For a
+tracking server it writes the same tags through MLflow's client and prints the page on that server.
 
 This process never imports MLflow for a SQLite store (the server does, once): the UI serves sooner.
 """
@@ -96,7 +96,8 @@ def refresh_served_dashboard(base_url: str, experiment_id: str) -> None:
     runs, token = [], None
     while True:
         page = _api(base_url, "runs/search", {"experiment_ids": [experiment_id], "max_results": 1000,
-                                              "filter": dashboard.TRIAL_FILTER, **({"page_token": token} if token else {})})
+                                              "filter": dashboard.TRIAL_FILTER,
+                                              **({"page_token": token} if token else {})})
         runs += page.get("runs", [])
         token = page.get("next_page_token")
         if not token:
@@ -158,7 +159,9 @@ def serve(tracking_uri: str, study_name: str, port: int, on_ready: Callable[[str
     base_url = local_address(port)
     # Artifacts of runs whose artifact location is the server's default (never the orchestrator's: its
     # experiments keep theirs beside the SQLite file) would go beside the store, as `mlflow ui` would.
-    artifacts = sqlite_path(tracking_uri).parent / "mlartifacts"
+    database = sqlite_path(tracking_uri)
+    assert database is not None, "serve() is for an embedded SQLite store (a tracking server: show_on_server)"
+    artifacts = database.parent / "mlartifacts"
     server = subprocess.Popen(server_command(tracking_uri, port), env=server_env(tracking_uri, artifacts))
 
     def forward(signum, _frame):

@@ -3,7 +3,8 @@
 run each of those rows reads (`distinct`, `shared_rows`). Stores written before the identity left the unused
 settings out tagged runs with the legacy identity; `StoredIdentities` finds those too, so finished work is
 not retrained. With a sampling search (random, Optuna) the expanded trials are templates: Ray Tune fills in
-the sampled `params`, and `materialize` turns what Tune hands a trial back into a concrete Trial, on the worker and on the driver.
+the sampled `params`, and `materialize` turns what Tune hands a trial back into a concrete Trial, on the worker and
+on the driver.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ def expand(study: Study) -> list[Trial]:
     trials, plugins = [], study.plugin_payloads()
     for index, row in enumerate(resolved_rows(study)):
         cell = row.cell
+        assert cell is not None, "a study row has its cell (only a search value's config has none)"
         for seed in study.seeds:
             resolved = row.config.to_dict()  # a fresh plain dict per trial
             resolved["train"]["seed"] = seed
