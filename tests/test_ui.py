@@ -62,7 +62,9 @@ def test_html_report_renders_in_chromium(built, chromium, tmp_path):
     html = page.read_text()
     # Self-contained: every image is inline and decodes as a PNG; no external resources to fetch.
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
-    assert len(images) == 4  # perplexity and ΔP vs length, perplexity vs kernel size, training curves
+    # perplexity and ΔP vs length, perplexity vs kernel size, training curves, and the cost front (quality against
+    # ms per step, cost_front.py)
+    assert len(images) == 5
     for data in images:
         Image.open(io.BytesIO(base64.b64decode(data))).verify()
     assert not re.search(r'src="(https?:)?//', html)
@@ -73,23 +75,24 @@ def test_html_report_renders_in_chromium(built, chromium, tmp_path):
                                       r"\?workflowType=machine_learning", link) for link in links), links
 
     shot = tmp_path / "report.png"
-    rendered = _chromium(chromium, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,2400",
+    # Tall enough for the plots, which follow the tables, the cost front and the published values.
+    rendered = _chromium(chromium, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,4000",
                          page.as_uri())
     assert rendered.returncode == 0, rendered.stderr[-2000:]
     assert _console_messages(rendered.stderr) == []
     image = Image.open(shot).convert("RGB")
-    assert image.size == (1280, 2400)
+    assert image.size == (1280, 4000)
     colours = image.getcolors(maxcolors=1 << 20)
     assert len(colours) > 50  # text, rules, plots: not a blank page
     # The plots' lines are drawn in matplotlib's first colours (blue, orange); nothing else on the page is.
     pixels = image.load()
-    plotted = sum(1 for x in range(0, 1280, 2) for y in range(0, 2400, 2)
+    plotted = sum(1 for x in range(0, 1280, 2) for y in range(0, 4000, 2)
                   if abs(pixels[x, y][0] - 31) < 40 and abs(pixels[x, y][1] - 119) < 40 and abs(pixels[x, y][2] - 180) < 40)
     assert plotted > 200, "the embedded plots did not render"
 
     dom = _chromium(chromium, tmp_path / "profile", "--dump-dom", page.as_uri())
     assert dom.returncode == 0 and _console_messages(dom.stderr) == []
-    assert dom.stdout.count("<img") == 4
+    assert dom.stdout.count("<img") == 5
     assert re.search(r'<table class="results" id="table-perplexity">.*?</table>', dom.stdout, re.S)
     body_rows = re.search(r'id="table-perplexity">.*?<tbody>(.*?)</tbody>', dom.stdout, re.S).group(1)
     assert body_rows.count("<tr") == 2 and "DAPE1x3-Kerple" in body_rows
