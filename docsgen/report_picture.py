@@ -37,7 +37,7 @@ def synthetic_report(folder: Path):
 
     study = parse_study(yaml.safe_load(STUDY.read_text()))
     uri = f"sqlite:///{folder / 'mlflow.db'}"
-    synthetic_store.write_store(study, uri)
+    synthetic_store.write_store(study, uri, later=True)  # report.lengths too, as `orchestrator run` scores them
     return build(study, StudyStore.open(uri, study.name), folder / "reports")
 
 

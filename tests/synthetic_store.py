@@ -22,15 +22,16 @@ def _noise(*parts) -> float:
     return int.from_bytes(digest[:8], "big") / 2**63 - 1.0
 
 
-def synthetic_result(trial) -> dict:
+def synthetic_result(trial, later: tuple[int, ...] = ()) -> dict:
     """A final result shaped like dape_core's (ExperimentResult.metrics) for this trial's config; its numbers
-    depend on what the trial reads alone (its effective params), as a real trial's do."""
+    depend on what the trial reads alone (its effective params), as a real trial's do. `later`: lengths scored
+    after training (the study's report.lengths, as `orchestrator run` scores them), with the same curve."""
     from orchestrator.tracking.params import effective_params
 
     config = trial.config
     key = repr(sorted((k, repr(v)) for k, v in effective_params(config).items() if not k.startswith("distributed.")))
     train_length = config["model"]["train_length"] if config["model"].get("train_length") else config["train"]["seq_len"]
-    lengths = [int(length) for length in config["eval"]["lengths"]] if not config.get("che") else []
+    lengths = [int(length) for length in [*config["eval"]["lengths"], *later]] if not config.get("che") else []
     quality = 1.0 + 0.1 * _noise(key, "quality")
     ppl = {length: 30.0 * quality * (1 + 0.4 * math.log2(max(length / train_length, 1.0)) ** 2)
            for length in lengths}
@@ -48,7 +49,7 @@ def synthetic_result(trial) -> dict:
     return result
 
 
-def write_store(study: Study, tracking_uri: str) -> StudyStore:
+def write_store(study: Study, tracking_uri: str, later: bool = False) -> StudyStore:
     """Record every distinct trial of `study` (grid studies) as FINISHED with a synthetic result. The run,
     its tags, params and config file are the recorder's (MLflowRecorder.trial_started); the metrics, the
     loss curve included, go in one batch per run (a real trial logs them as it goes: same values, fewer
@@ -70,7 +71,9 @@ def write_store(study: Study, tracking_uri: str) -> StudyStore:
         recorder.trial_started(TrialStarted(trial, trial.trial_id))
         run_id = recorder.run_ids[trial.trial_id]
         steps = trial.config["train"]["steps"]
-        final = synthetic_result(trial)
+        own = [int(length) for length in trial.config.get("eval", {}).get("lengths", [])]
+        train_length = trial.config["model"].get("train_length") or trial.config["train"]["seq_len"]
+        final = synthetic_result(trial, tuple(study.report.later_lengths(train_length, own)) if later else ())
         final.pop("done_flag")
         metrics = [Metric("train_loss", final["train_loss"] + 3.0 * math.exp(-4 * point / LOG_POINTS), now,
                           max(1, steps * point // LOG_POINTS)) for point in range(1, LOG_POINTS)]

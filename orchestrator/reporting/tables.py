@@ -110,8 +110,9 @@ class Table:
         done = sorted({row.seeds_done for row in self.rows if row.comparisons or row.is_baseline})
         seeds = f"{done[0]}" if len(done) == 1 else f"{done[0]}–{done[-1]}"
         return (f"not tested. A paired t-test (its p-value and Cohen's d) needs at least {MIN_SEEDS} finished seeds "
-                f"of a row and of its baseline; these rows have {seeds}. Add seeds to the study (e.g. seeds: "
-                f"[0, 1, 2]) and run it again: finished trials are kept, only the new seeds run.")
+                f"of a row and of its baseline; these rows have {seeds}. Run the study again with --decide (seeds "
+                f"added until its claims are decided) or with more seeds (e.g. seeds: [0, 1, 2]): finished trials "
+                f"are kept, only the new seeds run.")
 
     def caption(self) -> str:
         family = self.family
