@@ -7,15 +7,22 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `mkdocs` runs from its own script's folder: import this checkout's code
-    sys.path.insert(0, str(ROOT))
+from mkdocs.structure.files import File
 
-from mkdocs.structure.files import File  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _checkout_importable() -> None:
+    """`mkdocs` runs from its own script's folder, and loads this file with the hook's folder put first on
+    sys.path and taken off again (the first entry, whatever it is then): so this checkout's folder is added at
+    the end, when the pages are made, not at import."""
+    if str(ROOT) not in sys.path:
+        sys.path.append(str(ROOT))
 
 
 def generated_pages() -> dict[str, str]:
     """The site's generated pages: path under docs/ -> Markdown."""
+    _checkout_importable()
     from docsgen import benchmarks, cli_reference, metrics_reference, study_reference
 
     return {

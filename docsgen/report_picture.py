@@ -53,7 +53,7 @@ def excerpt(page: Path) -> Path:
     head = html[:html.index("</head>") + len("</head>")]
     title = html[html.index("<h1>"):html.index("</h1>") + len("</h1>")]
     start = html.index("<h2>Perplexity by evaluation length")
-    table = html[start:html.index("<h2>", start + 4)]
+    table = html[start:html.index("<h2", start + 4)]  # to the next section's heading, whatever its attributes
     start = html.index('<figure id="plot-perplexity_vs_length"')
     figure = html[start:html.index("</figure>", start) + len("</figure>")]
     out = page.with_name("excerpt.html")
