@@ -350,3 +350,23 @@ def test_data_problems_are_found_without_reading_the_corpus(tmp_path, texts):
     assert data_problems(DataConfig(source="text", path=str(tmp_path / "corpus" / "**" / "*.txt"))) == []
     assert data_problems(DataConfig(source="text", path=str(tmp_path / "missing"))) == [
         f"data.path: {tmp_path / 'missing'} does not exist; give the text file, folder or glob to train on"]
+
+
+def test_workers_are_not_forked_from_a_process_running_other_threads():
+    """Forking a process while other threads run (the session's Ray, gRPC, a progress monitor) can leave a worker
+    stuck on a lock one of them held: ordered_map forks only a single-threaded process, else it starts its workers
+    from a fork server, with the same results in the same order."""
+    import threading
+
+    from dape_core.data import parallel
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        assert parallel._context().get_start_method() == "forkserver"
+        results = list(parallel.ordered_map(abs, [(index, -index) for index in range(20)], 2, print, ("",)))
+    finally:
+        stop.set()
+        other.join()
+    assert results == [(index, index) for index in range(20)]

@@ -9,16 +9,34 @@ the number of workers.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
+import threading
 from collections import deque
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 Task = TypeVar("Task")
 
 
+def _single_threaded() -> bool:
+    """Whether this process runs one thread: its OS threads where Linux lists them (Ray's and gRPC's threads are
+    not Python's), else Python's."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return threading.active_count() == 1
+
+
 def _context():
-    # fork starts a worker in milliseconds (no re-import of torch); elsewhere the platform's default.
-    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
+    """fork starts a worker in milliseconds (no re-import of torch), but a process forked while other threads run
+    (Ray's, gRPC's, a progress monitor's) can be left waiting forever on a lock one of them held: so fork only a
+    single-threaded process; else a fork server (a fresh single-threaded process the workers are forked from),
+    and elsewhere than Linux the platform's default."""
+    if sys.platform.startswith("linux") and _single_threaded():
+        return multiprocessing.get_context("fork")
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("forkserver")
+    return multiprocessing.get_context()
 
 
 def ordered_map(function: Callable[[Any], Any], tasks: Iterable[tuple[Task, Any]], workers: int,
