@@ -38,12 +38,13 @@ CORPUS = Path(sysconfig.get_paths()["stdlib"]) / "email"  # 28 files, 380 KB of 
 # training length 256 (K = 256 needs at least that), lengths 256 and 512, 512 scored tokens per length (2 windows of K = 256), validation every 2 steps.
 LM = ["model.preset=tiny", "model.n_layer=1", f"model.vocab_size={VOCAB}", "train.steps=4", "train.batch_size=2",
       "train.seq_len=256", "train.eval_every=2", "train.val_tokens=512", "eval.lengths=[256,512]", "eval.batch_size=2",
-      "resources.gpus=0", "resources.cpus=1", "resources.gpu_memory_gb=null", "seeds=[0]", "expect=[]"]
+      "resources.gpus=0", "resources.cpus=1", "resources.gpu_memory_gb=null", "seeds=[0]", "expect=[]",
+      "decide=null", "published={}"]  # no claims to decide here; the papers' values are at lengths not run
 BUDGET = ["eval.tokens_per_length=512"]
 # The CHE profiles: their own small model already; the run shrinks to 4 steps on lengths up to 8.
 CHE = ["che.steps=4", "che.batch_size=4", "che.train_max_length=8", "che.test_lengths=9..12", "che.eval_batches=1",
        "che.eval_batch_size=4", "resources.gpus=0", "resources.cpus=1", "resources.gpu_memory_gb=null", "seeds=[0]",
-       "expect=[]"]
+       "expect=[]", "decide=null", "published={}"]
 
 SHRINK = {
     "kernel_size": LM + BUDGET + ["report.lengths=[]"],  # 16x = 4096 here: `run` would evaluate it (not the point)

@@ -11,6 +11,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
+import dape_core.metric_names as names
 from dape_core.environment import cpu_model, describe_environment
 from orchestrator import parse_study
 from orchestrator.cli import app
@@ -182,9 +183,10 @@ def test_trial_config_is_resolved_and_reruns_bit_identically(ran, tmp_path):
     again_client = MlflowClient(rerun_uri)
     experiment = again_client.get_experiment_by_name(study["name"])
     (again,) = again_client.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'trial'")
-    def computed(metrics):  # all but the timings and the memory peak, which are measured, not computed
+    def computed(metrics):  # all but the timings, the memory peak and what the hardware did: measured, not computed
         return {k: v for k, v in metrics.items()
-                if not k.startswith("ms_") and not k.endswith("_seconds") and k != "peak_memory_mb"}
+                if not k.startswith(("ms_", names.SYSTEM_PREFIX)) and not k.endswith("_seconds")
+                and k not in ("peak_memory_mb", *names.SYSTEM_MEANS)}
 
     first, second = computed(trial.data.metrics), computed(again.data.metrics)
     assert first == second and any(k.startswith("ppl_") for k in first)  # bit for bit: == on floats
