@@ -84,12 +84,12 @@ def test_run_resolves_each_row_once_and_evaluate_expands_once(study_file, resolu
 
     expansions: list[str] = []
 
-    def counting_expand(study):
+    def counting_expand(study, stored):  # the study expanded with the seeds a --decide run added (none here)
         expansions.append(study.name)
-        return trials.expand(study)
+        return trials.expand_stored(study, stored)
 
-    monkeypatch.setattr(runner, "expand", counting_expand)
-    monkeypatch.setattr(results, "expand", counting_expand)
+    monkeypatch.setattr(runner, "expand_stored", counting_expand)
+    monkeypatch.setattr(results, "expand_stored", counting_expand)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     folders = ["--tracking-uri", uri, "--reports-dir", str(tmp_path / "reports")]
     result = CliRunner().invoke(app, ["run", str(study_file), "--local", *folders,
