@@ -66,6 +66,7 @@ def test_a_first_sigterm_stops_the_tuner_a_second_ends_at_once_and_ray_cannot_ke
     from orchestrator.execution import interrupt
 
     told = []
+    before = signal.getsignal(signal.SIGTERM)  # SIG_DFL, or the session's Ray's where an earlier test started it
     with interrupt.stop_signals():
         signal.signal(signal.SIGTERM, lambda *_: told.append("ray's"))  # what ray.init does to the driver
         interrupt.reclaim()
@@ -80,7 +81,7 @@ def test_a_first_sigterm_stops_the_tuner_a_second_ends_at_once_and_ray_cannot_ke
         with pytest.raises(KeyboardInterrupt):  # outside the Tuner, the first signal stops at once
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) == before  # given back as it was
     interrupt.reset()
     assert interrupt.exit_code() == 130
 
