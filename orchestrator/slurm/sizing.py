@@ -25,6 +25,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from ..planning.plan_table import duration  # one way of saying a duration, the plan's
 from .job import JobRequest, LargestTrial, largest_trial
 
 
@@ -108,17 +109,11 @@ def trials_at_once(request: JobRequest, work: StudyWork) -> int:
 def wall_seconds(seconds: list[float], slots: int) -> float:
     """The longest-first schedule of these durations onto `slots` parallel slots: when the last one ends."""
     ends = [0.0] * max(1, slots)
-    for duration in sorted(seconds, reverse=True):
-        heapq.heappush(ends, heapq.heappop(ends) + duration)
+    for length in sorted(seconds, reverse=True):
+        heapq.heappush(ends, heapq.heappop(ends) + length)
     return max(ends)
 
 
-def duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}min"
-    return f"{seconds / 3600:.1f}h"
 
 
 @dataclass(frozen=True)
