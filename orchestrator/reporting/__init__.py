@@ -7,7 +7,16 @@ interrupted or extended).
 `orchestrator report STUDY` writes reports/<study>/: report.md, report.html, tables.tex, CSVs and plots.
 """
 
+from typing import TYPE_CHECKING
+
 from dape_core._lazy import lazy_attributes
+
+if TYPE_CHECKING:  # the public names' own types for the type checker; at run time each is imported on first use
+    from .build import Report as Report
+    from .build import build_report as build_report
+    from .results import ValueChoice as ValueChoice
+    from .results import load_results as load_results
+    from .results import study_results as study_results
 
 # Imported on first use (each name from the module that defines it): a submodule never needs this package's
 # names, and reading results does not load the report's renderers and plots.

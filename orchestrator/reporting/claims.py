@@ -129,7 +129,8 @@ class ClaimResult:
             return ""
         ev = check.evidence
         assert ev is not None, "the deciding check is a tested one"
-        same = [(c.relation, c.evidence) for c in self.checks if c.quantity == check.quantity and c.evidence is not None]
+        same = [(c.relation, c.evidence) for c in self.checks
+                if c.quantity == check.quantity and c.evidence is not None]
         upper = [other.bound for relation, other in same if relation == "<"]
         lower = [other.bound for relation, other in same if relation == ">"]
         if lower and upper:
@@ -252,7 +253,9 @@ def _not_evaluated(study: Study, checks: list[Check], trials: pd.DataFrame) -> l
     for term in {term for check in checks for term in (check.left, check.right) if term is not None}:
         rows = _finished(trials, term.label)
         for column in (term.column, term.over):
-            if column is not None and column in later.get(term.label, ()) and (column not in rows or rows[column].isna().any()):
+            if column is None or column not in later.get(term.label, ()):
+                continue
+            if column not in rows or rows[column].isna().any():
                 missing.append(column)
     return sorted(set(missing), key=lambda column: (int(column.rsplit("_", 1)[1]), column))
 
