@@ -11,17 +11,14 @@ from typing import TYPE_CHECKING
 
 from dape_core._lazy import lazy_attributes
 
-if TYPE_CHECKING:  # the public names' own types for the type checker; at run time each is imported on first use
-    from .build import Report as Report
-    from .build import build_report as build_report
-    from .results import ValueChoice as ValueChoice
-    from .results import load_results as load_results
-    from .results import study_results as study_results
-
 # Imported on first use (each name from the module that defines it): a submodule never needs this package's
 # names, and reading results does not load the report's renderers and plots.
 _PUBLIC = {"Report": "build", "build_report": "build", "ValueChoice": "results", "load_results": "results",
            "study_results": "results"}
 __all__ = list(_PUBLIC)
+
+if TYPE_CHECKING:
+    from .build import Report, build_report
+    from .results import ValueChoice, load_results, study_results
 
 __getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC)
