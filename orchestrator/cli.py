@@ -62,6 +62,9 @@ ReportsDirOpt = Annotated[Optional[Path], typer.Option(help="Where reports are w
                                                             "study's project folder.")]
 StrictClaimsOpt = Annotated[bool, typer.Option("--strict-claims", help="Exit with code 4 if a claim of the study's "
                                                "expect: section fails (inconclusive is not a failure).")]
+DecideOpt = Annotated[bool, typer.Option("--decide", help="Add seeds until the claims are decided: every row trains "
+                                         "min_seeds, then only the rows undecided claims read get more, a batch "
+                                         "at a time (the study's decide: section, else its defaults).")]
 
 
 @app.command()
@@ -95,9 +98,7 @@ def run(
                                               help="Rerun only the trials whose last run failed.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     strict_claims: StrictClaimsOpt = False,
-    decide: Annotated[bool, typer.Option("--decide", help="Add seeds until the claims are decided: every row trains "
-                                         "min_seeds, then only the rows undecided claims read get more, a batch "
-                                         "at a time (the study's decide: section, else its defaults).")] = False,
+    decide: DecideOpt = False,
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
     from .commands.running import on_cluster
@@ -265,6 +266,7 @@ def slurm(
     submit: Annotated[bool, typer.Option("--submit", help="Submit the job with sbatch (the script is written once "
                                          "SLURM accepted it).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the job script; write and submit nothing.")] = False,
+    decide: DecideOpt = False,
 ) -> None:
     """Write (and with --submit, submit) a SLURM batch job that runs the study on Ray across its nodes."""
     from .commands.slurm import slurm as command
@@ -273,7 +275,7 @@ def slurm(
             storage_dir=storage_dir, nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_node=cpus_per_node,
             partition=partition, account=account, time_limit=time_limit, sbatch=sbatch, setup=setup,
             join_timeout=join_timeout, signal_grace=signal_grace, requeue=requeue, script=script, submit=submit,
-            dry_run=dry_run)
+            dry_run=dry_run, decide=decide)
 
 
 from .data_cli import data_app  # noqa: E402  (the `data` sub-commands: prepare, verify)

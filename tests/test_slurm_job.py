@@ -16,6 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
+from orchestrator.errors import UserInputError
 from orchestrator.slurm import node
 
 BASE = {"model": {"preset": "tiny", "pos_encoding": "kerple"}, "train": {"steps": 10, "batch_size": 8, "seq_len": 32},
@@ -191,3 +192,34 @@ def test_writing_a_job_and_the_nodes_helpers_load_neither_torch_ray_nor_mlflow()
              "orchestrator.slurm.submit, orchestrator.slurm.server\nprint(sorted(m for m in ('torch', 'ray', 'mlflow') if m in sys.modules))")
     result = subprocess.run([os.sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_decide_runs_the_sequence_in_the_job_sized_for_its_first_look_or_is_refused(tmp_path, monkeypatch):
+    # `orchestrator slurm --decide`: the job's `orchestrator run` adds seeds until the claims are decided; the
+    # summary sizes the first look (every row at min_seeds) and says how far later looks may go.
+    monkeypatch.chdir(tmp_path)
+    study = write_study(tmp_path, {"cpus": 1}, "deciding")
+    spec = yaml.safe_load(study.read_text())
+    spec["variants"][0]["baseline"] = True
+    spec["expect"] = [{"id": "wide_below", "kind": "compare", "source": "a test", "text": "Wide below Kerple",
+                       "variant": "Wide", "direction": "below", "metric": "ppl", "at": ["1x"]}]
+    spec["decide"] = {"min_seeds": 3, "max_seeds": 7, "batch": 2}
+    study.write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = slurm(str(study), "--dry-run", "--decide")
+    assert result.exit_code == 0, result.output
+    run_line = next(line for line in result.stdout.splitlines() if line.startswith("python -m orchestrator run"))
+    assert run_line.endswith(" --decide &"), run_line
+    said = " ".join(result.stderr.split())
+    assert "Study deciding: 6 trial(s) to run" in said  # 2 rows x min_seeds 3, not the study's one seed
+    assert "every row at min_seeds 3" in said and "up to max_seeds 7 (14 trials at most" in said
+    # Without the flag the study's decide: section still decides (run reads it), and the job is sized alike.
+    plain = slurm(str(study), "--dry-run")
+    assert "--decide" not in plain.stdout and "Study deciding: 6 trial(s) to run" in " ".join(plain.stderr.split())
+    # A study whose claims seeds cannot decide is refused before anything is written.
+    del spec["expect"], spec["decide"]
+    study.write_text(yaml.safe_dump(spec, sort_keys=False))
+    refused = slurm(str(study), "--decide", "--script", str(tmp_path / "job.sbatch"))
+    # main() says the error in one paragraph and exits with its code (2: invalid input).
+    assert isinstance(refused.exception, UserInputError) and refused.exception.exit_code == 2, refused.output
+    assert "cannot add seeds until its claims are decided: decide: the study has no claims" in str(refused.exception)
+    assert not (tmp_path / "job.sbatch").exists()

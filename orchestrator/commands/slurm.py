@@ -14,20 +14,25 @@ from .output import EXIT_INVALID, console, err, stop
 def slurm(invocation: Invocation, *, reports_dir: Path | None, storage_dir: Path | None, nodes: int,
           gpus_per_node: int | None, cpus_per_node: int | None, partition: str | None, account: str | None,
           time_limit: str | None, sbatch: list[str] | None, setup: list[str] | None, join_timeout: float,
-          signal_grace: int, requeue: bool, script: Path | None, submit: bool, dry_run: bool) -> None:
+          signal_grace: int, requeue: bool, script: Path | None, submit: bool, dry_run: bool,
+          decide: bool = False) -> None:
+    """`decide` (--decide), or a study's `decide:` section: the job's `orchestrator run` adds seeds until the
+    claims are decided; refused here (exit 2, nothing written) where seeds cannot decide them, and sized for its
+    first look."""
     from ..slurm.job import JobRequest, problems
     from ..slurm.script import JobTarget, render
     from ..slurm.sizing import TimeLimitError, size_job
 
     study, study_path = invocation.study, invocation.study_path
+    sized_study, deciding_lines = _first_look(study, decide)
     try:  # the defaults (CPUs for the study's concurrency) and what the job will do, said first (on stderr)
-        request, largest, sized = size_job(study, JobRequest(nodes, gpus_per_node, cpus_per_node, partition, account,
-                                                             time_limit, list(sbatch or []),
-                                                             list(setup) if setup else None, join_timeout,
-                                                             signal_grace, requeue), invocation.uri)
+        request, largest, sized = size_job(sized_study, JobRequest(nodes, gpus_per_node, cpus_per_node, partition,
+                                                                   account, time_limit, list(sbatch or []),
+                                                                   list(setup) if setup else None, join_timeout,
+                                                                   signal_grace, requeue), invocation.uri)
     except TimeLimitError as error:
         stop(f"[red]Invalid option[/red]: {escape(str(error))}. Nothing was submitted.", EXIT_INVALID)
-    for line in sized.lines:
+    for line in [*sized.lines, *deciding_lines]:
         err.print(line, markup=False)
     for warning in sized.warnings:
         err.print(f"[yellow]Warning[/yellow]: {escape(warning)}.")
@@ -38,7 +43,7 @@ def slurm(invocation: Invocation, *, reports_dir: Path | None, storage_dir: Path
     target = JobTarget(study.name, study_path.resolve(), Path.cwd().resolve(), invocation.uri,
                        invocation.reports_folder(reports_dir).resolve(),
                        invocation.folder(storage_dir, ".orchestrator").resolve(), slurm_dir, invocation.profile,
-                       invocation.overrides)
+                       invocation.overrides, decide)
     text = render(request, target)
     if dry_run:
         sys.stdout.write(text)
@@ -63,3 +68,25 @@ def slurm(invocation: Invocation, *, reports_dir: Path | None, storage_dir: Path
     script.write_text(text)
     console.print(f"Wrote {script} ({request.nodes} node(s) x {request.gpus_per_node} GPU, {request.cpus_per_node} "
                   f"CPUs). Submit it with: sbatch {script}")
+
+
+def _first_look(study, decide: bool):
+    """(the study as the job's first look trains it, the lines that say what a sequence of looks adds): the study
+    itself and no line where it adds no seeds. The job is sized for the first look (every row at min_seeds);
+    a later look adds seeds only to the rows undecided claims read, up to max_seeds."""
+    if not decide and study.decide is None:
+        return study, []
+    from ..decide_loop import with_decide
+    from ..trial.trials import distinct, expand
+
+    deciding = with_decide(study, decide)  # UserInputError (exit 2, nothing written) where seeds cannot decide
+    order = deciding.decide.seed_order(deciding.seeds)
+    first = deciding.model_copy(update={"seeds": order[:deciding.decide.min_seeds]})
+    most = len(distinct(expand(deciding.model_copy(update={"seeds": order}))))
+    asked = "--decide" if decide else "the study's decide: section"
+    line = (f"Deciding the claims by seeds ({asked}): the "
+            f"estimate is the first look, every row at min_seeds {deciding.decide.min_seeds}; later looks add "
+            f"{deciding.decide.batch} seed(s) at a time to the rows undecided claims read, up to max_seeds "
+            f"{deciding.decide.max_seeds} ({most} trials at most; `orchestrator plan` gives the seeds each claim "
+            "is expected to need). A look cut by the time limit resumes when the job is submitted again.")
+    return first, [line]

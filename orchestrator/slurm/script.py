@@ -43,6 +43,7 @@ class JobTarget:
     logs_dir: Path
     profile: str | None = None
     overrides: tuple[str, ...] = ()
+    decide: bool = False  # `run --decide` (a study's decide: section is read by `run` anyway)
 
 
 def job_name(study_name: str) -> str:
@@ -134,6 +135,8 @@ def render(request: JobRequest, target: JobTarget) -> str:
         run += ["--profile", q(target.profile)]
     run += ["--address", "\"$RAY_ADDRESS_\"", "--tracking-uri", "\"$TRACKING_URI\"",
             "--reports-dir", q(str(target.reports_dir)), "--storage-dir", q(str(target.storage_dir))]
+    if target.decide:
+        run.append("--decide")
     lines += ["[ -z \"$STOP\" ] || finish 3",
               " ".join(run) + " &",
               "RUN_PID=$!",
