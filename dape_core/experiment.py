@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import dape_core.metric_names as names
 
@@ -134,7 +134,7 @@ def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointS
 
     from .data import TrainStream, load_corpus
     from .evaluate import forward_flops_per_token, peak_memory_bytes, reset_peak_memory
-    from .model import build_model
+    from .model import CausalLM, build_model
     from .train import resolve_device, resolve_precision, train
     from .train.distributed import full_model_on_rank_zero, local_device, parallelize
 
@@ -155,10 +155,11 @@ def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointS
     trained = train(model, stream, cfg.train, callback, precision=precision, validate=_validation(model, corpus, cfg,
                     precision), checkpoints=checkpoints, checkpoint_every=checkpoint_every, resume=resume, world=world)
     training_peak = int(world.max(peak_memory_bytes(device), device))  # the largest worker's (a count of bytes)
-    evaluated = full_model_on_rank_zero(model, build, device, world)
-    if evaluated is None:  # a rank other than 0: rank 0 evaluates and reports
+    plain = full_model_on_rank_zero(model, build, device, world)
+    if plain is None:  # a rank other than 0: rank 0 evaluates and reports
         world.barrier()
         return None
+    evaluated = cast(CausalLM, plain)  # build_model's model, unwrapped or gathered (typed as any nn.Module there)
     weights, weights_seconds = [], 0.0
     if weights_dir is not None:
         from .stored import save_model

@@ -192,6 +192,7 @@ def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
     `context.study` has its `decide` section (`with_decide`). The outcome sums the looks' runs; its
     `report_summary` ends with the sequence's own summary (seeds and trials per claim)."""
     study, decide = context.study, context.study.decide
+    assert decide is not None, "the caller gives the study its decide section (with_decide)"
     order = decide.seed_order(study.seeds)
     every = expand(study.model_copy(update={"seeds": order}))  # every row at every seed it may train
     labels = list(dict.fromkeys(trial.label for trial in every))
@@ -286,7 +287,7 @@ def _judge_look(context: RunContext, sequence: Sequence, index: int, planned: li
 
     frame = study_results(context.store, context.study, trials=planned)
     frame = frame[frame["in_study"]] if "in_study" in frame else frame
-    failed = {}
+    failed: dict[str, str] = {}  # a row's label -> its first failed trial and why
     for trial in planned:
         if trial.trial_id in outcome.failed:
             failed.setdefault(trial.label, f"{trial.run_name}: {outcome.failed[trial.trial_id]}")

@@ -77,9 +77,11 @@ class _Scored:
         return self.tokens.numel()
 
     def to(self, device) -> "_Scored":
-        moved = [None if t is None else t.to(device, non_blocking=True)
-                 for t in (self.tokens, self.targets, self.mask, self.positions)]
-        return _Scored(*moved)
+        def moved(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.to(device, non_blocking=True)
+
+        return _Scored(moved(self.tokens), moved(self.targets), moved(self.mask),
+                       None if self.positions is None else moved(self.positions))
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
@@ -172,8 +174,13 @@ def accuracies(model, cfg: CheConfig, seed: int, device, precision,
     test = {n: accuracy_at(model, cfg, n, rng, device, precision, only is None or n in only)
             for n in cfg.test_lengths}
     if only is not None:
-        return {}, {n: value for n, value in test.items() if n in only}
-    return train, test
+        return {}, _scored(test)
+    return _scored(train), _scored(test)
+
+
+def _scored(accuracy: dict[int, float | None]) -> dict[int, float]:
+    """The lengths that were scored: `accuracy_at` gives None for a length whose strings were only drawn."""
+    return {n: value for n, value in accuracy.items() if value is not None}
 
 
 def _validation(model, cfg: CheConfig, seed: int, device, precision):

@@ -79,15 +79,18 @@ def data_problems(cfg: DataConfig, prepare_hint: str = "", root: str | Path | No
     tokenizer."""
     root = None if root is None else Path(root)
     real = cfg if root is None else anchored(cfg, root)
-    path = Path(real.path).expanduser() if cfg.source != "stdlib" else None  # stdlib: only the tokenizer to check
-    problems = _path_problems(real, path, _shown(cfg.path, root), prepare_hint) if path else []
-    if cfg.source == "tokens" and not problems:
-        try:
-            meta = read_metadata(path)
-        except ValueError as error:
-            return [f"data.path: {error}"]
-        if meta is not None:  # the metadata knows the tokenizer too: its checks name the file to set
-            return config_problems(real, meta, path)
+    problems: list[str] = []
+    if cfg.source != "stdlib":  # stdlib: only the tokenizer to check
+        assert cfg.path is not None and real.path is not None, "every other source has a path (DataConfig's validation)"
+        path = Path(real.path).expanduser()
+        problems = _path_problems(real, path, _shown(cfg.path, root), prepare_hint)
+        if cfg.source == "tokens" and not problems:
+            try:
+                meta = read_metadata(path)
+            except ValueError as error:
+                return [f"data.path: {error}"]
+            if meta is not None:  # the metadata knows the tokenizer too: its checks name the file to set
+                return config_problems(real, meta, path)
     if cfg.tokenizer != "byte" and not Path(real.tokenizer).expanduser().is_file():
         alternative = ", or name an existing tokenizer.json" if prepare_hint else ""
         problems.append(f"data.tokenizer: no tokenizer file at {_shown(cfg.tokenizer, root)}{prepare_hint}"

@@ -16,7 +16,7 @@ import statistics
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -79,7 +79,7 @@ def build_variant(variant: str, device: torch.device, training: bool, *, preset:
     """The model of `variant` (a name of VARIANTS; the same weights for every variant), on its path, in training
     or evaluation mode. `fields`: other ModelConfig fields (train_length)."""
     from dape_core.config import ModelConfig
-    from dape_core.model import build_model
+    from dape_core.model import Block, build_model
 
     from .exactness import fused_processor
 
@@ -92,7 +92,7 @@ def build_variant(variant: str, device: torch.device, training: bool, *, preset:
     model = build_model(cfg).to(device)
     if variant != "Kerple":
         for block in model.blocks:
-            block.attn.fused = variant.endswith("fused")
+            cast(Block, block).attn.fused = variant.endswith("fused")
     return model.train(training)
 
 

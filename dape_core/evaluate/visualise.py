@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..attention import CausalSelfAttention
+
 MAP_PIXELS = 256  # a drawn and stored map is pooled to at most this many queries and keys (mean of each block)
 
 
@@ -33,7 +35,7 @@ def visualise_window(held_out: list[np.ndarray], length: int) -> torch.Tensor:
     return torch.as_tensor(joined[:length].astype(np.int64))[None]
 
 
-def _captured_inputs(model: torch.nn.Module, tokens: torch.Tensor) -> tuple[list[torch.nn.Module], dict]:
+def _captured_inputs(model: torch.nn.Module, tokens: torch.Tensor) -> tuple[list[CausalSelfAttention], dict]:
     model.eval()
     modules = _attention_modules(model)
     captured: dict[int, tuple] = {}
@@ -121,18 +123,20 @@ def save_attention_maps(maps: list[np.ndarray], directory: str | Path, title: st
             else:
                 axis.set_ylabel("query position", fontsize=8)
         colour = figure.add_axes((1 - 0.75 / figure.get_figwidth(), 0.17, 0.12 / figure.get_figwidth(), 0.61))
+        assert image is not None, "a layer's map has at least one head, so one image was drawn"
         figure.colorbar(image, cax=colour).ax.tick_params(labelsize=7)
         figure.suptitle(f"{title}\nlayer {layer}: processed attention logits A (query × key)", fontsize=9)
         path = directory / f"attention_layer{layer}.png"
         figure.savefig(path, dpi=100)
         paths.append(path)
     npz = directory / "attention_maps.npz"
-    np.savez_compressed(npz, **{f"layer{layer}_logits": values for layer, values in enumerate(maps)})
+    # numpy's stub: a **dict of arrays could fill the keyword `allow_pickle` (bool), which these names never do
+    np.savez_compressed(npz, **{f"layer{layer}_logits": values for layer, values in enumerate(maps)})  # type: ignore[arg-type]
     return paths + [npz]
 
 
-def _attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    return [m for m in model.modules() if hasattr(m, "qkv") and hasattr(m, "pos")]
+def _attention_modules(model: torch.nn.Module) -> list[CausalSelfAttention]:
+    return [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
 
 
 @torch.no_grad()

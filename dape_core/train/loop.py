@@ -156,6 +156,8 @@ def train(model: nn.Module, batches: BatchSource, cfg: TrainConfig, callback=Non
         if checkpoints is not None and ((checkpoint_every and done % checkpoint_every == 0) or done == cfg.steps):
             notify(sink, "on_checkpoint", done, run.save(checkpoints, time.perf_counter() - started))
     progress = run.progress
+    # cfg.steps >= 1: a step was recorded in this run, or the resumed checkpoint's state holds its running loss
+    assert progress.running_loss is not None, "a run ends after at least one recorded step"
     return TrainResult(
         final_loss=progress.running_loss, train_seconds=progress.seconds_before + time.perf_counter() - started,
         tokens_seen=progress.tokens_seen, ms_per_step=progress.ms_per_step, resumed_from=resumed_from,

@@ -109,7 +109,7 @@ def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: d
     names = {id(parameter): name for name, parameter in unwrap(model).named_parameters()}
     ordered = [names[id(parameter)] for group in optimizer.param_groups for parameter in group["params"]]
     saved = state["optimizer"]
-    by_name = {"state": {ordered[index]: value for index, value in saved["state"].items()},
+    by_name: dict[str, Any] = {"state": {ordered[index]: value for index, value in saved["state"].items()},
                "param_groups": [{**group, "params": [ordered[index] for index in group["params"]]}
                                 for group in saved["param_groups"]]}
     set_optimizer_state_dict(model, optimizer, by_name, options=options)

@@ -88,6 +88,7 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
              f"Trials that finished are recorded in {uri}; once the cause is fixed, run the same command "
              "to resume without repeating them. Add --debug for the traceback (the libraries' messages are "
              f"in {escape(str(log_file))}).", EXIT_INTERRUPTED)
+    assert outcome.report_dir is not None, "run_and_report and decide_and_report write the report (run.py)"
     console.print()
     console.print(outcome.report_summary, markup=False)
     console.print(f"Report: {outcome.report_dir / 'report.html'} (also report.md, tables.tex, CSV, plots/; attached "

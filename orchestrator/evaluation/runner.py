@@ -302,6 +302,7 @@ def _evaluate_leased(study: Study, store: StudyStore, tasks: list[TrialTask], re
             outcome.failed[task.run_name] = error
             say(f"  {task.run_name}: FAILED: {error}")
             return
+        assert result is not None, "a task that did not fail has its result (_run_here, _run_on_ray)"
         record(store, task, result, request, version)
         outcome.evaluated.append(task.run_name)
         outcome.task_seconds += result.get("seconds", 0.0)

@@ -56,7 +56,7 @@ def evaluate_task(task: dict) -> dict:
 
     started, began = time.perf_counter(), time.time()
     torch.set_num_threads(task["threads"])
-    load_shipped(task.get("plugins"))  # the study's plugins: the stored config names their components
+    load_shipped(task.get("plugins") or ())  # the study's plugins: the stored config names their components
     folder, temporary = weights_folder(task["artifact_uri"], task.get("tracking_uri"))
     try:
         device = resolve_device(read_config(folder).train.device)

@@ -3,6 +3,7 @@ trial with a debugger. It feeds the same trial events as Ray Tune's callback."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from ..study import Study
@@ -30,7 +31,7 @@ def run_local(trials: list[Trial], events: TrialEvents, study: Study, storage_di
         try:
             tune_config = {"trial": trial.payload(), "checkpoint_root": str(storage_dir.resolve() / "checkpoints"),
                            "launch_dir": str(Path.cwd()), "keep_weights": study.keep_weights}
-            execute(tune_config, lambda result, t=trial: events.result(t, result), threads)
+            execute(tune_config, functools.partial(events.result, trial), threads)
         except Exception as error:  # a failing trial is recorded; the study goes on
             events.errored(trial, f"{type(error).__name__}: {error}")
             continue

@@ -51,7 +51,10 @@ def run_multi_worker_trial(config: dict) -> None:
         scaling_config=ScalingConfig(num_workers=size["workers"], use_gpu=gpus > 0, resources_per_worker=per_worker),
         torch_config=TorchConfig(backend="nccl" if gpus else "gloo", timeout_s=PROCESS_GROUP_TIMEOUT_S),
         run_config=RunConfig(name=f"trial_{trial.trial_id}", storage_path=str(Path(config["train_storage"])),
-                             callbacks=[TuneReportCallback()], failure_config=FailureConfig(max_failures=0)),
+                             # ray.train.RunConfig is typed as Train v1's (Tune callbacks); Train v2's takes
+                             # UserCallbacks such as this one
+                             callbacks=[TuneReportCallback()],  # type: ignore[list-item]
+                             failure_config=FailureConfig(max_failures=0)),
     )
     trainer.fit()
 

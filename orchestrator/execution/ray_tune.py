@@ -80,7 +80,8 @@ def _search_algorithm(study: Study):
 
         search = study.search
         # TPE is Optuna's multi-objective sampler too (MOTPE): one sampler, seeded, for one or several metrics.
-        metric, mode = (search.metrics, search.modes) if search.multi_objective else (search.metric, search.mode)
+        metric: str | list[str] = search.metrics if search.multi_objective else search.primary_metric
+        mode: str | list[str] = search.modes if search.multi_objective else search.modes[0]
         return SparseMetricOptunaSearch(metric=metric, mode=mode, sampler=TPESampler(seed=search.seed))
     if study.search.algorithm == "random":
         from ray.tune.search import BasicVariantGenerator
@@ -96,8 +97,9 @@ def _scheduler(study: Study, max_steps: int):
 
     # max_t one past the last step: a trial that reaches its end must finish by itself (its final result
     # carries the evaluation), not be stopped by the scheduler at its last training step.
-    return ASHAScheduler(time_attr="step", metric=study.scheduler.metric or study.search.metric,
-                         mode=study.search.mode, max_t=max_steps + 1, grace_period=study.scheduler.grace_period,
+    # ASHA is for a single-metric search (validation): its one metric and direction
+    return ASHAScheduler(time_attr="step", metric=study.scheduler.metric or study.search.primary_metric,
+                         mode=study.search.modes[0], max_t=max_steps + 1, grace_period=study.scheduler.grace_period,
                          reduction_factor=study.scheduler.reduction_factor)
 
 

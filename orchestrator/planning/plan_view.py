@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from dape_core import ExperimentConfig
 
-from ..study import Study, resolve
+from ..study import Distribution, Study, resolve
 from ..tracking.params import effective_params
 from ..trial.trials import StoredIdentities, Trial, expand, shared_rows
 from .estimate import CPU_FLOPS_PER_CORE, GPU_FLOPS, TrialEstimate, estimate
@@ -47,10 +47,17 @@ def trial_duration(config: dict, study: Study, measured: MeasuredSteps | None,
     return cost, ms * steps / 1000, f"measured ({runs} run{'s' if runs > 1 else ''})"
 
 
+def _extremes(dist: Distribution) -> list:
+    """A choice's values; a range's low and high."""
+    if dist.type == "choice":
+        assert dist.values is not None, "a choice has its values (Distribution's validation)"
+        return list(dist.values)
+    return [dist.low, dist.high]
+
+
 def _corners(study: Study) -> list[dict]:
     """The search space's extreme points (each choice value; low and high of the ranges): its cost spread."""
-    axes = [[(key, value) for value in (dist.values if dist.type == "choice" else [dist.low, dist.high])]
-            for key, dist in study.search.space.items()]
+    axes = [[(key, value) for value in _extremes(dist)] for key, dist in study.search.space.items()]
     points = [dict(combo) for combo in itertools.product(*axes)]
     return points[:64]
 

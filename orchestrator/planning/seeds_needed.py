@@ -112,13 +112,15 @@ class _Side:
 
 def _check_spread(check: Check, left: _Side, right: _Side | None) -> tuple[float, float, str] | None:
     """(effect, sd of the per-seed difference, basis), or None where the store cannot say."""
-    if left.mean is None or (right is not None and right.mean is None):
+    if left.mean is None:
         return None
     if right is None:
         effect = left.mean - check.shift
         if left.sd is None:
             return None
         return effect, left.sd, "borrowed" if left.borrowed else "own"
+    if right.mean is None:
+        return None
     effect = left.mean - (check.scale * right.mean + check.shift)
     common = sorted(set(left.values) & set(right.values))
     if len(common) >= 2:  # the paired spread itself
@@ -158,20 +160,22 @@ def claim_costs(study: Study, runs: SeedRuns, measured=None, decide: Decide | No
         found = [_check_spread(check, _Side(runs, configs[check.left.label], device, check.left),
                                _Side(runs, configs[check.right.label], device, check.right) if check.right else None)
                  for check in checks]
-        if not checks or any(item is None for item in found):  # the first look the claim can be judged at
+        spreads = [item for item in found if item is not None]
+        if not checks or len(spreads) < len(found):  # the first look the claim can be judged at
             seeds = next((n for n in decide.looks() if n >= claim.min_seeds), decide.max_seeds)
             known = False
             basis = "unknown (no seed-to-seed spread of these rows in the store): the minimum applies"
         else:
-            needed = [seeds_for(effect, sd, decide, len(study.expect), claim.min_seeds) for effect, sd, _ in found]
-            borrowed = any(kind == "borrowed" for _, _, kind in found)
+            needed = [seeds_for(effect, sd, decide, len(study.expect), claim.min_seeds) for effect, sd, _ in spreads]
+            borrowed = any(kind == "borrowed" for _, _, kind in spreads)
             spread = "spread of runs of the same shape" if borrowed else "these rows' own seeds"
-            if any(n is None for n in needed):
+            powered = [n for n in needed if n is not None]  # None: beyond max_seeds
+            if len(powered) < len(needed):
                 seeds, known = decide.max_seeds, True
                 basis = f"more than max_seeds: the effect is small for its spread ({spread})"
             else:
-                seeds, known = max(needed), True
-                weakest = min(abs(e) / sd if sd else math.inf for e, sd, _ in found)
+                seeds, known = max(powered), True
+                weakest = min(abs(e) / sd if sd else math.inf for e, sd, _ in spreads)
                 basis = f"effect / spread {weakest:.2g} ({spread})"
         cost = ClaimCost(claim.id, rows, seeds, known, basis, trials=len(rows) * seeds)
         for label in rows:

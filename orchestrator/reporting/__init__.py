@@ -7,6 +7,8 @@ interrupted or extended).
 `orchestrator report STUDY` writes reports/<study>/: report.md, report.html, tables.tex, CSVs and plots.
 """
 
+from typing import TYPE_CHECKING
+
 from dape_core._lazy import lazy_attributes
 
 # Imported on first use (each name from the module that defines it): a submodule never needs this package's
@@ -14,5 +16,9 @@ from dape_core._lazy import lazy_attributes
 _PUBLIC = {"Report": "build", "build_report": "build", "ValueChoice": "results", "load_results": "results",
            "study_results": "results"}
 __all__ = list(_PUBLIC)
+
+if TYPE_CHECKING:
+    from .build import Report, build_report
+    from .results import ValueChoice, load_results, study_results
 
 __getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC)

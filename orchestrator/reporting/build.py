@@ -29,7 +29,7 @@ from .heat_maps import stored_heat_maps
 from .protocol_note import protocol_note
 from .published import published_lines
 from .results import ValueChoice, metric_history, study_results
-from .search import search_section
+from .search import SearchSection, search_section
 from .tables import build_tables
 from .timing_source import prefer_isolated, timing_note
 
@@ -80,7 +80,9 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
     if plot_dir.is_dir():
         shutil.rmtree(plot_dir)  # figures of a previous report may no longer apply
     fingerprint.forget(folder)  # until this report is whole
-    search, figures, tabled = None, [], trials
+    search: SearchSection | None = None
+    figures: list[plots.Plot] = []
+    tabled = trials
     if study.search.sampled:
         history = metric_history(store, trials, study.search.primary_metric)
         search, figures = search_section(study, study_path, store, trials, history, plot_dir)
@@ -174,8 +176,8 @@ def _figures(study: Study, tables: list, trials: pd.DataFrame, store: StudyStore
     order = trials.sort_values("row_index").drop_duplicates("label")
     rows = [(row["label"], bool(row["baseline"]), row.get("block") or "", row.get("variant") or row["label"])
             for row in order.to_dict("records")]
-    drawn = set(plots.drawn_blocks([block for _, _, block, _ in rows]))  # the curves of panels not drawn are not read
-    curves_of = finished[finished["block"].fillna("").isin(drawn)] if "block" in finished else finished
+    panels = set(plots.drawn_blocks([block for _, _, block, _ in rows]))  # the curves of panels not drawn: not read
+    curves_of = finished[finished["block"].fillna("").isin(panels)] if "block" in finished else finished
     curves = plots.training_curves(metric_history(store, curves_of, names.TRAIN_LOSS), rows, plot_dir)
     return figures + ([curves] if curves else [])
 

@@ -114,12 +114,12 @@ class ClaimResult:
     def deciding(self) -> CheckResult | None:
         """The check whose evidence decides the claim: for `fails` the most significant the wrong way, else
         the weakest on the claimed side (the one a `holds` waits for)."""
-        tested = [check for check in self.checks if check.evidence is not None]
+        tested = [(check, check.evidence) for check in self.checks if check.evidence is not None]
         if not tested:
             return None
         if self.verdict == FAILS or not self.leans_holds:
-            return min(tested, key=lambda check: check.evidence.p_wrong)
-        return max(tested, key=lambda check: check.evidence.p_right)
+            return min(tested, key=lambda pair: pair[1].p_wrong)[0]
+        return max(tested, key=lambda pair: pair[1].p_right)[0]
 
     def effect(self) -> str:
         """The deciding check's effect with its interval and the claimed side, e.g. "ratio 0.963 [0.951,
@@ -128,9 +128,11 @@ class ClaimResult:
         if check is None:
             return ""
         ev = check.evidence
-        same = [c for c in self.checks if c.quantity == check.quantity and c.evidence is not None]
-        upper = [c.evidence.bound for c in same if c.relation == "<"]
-        lower = [c.evidence.bound for c in same if c.relation == ">"]
+        assert ev is not None, "the deciding check is a tested one"
+        same = [(c.relation, c.evidence) for c in self.checks
+                if c.quantity == check.quantity and c.evidence is not None]
+        upper = [other.bound for relation, other in same if relation == "<"]
+        lower = [other.bound for relation, other in same if relation == ">"]
         if lower and upper:
             claimed = f"claimed in ({_num(max(lower))}, {_num(min(upper))})"
         else:
@@ -247,11 +249,13 @@ def _describe(check: Check, left: float, right: float, prefix: str = "") -> str:
 def _not_evaluated(study: Study, checks: list[Check], trials: pd.DataFrame) -> list[str]:
     """The columns of `report.lengths` (evaluated after training) that a finished trial of the checks lacks."""
     later = {row.label: later_columns(row) for _, row in study_rows(study)}
-    missing = []
+    missing: list[str] = []
     for term in {term for check in checks for term in (check.left, check.right) if term is not None}:
         rows = _finished(trials, term.label)
         for column in (term.column, term.over):
-            if column in later.get(term.label, ()) and (column not in rows or rows[column].isna().any()):
+            if column is None or column not in later.get(term.label, ()):
+                continue
+            if column not in rows or rows[column].isna().any():
                 missing.append(column)
     return sorted(set(missing), key=lambda column: (int(column.rsplit("_", 1)[1]), column))
 
@@ -295,7 +299,7 @@ def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame, study_path: A
         watched = set(order[:next_look or design.max_seeds])
         unfinished = _unfinished(trials[trials["seed"].isin(watched)], labels)
         common = order[:looks[-1]] if looks else []
-        plan = Design(tuple(n for n in design.looks() if n >= claim.min_seeds), design.alpha)
+        plan: Design | None = Design(tuple(n for n in design.looks() if n >= claim.min_seeds), design.alpha)
     else:
         unfinished = _unfinished(trials, labels)
         common = sorted(available)
@@ -438,7 +442,7 @@ def mlflow_record(results: list[ClaimResult]) -> tuple[dict[str, str], dict[str,
     tags = {f"claim.{r.claim.id}": r.words for r in results}
     tags.update({f"claim.{r.claim.id}.effect": r.effect() for r in results if r.effect()})
     counts = summary(results)
-    metrics = {"claims_holding": counts[HOLDS, True], "claims_holding_untested": counts[HOLDS, False],
+    metrics: dict[str, float] = {"claims_holding": counts[HOLDS, True], "claims_holding_untested": counts[HOLDS, False],
                "claims_failing": counts[FAILS, True], "claims_failing_untested": counts[FAILS, False],
                "claims_inconclusive": counts[INCONCLUSIVE, True],
                "claims_decided": sum(r.decided and r.decidable for r in results)}
@@ -450,6 +454,7 @@ def mlflow_record(results: list[ClaimResult]) -> tuple[dict[str, str], dict[str,
         metrics[f"{prefix}.seeds"] = r.seeds
         check = r.deciding
         if check is not None:
+            assert check.evidence is not None, "the deciding check is a tested one"
             for name, value in (("effect", check.evidence.effect), ("effect_low", check.evidence.low),
                                 ("effect_high", check.evidence.high)):
                 if math.isfinite(value):

@@ -208,6 +208,7 @@ def evidence(design: Design, left: np.ndarray, right: np.ndarray | None, relatio
     n = looks[-1]
     a, b = left[:n], (right[:n] if right is not None else None)
     if kind == RATIO:
+        assert b is not None, "a ratio is stated between two sides: right is given"
         effect = float(a.mean() / b.mean())
     else:
         effect = float((a - b).mean()) if b is not None else float(a.mean())

@@ -5,7 +5,7 @@ records' (dape_core/components.py), plugins' included once their study loaded th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from dape_core import components
 
@@ -16,12 +16,14 @@ SETTINGS = {
     "steps": "training steps", "seed": "seed", "warmup_steps": "warm-up steps", "weight_decay": "weight decay",
     "grad_accum": "gradient accumulation",
 }
-NAMED = ("processor", "pos_encoding", "form")  # settings whose values name components
+# Settings whose values name components (the kinds `components.value_labels` knows).
+NAMED: tuple[Literal["processor", "pos_encoding", "form"], ...] = ("processor", "pos_encoding", "form")
 
 
 def values(name: str) -> dict[str, str]:
     """A setting's values in words: a component's name -> its label (the registry, at the time of asking)."""
-    return components.value_labels(name) if name in NAMED else {}
+    kind = next((kind for kind in NAMED if kind == name), None)
+    return components.value_labels(kind) if kind is not None else {}
 
 
 def setting(key: str) -> str:

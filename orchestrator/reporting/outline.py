@@ -16,11 +16,12 @@ from .document import ReportDocument
 
 @dataclass(frozen=True)
 class Section:
-    """One part of the report. `title`: its heading (None: the section heads itself, e.g. one heading per
-    table, or none); `shown`: whether this document has it."""
+    """One part of the report. `title`: its heading ("": the section heads itself, e.g. one heading per
+    table, or none); `shown`: whether this document has it. A section whose part of the document may be
+    absent (search, cost, best_points) shows only when it is there, so its blocks may rely on it."""
 
     key: str
-    title: str | None = None
+    title: str = ""
     shown: Callable[[ReportDocument], bool] = lambda document: True
 
 

@@ -87,7 +87,7 @@ def check_caveat(frame: pd.DataFrame, terms: list) -> str:
     notes = []
     for term in terms:
         later = set(mixed.get(term.label, ()))
-        lengths = {_length(term.column), _length(term.over)} - {None}
+        lengths = {n for n in (_length(term.column), _length(term.over)) if n is not None}
         if term.over and lengths & later:
             notes.append(f"{term.label}'s L={', '.join(map(str, sorted(lengths & later)))} scored later on other text")
     versions = {int(value) for label in {term.label for term in terms}

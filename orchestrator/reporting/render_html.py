@@ -110,7 +110,7 @@ def _code(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
 
 
-def _header(document: ReportDocument, title: str | None) -> list[str]:
+def _header(document: ReportDocument, title: str) -> list[str]:
     parts = [f"<h1>{escape(report_title(document))}</h1>"]
     if document.description:
         parts.append(f"<p>{escape(document.description.strip())}</p>")
@@ -123,20 +123,20 @@ def _header(document: ReportDocument, title: str | None) -> list[str]:
     return parts
 
 
-def _provenance(document: ReportDocument, title: str | None) -> list[str]:
+def _provenance(document: ReportDocument, title: str) -> list[str]:
     facts = document.provenance()
     return [f'<h2>{escape(title)}</h2><ul class="meta provenance">'
             + "".join(f"<li>{escape(k)}: <code>{escape(v)}</code></li>" for k, v in facts) + "</ul>"]
 
 
-def _headline(document: ReportDocument, title: str | None) -> list[str]:
+def _headline(document: ReportDocument, title: str) -> list[str]:
     """Table 1 (the headline family's), or why there is none."""
     if not document.tables:
         return [f"<p>{escape(document.no_tables_text())}</p>"]
     return _tables_from(document, 1)
 
 
-def _tables(document: ReportDocument, title: str | None) -> list[str]:
+def _tables(document: ReportDocument, title: str) -> list[str]:
     """The tables after the headline one (Table 2 on)."""
     return _tables_from(document, 2)
 
@@ -151,15 +151,16 @@ def _tables_from(document: ReportDocument, first: int) -> list[str]:
     return parts
 
 
-def _best_points(document: ReportDocument, title: str | None) -> list[str]:
+def _best_points(document: ReportDocument, title: str) -> list[str]:
     best = document.best_points
+    assert best is not None, "the section is shown only when the document has them (outline.SECTIONS)"
     head = "".join(f"<th>{escape(h)}</th>" for h in best.header)
     body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in line) + "</tr>" for line in best.body)
     return [(f'<h2>{escape(title)}</h2><table class="results" id="best-grid-point"><caption>'
             f"{escape(best.caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")]
 
 
-def _plots(document: ReportDocument, title: str | None) -> list[str]:
+def _plots(document: ReportDocument, title: str) -> list[str]:
     return [f"<h2>{escape(title)}</h2>"] + [_figure(plot) for plot in document.plots]
 
 
@@ -170,26 +171,32 @@ def _grid_html(header: list[str], body: list[list[str]], css_id: str, caption: s
     return f'<table class="results" id="{css_id}">{caption}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
 
-def _published(document: ReportDocument, title: str | None) -> list[str]:
+def _published(document: ReportDocument, title: str) -> list[str]:
     from .published import CAPTION, HEADER
 
     return [f"<h2>{escape(title)}</h2>" + _grid_html(HEADER, [line.texts() for line in document.published],
                                                      "published-values", CAPTION)]
 
 
-def _cost(document: ReportDocument, title: str | None) -> list[str]:
+def _cost(document: ReportDocument, title: str) -> list[str]:
     front = document.cost
+    assert front is not None, "the section is shown only when the document has one (outline.SECTIONS)"
     figure = _figure(front.plot) if front.plot is not None else f"<p>{escape(front.caption())}</p>"
     header, body = front.table()
     return [f"<h2>{escape(title)}</h2>{figure}<p>The rows on the Pareto front, cheapest first:</p>"
             + _grid_html(header, body, "cost-front")]
 
 
-def _listed(lines: list[str], title: str | None, css: str = "") -> list[str]:
+def _search(document: ReportDocument, title: str) -> list[str]:
+    assert document.search is not None, "the section is shown only when the document has one (outline.SECTIONS)"
+    return [render_search.html(document.search)]
+
+
+def _listed(lines: list[str], title: str, css: str = "") -> list[str]:
     return [f"<h2>{escape(title)}</h2><ul>" + "".join(f"<li{css}>{escape(line)}</li>" for line in lines) + "</ul>"]
 
 
-def _trials(document: ReportDocument, title: str | None) -> list[str]:
+def _trials(document: ReportDocument, title: str) -> list[str]:
     listing = document.trial_listing().map(escape)
     links, note = document.run_links()
     if "run id" in listing:  # each run id a link to the run's page in MLflow's UI
@@ -200,12 +207,12 @@ def _trials(document: ReportDocument, title: str | None) -> list[str]:
 
 
 # Each section of the outline (outline.py) as HTML parts: (document, the section's title) -> parts.
-BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
+BLOCKS: dict[str, Callable[[ReportDocument, str], list[str]]] = {
     "header": _header,
     "headline": _headline,
     "claims": lambda document, title: [render_claims.html(document.claims)]
     + ([f'<p class="meta">{escape(document.decide_note)}</p>'] if document.decide_note else []),
-    "search": lambda document, title: [render_search.html(document.search)],
+    "search": _search,
     "tables": _tables,
     "published": _published,
     "cost": _cost,

@@ -83,6 +83,7 @@ def table_tex(table: Table, study_name: str) -> str:
 
 def best_points_tex(document: ReportDocument) -> str:
     best = document.best_points
+    assert best is not None, "the section is shown only when the document has them (outline.SECTIONS)"
     lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{escape(best.caption)}}}",
              rf"\label{{tab:{re.sub(r'[^A-Za-z0-9]+', '-', document.study_name)}-best-grid-point}}",
              rf"\begin{{tabular}}{{ll{'r' * (len(best.header) - 2)}}}", r"\toprule",
@@ -94,7 +95,7 @@ def best_points_tex(document: ReportDocument) -> str:
 
 # The sections of the outline (outline.py) that tables.tex holds, each as LaTeX tables; the rest of the report
 # (its prose, plots and listings) is for report.md and report.html.
-BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
+BLOCKS: dict[str, Callable[[ReportDocument, str], list[str]]] = {
     "headline": lambda document, title: [table_tex(t, document.study_name) + "\n" for t in document.tables[:1]],
     "tables": lambda document, title: [table_tex(t, document.study_name) + "\n" for t in document.tables[1:]],
     "best_points": lambda document, title: [best_points_tex(document) + "\n"],

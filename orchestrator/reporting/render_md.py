@@ -70,7 +70,7 @@ def baselines(table: Table) -> str:
     return ", ".join(table.baseline_names)
 
 
-def _header(document: ReportDocument, title: str | None) -> list[str]:
+def _header(document: ReportDocument, title: str) -> list[str]:
     out = [f"# {report_title(document)}", ""]
     if document.description:
         out += [document.description.strip(), ""]
@@ -82,16 +82,16 @@ def _header(document: ReportDocument, title: str | None) -> list[str]:
     return out
 
 
-def _provenance(document: ReportDocument, title: str | None) -> list[str]:
+def _provenance(document: ReportDocument, title: str) -> list[str]:
     return [f"## {title}", ""] + [f"- {name}: {value}" for name, value in document.provenance()] + [""]
 
 
-def _headline(document: ReportDocument, title: str | None) -> list[str]:
+def _headline(document: ReportDocument, title: str) -> list[str]:
     """Table 1 (the headline family's), or why there is none."""
     return _tables_from(document, 1) if document.tables else [document.no_tables_text(), ""]
 
 
-def _tables(document: ReportDocument, title: str | None) -> list[str]:
+def _tables(document: ReportDocument, title: str) -> list[str]:
     """The tables after the headline one (Table 2 on)."""
     return _tables_from(document, 2)
 
@@ -113,13 +113,14 @@ def _tables_from(document: ReportDocument, first: int) -> list[str]:
     return out
 
 
-def _best_points(document: ReportDocument, title: str | None) -> list[str]:
+def _best_points(document: ReportDocument, title: str) -> list[str]:
     best = document.best_points
+    assert best is not None, "the section is shown only when the document has them (outline.SECTIONS)"
     return [f"## {title}", "", f"*{_escape(best.caption)}*", "",
             _grid(best.header, [[_escape(cell) for cell in line] for line in best.body], names=2), ""]
 
 
-def _plots(document: ReportDocument, title: str | None) -> list[str]:
+def _plots(document: ReportDocument, title: str) -> list[str]:
     out = [f"## {title}", ""]
     for plot in document.plots:
         vector = f" ([SVG](plots/{plot.vector.name}))" if plot.vector else ""
@@ -127,15 +128,16 @@ def _plots(document: ReportDocument, title: str | None) -> list[str]:
     return out
 
 
-def _published(document: ReportDocument, title: str | None) -> list[str]:
+def _published(document: ReportDocument, title: str) -> list[str]:
     from .published import CAPTION, HEADER
 
     body = [[_escape(text) for text in line.texts()] for line in document.published]
     return [f"## {title}", "", f"*{_escape(CAPTION)}*", "", _grid(HEADER, body, numbers=False), ""]
 
 
-def _cost(document: ReportDocument, title: str | None) -> list[str]:
+def _cost(document: ReportDocument, title: str) -> list[str]:
     front = document.cost
+    assert front is not None, "the section is shown only when the document has one (outline.SECTIONS)"
     out = [f"## {title}", ""]
     if front.plot is not None:
         out += [f"![{front.plot.title}](plots/{front.plot.path.name})", ""]
@@ -146,11 +148,16 @@ def _cost(document: ReportDocument, title: str | None) -> list[str]:
     return out
 
 
-def _listed(lines: list[str], title: str | None) -> list[str]:
+def _search(document: ReportDocument, title: str) -> list[str]:
+    assert document.search is not None, "the section is shown only when the document has one (outline.SECTIONS)"
+    return render_search.markdown(document.search)
+
+
+def _listed(lines: list[str], title: str) -> list[str]:
     return [f"## {title}", ""] + [f"- {_escape(line)}" for line in lines] + [""]
 
 
-def _trials(document: ReportDocument, title: str | None) -> list[str]:
+def _trials(document: ReportDocument, title: str) -> list[str]:
     listing = document.trial_listing()
     links, note = document.run_links()
     if "run id" in listing:  # each run id a link to the run's page in MLflow's UI
@@ -161,12 +168,12 @@ def _trials(document: ReportDocument, title: str | None) -> list[str]:
 
 
 # Each section of the outline (outline.py) as Markdown lines: (document, the section's title) -> lines.
-BLOCKS: dict[str, Callable[[ReportDocument, str | None], list[str]]] = {
+BLOCKS: dict[str, Callable[[ReportDocument, str], list[str]]] = {
     "header": _header,
     "headline": _headline,
     "claims": lambda document, title: (render_claims.markdown(document.claims)
                                        + ([document.decide_note, ""] if document.decide_note else [])),
-    "search": lambda document, title: render_search.markdown(document.search),
+    "search": _search,
     "tables": _tables,
     "published": _published,
     "cost": _cost,

@@ -116,15 +116,14 @@ def study_results(store: StudyStore, study: Study | None = None, value: ValueCho
     search's rows are its samples (`_search_rows`). `trials`: the study expanded (`expand(study)`), where the
     caller has it already."""
     runs = store.trial_runs()
-    if study is not None and trials is None:
-        trials = expand_stored(study, {run.data.tags.get(TRIAL_ID_TAG) for run in runs})  # with seeds decide added
-    if study is not None and study.search.sampled:
-        rows = _search_rows(runs, trials)
-    else:
-        rows = _grid_rows(runs, study, trials)
     if study is None:
+        rows = _grid_rows(runs, None, [])
         for row in rows:
             row["in_study"] = True
+    else:
+        if trials is None:
+            trials = expand_stored(study, {run.data.tags.get(TRIAL_ID_TAG) for run in runs})  # with seeds decide added
+        rows = _search_rows(runs, trials) if study.search.sampled else _grid_rows(runs, study, trials)
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=IDENTITY_COLUMNS)
@@ -151,10 +150,11 @@ def _unset_marked(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _grid_rows(runs: list, study: Study | None, expected: list[Trial] | None) -> list[dict]:
+def _grid_rows(runs: list, study: Study | None, expected: list[Trial]) -> list[dict]:
     """Each row of the study file with the run that counts for its trial; rows that share a trial (they
     differ only in settings it does not read) each read its one run, the later ones saying whose
-    (`shared_with`: the first row's label). Then the store's runs of no row of the study (in_study False)."""
+    (`shared_with`: the first row's label). Then the store's runs of no row of the study (in_study False).
+    Without the study: every stored run, and `expected` is not read."""
     by_trial: dict[str, list] = {}
     for run in runs:
         by_trial.setdefault(run.data.tags.get(TRIAL_ID_TAG) or run.info.run_id, []).append(run)
@@ -190,7 +190,8 @@ def _search_rows(runs: list, templates: list[Trial]) -> list[dict]:
     each in sampling order, labelled by their sampled values (numbered where two samples drew the same). No
     MISSING rows: the samples are what ran."""
     ids = {t.trial_id for t in templates} | {t.legacy_id for t in templates}
-    rows, seen = [], {}
+    rows: list[dict] = []
+    seen: dict[str, int] = {}  # how many samples so far drew each label's values
     for order, run in enumerate(sorted(runs, key=lambda run: run.info.start_time or 0)):
         row = _run_row(run)
         template = row.get("template_id")

@@ -16,8 +16,10 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 
@@ -98,7 +100,7 @@ def _state(sample: pd.Series) -> str:
 
 
 def sample_table(samples: pd.DataFrame, keys: list[str], history: pd.DataFrame, metric: str,
-                 others: list[str] = ()) -> pd.DataFrame:
+                 others: Sequence[str] = ()) -> pd.DataFrame:
     """One row per sample in the order they were sampled: its values, state, steps trained and metric (`value`),
     and the other searched metrics of a multi-objective search (`others`) as their own columns."""
     table = samples.sort_values("start_time").copy()
@@ -132,7 +134,8 @@ def optuna_study(study: Study, samples: pd.DataFrame, history: pd.DataFrame):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     distributions = {key: _distribution(dist) for key, dist in study.search.space.items()}
-    directions = ["minimize" if mode == "min" else "maximize" for mode in study.search.modes]
+    directions: list[Literal["minimize", "maximize"]] = ["minimize" if mode == "min" else "maximize"
+                                                         for mode in study.search.modes]
     rebuilt = optuna.create_study(directions=directions, study_name=study.name)
     metrics = study.search.metrics
     for _, sample in samples.iterrows():

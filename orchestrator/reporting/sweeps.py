@@ -67,7 +67,7 @@ def best_points(table: Table) -> BestPoints | None:
         baseline = table.row(row.baseline_label)
         base_cell = baseline.cells[column] if baseline is not None else None
         margin = cells.DASH
-        if baseline is not None and base_cell.n:
+        if baseline is not None and base_cell is not None and base_cell.n:
             margin = (f"{cells.signed((row.ratio(column, baseline) - 1) * 100, 1)}%" if family.compare == "ratio"
                       else cells.signed(row.delta(column, baseline), family.decimals))
         body.append([variant, point_words(row.block), cells.mean_std(row.cells[column], family.decimals),

@@ -119,6 +119,7 @@ class Table:
         best = "Best per column within each block in bold" if self.blocks else "Best per column in bold"
         parts = [family.description + self.tail_text]
         if self.left_out:
+            assert family.zero_reason is not None, "only a family with a zero_reason leaves columns out (table())"
             parts.append(family.zero_reason.format(columns=", ".join(self.header(c) for c in self.left_out)))
         parts += [f"Cells: {self.value_text}, mean ± std over seeds; "
                  f"n = finished seeds / seeds in the study. {best} (none where the rows tie)."]

@@ -52,7 +52,7 @@ def timing_note(frame: pd.DataFrame) -> str:
     parts = []
     if alone.any():
         repeats = (finished.loc[alone, names.ISOLATED_REPEATS].dropna() if names.ISOLATED_REPEATS in finished
-                   else [])
+                   else pd.Series(dtype=float))
         times = f"{int(repeats.max())} repeats" if len(repeats) else "repeats"
         labels = sorted(set(finished.loc[alone, "label"]))
         parts.append(f"ms cells of {_names(labels)} are isolated timings (orchestrator evaluate --time: one stored "

@@ -19,6 +19,7 @@ Only the standard library at import; Ray is imported by `wait-nodes`.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from typing import Callable
 
 _POLL_S = 1.0
@@ -41,7 +43,7 @@ def node_addr(scontrol_output: str) -> str | None:
 
 
 def ipv4(host: str) -> str:
-    return socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+    return str(socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])  # AF_INET: (host, port)
 
 
 def node_address(node_name: str | None = None) -> str:
@@ -64,21 +66,22 @@ def free_port(host: str = "") -> int:
         return probe.getsockname()[1]
 
 
-def granted_gpus(environ: dict | None = None) -> int:
+def granted_gpus(environ: Mapping[str, str] | None = None) -> int:
     """The GPUs SLURM bound to this job on this node: the entries of CUDA_VISIBLE_DEVICES."""
     devices = (environ if environ is not None else os.environ).get("CUDA_VISIBLE_DEVICES", "")
     return len([device for device in devices.split(",") if device.strip() and device.strip() != "NoDevFiles"])
 
 
-def granted_cpus(environ: dict | None = None) -> int:
-    environ = environ if environ is not None else os.environ
+def granted_cpus(environ: Mapping[str, str] | None = None) -> int:
+    env = environ if environ is not None else os.environ
     for key in ("SLURM_CPUS_ON_NODE", "SLURM_CPUS_PER_TASK"):
-        if environ.get(key, "").isdigit():
-            return int(environ[key])
+        if env.get(key, "").isdigit():
+            return int(env[key])
     return os.cpu_count() or 1
 
 
-def ray_start_argv(role: str, target: str, temp_dir: str, address: str, environ: dict | None = None) -> list[str]:
+def ray_start_argv(role: str, target: str, temp_dir: str, address: str,
+                   environ: Mapping[str, str] | None = None) -> list[str]:
     """`ray start --block` for the head (`target`: its port) or a worker (`target`: the head's HOST:PORT)."""
     argv = ["ray", "start", "--block", "--node-ip-address", address, "--num-cpus", str(granted_cpus(environ)),
             "--num-gpus", str(granted_gpus(environ)), "--temp-dir", temp_dir, "--disable-usage-stats"]
@@ -196,7 +199,7 @@ def wait_nodes(address: str, expected: int, timeout: float) -> int:
         return 1
     import ray
 
-    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     try:
         alive = lambda: [node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")]  # noqa: E731
         left = max(0.0, timeout - (time.monotonic() - started))
@@ -212,7 +215,8 @@ def main(argv: list[str]) -> int:
     elif command == "free-port" and len(args) <= 1:
         print(free_port(*args))
     elif command == "ray-start" and len(args) == 3 and args[0] in ("head", "worker"):
-        return run_ray_node(*args)
+        role, target, temp_root = args
+        return run_ray_node(role, target, temp_root)
     elif command == "mlflow-server" and len(args) == 5:
         from .server import serve
 

@@ -223,7 +223,11 @@ def _length_ratio(study, rows, claim: LengthRatio) -> list[Check]:
 
 
 def _trend(study, rows, claim: Trend) -> list[Check]:
-    names = claim.variants or [claim.variant]
+    if claim.variants is not None:
+        names = claim.variants
+    else:
+        assert claim.variant is not None, "a trend names variant or variants (its validation)"
+        names = [claim.variant]
     chosen = [row for name in names for row in select(study, rows, name, claim.where)]
     groups: dict[tuple, list[tuple[Any, Row]]] = {}  # the rest of the grid point -> (axis value, row)
     for row in chosen:

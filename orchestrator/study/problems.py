@@ -23,7 +23,7 @@ class StudyError(ValueError):
 
 def _fields_at(root: type, loc: tuple) -> list[str]:
     """Field names of the (data)class reached by following `loc` from `root`, for "valid keys" hints."""
-    node = root
+    node: typing.Any = root  # a class, or whatever annotation the next field has
     for part in loc:
         hints = typing.get_type_hints(node) if isinstance(node, type) else {}
         node = hints.get(part)

@@ -40,7 +40,7 @@ def search_problems(study: "Study", trials: list["ResolvedTrial"]) -> list[str]:
             "sample to its end (Optuna's multi-objective sampler takes no intermediate results); use scheduler.type: "
             "none, or search one metric"] + _report_problems(study, logged)
     if asha:
-        metric = study.scheduler.metric or study.search.metric
+        metric = study.scheduler.metric or study.search.primary_metric  # ASHA: a single-metric search
         field = "scheduler.metric" if own_metric else "search.metric (ASHA's metric)"
         if metric not in logged:
             if own_metric or not sampling:

@@ -14,6 +14,8 @@
 - ui.py: `orchestrator ui`, MLflow's UI on the study.
 """
 
+from typing import TYPE_CHECKING
+
 from dape_core._lazy import lazy_attributes
 
 # Imported on first use (each name from the module that defines it): a submodule never needs this package's
@@ -22,5 +24,12 @@ _PUBLIC = {"TrialEvents": "events", "TrialListener": "events", "ROLE_TAG": "stor
            "SWEPT_TAG_PREFIX": "store", "TRIAL_ID_TAG": "store", "StudyStore": "store", "StudyNotFound": "lookup",
            "flatten": "params", "default_tracking_uri": "uri", "resolve_tracking_uri": "uri", "ui_command": "uri"}
 __all__ = list(_PUBLIC)
+
+if TYPE_CHECKING:
+    from .events import TrialEvents, TrialListener
+    from .lookup import StudyNotFound
+    from .params import flatten
+    from .store import ROLE_TAG, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TRIAL_ID_TAG, StudyStore
+    from .uri import default_tracking_uri, resolve_tracking_uri, ui_command
 
 __getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC)
