@@ -1,7 +1,7 @@
 """`orchestrator run --decide`: seeds added a planned look at a time to the rows undecided claims read
 (orchestrator/decide_loop.py); its bad input refused before anything runs; `plan`'s expected seeds and cost per
-claim (orchestrator/planning/seeds_needed.py). The slow tests train tiny real studies in-process (--local) or
-as a subprocess killed between two looks."""
+claim (orchestrator/planning/seeds_needed.py). The slow tests train tiny real studies through Ray Tune (the
+session's local Ray), in-process (--local), or as a subprocess killed between two looks."""
 
 from __future__ import annotations
 
@@ -151,12 +151,13 @@ def _looks(uri: str, name: str) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_large_effect_is_decided_at_the_minimum_seeds_and_a_failed_trial_stops_only_its_claim(tmp_path):
+def test_a_large_effect_is_decided_at_the_minimum_seeds_and_a_failed_trial_stops_only_its_claim(tmp_path, local_ray):
+    # Through Ray Tune, as `orchestrator run --decide` runs by default (the other slow tests here: --local).
     rows = [*ROWS, {"label": "diverges", "set": {"train.lr": 1.0e4}}]  # a NaN loss: its trials fail
     broken = {**OBVIOUS, "id": "diverging_is_lower", "variant": "diverges"}
     study = with_decide(parse_study(_study(variants=rows, expect=[OBVIOUS, broken], decide={"max_seeds": 4})), False)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    outcome = decide_and_report(RunContext.create(study, uri, storage_dir=tmp_path / "state", local=True),
+    outcome = decide_and_report(RunContext.create(study, uri, storage_dir=tmp_path / "state"),
                                 tmp_path / "reports", say=lambda line: None)
     record = _looks(uri, "decided")
     claims = {claim["id"]: claim for claim in record["claims"]}
