@@ -10,6 +10,7 @@ Needs root (the namespaces) and Debian's `slurm-wlm` and `munge` (`.ci/run` inst
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -191,6 +192,38 @@ def test_a_study_runs_as_a_slurm_job_on_two_nodes_and_a_resubmission_resumes_it(
     assert not list(Path("/tmp").glob(f"orchestrator-ray-{job2}-*"))  # both nodes' Ray folders removed
     print(f"\nSLURM timings: first trial finished {first_trial:.0f}s after submission; resubmitted job "
           f"completed {resumed:.0f}s after the cancel")
+
+
+def test_a_decide_job_adds_seeds_in_the_job_and_records_its_looks(slurm, tmp_path):
+    # `orchestrator slurm --decide`: the job's `orchestrator run` runs the sequence of looks on the job's Ray and
+    # records them on the study's run, in the job's store. 2 training steps against 40: the longer training's
+    # loss is far below on every seed, so the first look (2 seeds) decides and the sequence stops there.
+    name = "slurm_decide"
+    spec = {"name": name, "base": {**BASE, "train": {**BASE["train"], "steps": 40, "log_every": 20}},
+            "variants": [{"label": "short", "baseline": True, "set": {"train.steps": 2}},
+                         {"label": "long", "set": {}}],
+            "seeds": [0], "resources": {"cpus": 1, "max_retries": 0}, "keep_weights": "none",
+            "expect": [{"id": "longer_is_lower", "kind": "compare", "source": "test", "variant": "long",
+                        "direction": "below", "metric": "train_loss"}]}
+    study = write_study(tmp_path, spec)
+    job = submitted_job(orchestrator_slurm(slurm, study, "--submit", "--decide", "decide.max_seeds=4"))
+    assert slurm.wait_job(job, {"CANCELLED", "COMPLETED", "FAILED"}, 400) == "COMPLETED", job_log(tmp_path, name, job)
+    log = " ".join(job_log(tmp_path, name, job).split())
+    assert "Look 1 of at most 2: 2 seeds for every row (2)" in log and "Look 2" not in log, log
+    assert "longer_is_lower" in log and "1 of 1 claim decided" in log, log
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    runs = trial_runs(uri, name)
+    assert sorted(run.info.status for run in runs) == ["FINISHED"] * 4  # 2 rows x min_seeds 2, nothing more
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(name)
+    parent = client.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'study'")[0]
+    looks = json.loads(Path(client.download_artifacts(parent.info.run_id, "looks.json")).read_text())
+    assert [look["seeds"] for look in looks["looks"]] == [2]
+    assert [(claim["id"], claim["status"], claim["seeds"]) for claim in looks["claims"]] == \
+        [("longer_is_lower", "decided", 2)]
+    assert ray_processes(slurm.namespace) == []
 
 
 def test_the_time_limit_stops_the_study_cleanly_and_the_job_requeues_itself(slurm, tmp_path):
