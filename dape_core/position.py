@@ -170,6 +170,7 @@ def alibi_slopes(n_head: int) -> torch.Tensor:
 class ALiBi(PositionEncoding):
     """B = −m_h · Δ with fixed (not learnable) slopes."""
 
+    slopes: torch.Tensor  # a buffer (register_buffer): typed for the checker, which cannot see it
 
     def __init__(self, n_head: int):
         super().__init__()

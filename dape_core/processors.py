@@ -124,7 +124,8 @@ class TrilConcat(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (keep,) = ctx.saved_tensors
-        grads, offset = [], 0
+        grads: list[torch.Tensor | None] = []
+        offset = 0
         for index, shape in enumerate(ctx.shapes):
             if not ctx.needs_input_grad[index + 2]:
                 grads.append(None)

@@ -24,6 +24,9 @@ from dape_core.position import PositionEncoding, alibi_slopes
 class Sandwich(PositionEncoding):
     """The sinusoids' inner product minus its value at Δ = 0, times a per-head slope (a bias of Δ alone)."""
 
+    slopes: torch.Tensor  # buffers (register_buffer): typed for the checker, which cannot see them
+    frequencies: torch.Tensor
+
     def __init__(self, n_head: int, dim: int):
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(n_head), persistent=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,11 @@ from .tables import Table  # noqa: E402
 DPI = 110
 MAX_PANELS = 8  # small multiples per figure: beyond, they are too small to read (and slow to draw)
 MAX_LINES = 12  # lines of one axes in a metric-vs-swept-value plot
+
+
+# The layout each figure of `Frame.figure` was made with (a Figure has no field of its own for it); weak, so a
+# figure closed and dropped takes its entry with it.
+_FRAMES: weakref.WeakKeyDictionary[Figure, Frame] = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -71,7 +77,7 @@ class Frame:
         to the figures that need it (Optuna's)."""
         fig = Figure(figsize=self.size())
         axes = fig.subplots(self.lines, self.columns, squeeze=False, gridspec_kw=self.edges(), **options)
-        fig._frame = self  # noqa: SLF001  read by _legend_outside
+        _FRAMES[fig] = self  # read by _legend_outside
         return fig, axes
 
     def apply(self, fig) -> None:
@@ -145,7 +151,7 @@ def _legend_outside(fig, ax) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if not handles:
         return
-    frame: Frame = fig._frame  # noqa: SLF001
+    frame = _FRAMES[fig]
     legend = fig.legend(handles, labels, loc="upper left", fontsize=8, frameon=False, borderaxespad=0)
     box = legend.get_window_extent(FigureCanvasAgg(fig).get_renderer())
     frame.legend = box.width / fig.dpi + 0.3
