@@ -23,7 +23,9 @@ def intro(results: list[ClaimResult]) -> str:
     return (f"Each claim of the study's `expect:` section, judged on this run: *holds* or *fails* where a paired "
             f"test by seed decides it (two-sided, at {alpha:g} for the study: Holm-corrected across its claims, "
             f"and spent over the planned looks where seeds were added), else *inconclusive*. The effect is the "
-            f"claim's difference, ratio or value with its {1 - alpha:.0%} interval. With one seed no test is "
+            f"claim's difference, ratio or value with its {1 - alpha:.0%} interval, for that claim alone (valid "
+            f"over its looks; the verdicts are Holm-corrected across the claims, so an interval clear of 0 can "
+            f"stand beside an inconclusive verdict). With one seed no test is "
             f"possible: the verdict says so. The rule: {DOCS}. Here: {decision_summary(results)}.")
 
 
