@@ -11,7 +11,6 @@ Needs root (the namespaces) and Debian's `slurm-wlm` and `munge` (`.ci/run` inst
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import stat
@@ -106,6 +105,17 @@ def job_log(folder: Path, study: str, job_id: str) -> str:
     return path.read_text(errors="replace") if path.exists() else f"(no log at {path})"
 
 
+def ended_log(folder: Path, study: str, job_id: str, timeout: float = 90) -> str:
+    """The job's log once its batch script has ended (its last line, "Job N ends with exit code C."). SLURM says
+    CANCELLED as soon as scancel is taken, while the script is still stopping the study, Ray and the MLflow server
+    (up to its 15 s bound, inside KillWait): reading the log or looking for processes at that point races it."""
+    deadline = time.monotonic() + timeout
+    while f"Job {job_id} ends with exit code" not in (log := job_log(folder, study, job_id)):
+        assert time.monotonic() < deadline, f"the job's script did not end within {timeout:.0f}s\n{log}"
+        time.sleep(0.5)
+    return log
+
+
 def test_a_study_runs_as_a_slurm_job_on_two_nodes_and_a_resubmission_resumes_it(slurm, tmp_path, monkeypatch):
     name = "slurm_two_nodes"
     # Long enough that a trial caught early at the cancel is still training when its node stops (up to 10 s
@@ -154,7 +164,7 @@ def test_a_study_runs_as_a_slurm_job_on_two_nodes_and_a_resubmission_resumes_it(
     first_trial = time.monotonic() - started
     assert slurm.run("scancel", job).returncode == 0
     assert slurm.wait_job(job, {"CANCELLED", "COMPLETED", "FAILED"}, 120) == "CANCELLED"
-    log = job_log(tmp_path, name, job)
+    log = ended_log(tmp_path, name, job)
     assert "All 2 node(s) joined Ray: 127.0.0.11, 127.0.0.12" in log, log  # each at its SLURM NodeAddr
     assert "Stop requested (cancelled or preempted)" in log and "Stopping Ray and the job's services" in log, log
     time.sleep(2)  # SLURM's KillWait: whatever ignored TERM gets KILL; nothing of Ray or the study may be left
@@ -170,7 +180,7 @@ def test_a_study_runs_as_a_slurm_job_on_two_nodes_and_a_resubmission_resumes_it(
     job2 = resubmitted.stdout.strip()
     assert slurm.wait_job(job2, {"CANCELLED", "COMPLETED", "FAILED"}, 400) == "COMPLETED", job_log(tmp_path, name, job2)
     resumed = time.monotonic() - cancelled_at
-    log2 = job_log(tmp_path, name, job2)
+    log2 = ended_log(tmp_path, name, job2)
     assert f"{len(before)} trial(s) already finished in the tracking store: not rerun" in log2, log2
     assert f"Running {4 - len(before)} trial(s) on Ray (2 CPUs)" in log2, log2
 
@@ -208,7 +218,7 @@ def test_a_decide_job_adds_seeds_in_the_job_and_records_its_looks(slurm, tmp_pat
     study = write_study(tmp_path, spec)
     job = submitted_job(orchestrator_slurm(slurm, study, "--submit", "--decide", "decide.max_seeds=4"))
     assert slurm.wait_job(job, {"CANCELLED", "COMPLETED", "FAILED"}, 400) == "COMPLETED", job_log(tmp_path, name, job)
-    log = " ".join(job_log(tmp_path, name, job).split())
+    log = " ".join(ended_log(tmp_path, name, job).split())
     assert "Look 1 of at most 2: 2 seeds for every row (2)" in log and "Look 2" not in log, log
     assert "longer_is_lower" in log and "1 of 1 claim decided" in log, log
     from mlflow.tracking import MlflowClient
@@ -273,7 +283,7 @@ def test_a_node_that_never_joins_stops_the_job_after_the_bound_leaving_nothing(s
                                            "--setup", f". {BIN / 'activate'}", "--setup", lost))
     assert slurm.wait_job(job, {"CANCELLED", "COMPLETED", "FAILED"}, 120) == "FAILED"
     took = time.monotonic() - started
-    log = job_log(tmp_path, name, job)
+    log = ended_log(tmp_path, name, job)
     assert "Only 1 of 2 node(s) joined Ray within 15s (--join-timeout): 127.0.0.11. The job stops without running " \
            "the study" in log, log
     assert "Job " + job + " ends with exit code 1." in log, log
