@@ -133,10 +133,18 @@ def last_resort(action: Callable[[str], str]) -> Iterator[None]:
     try:
         yield
     finally:
-        _state["last_resort"] = None
-        timer, _state["timer"] = _state["timer"], None
-        if timer is not None:
-            timer.cancel()
+        # A stop under way stays bounded after the Tuner returns: within a command (`stop_signals`), what follows
+        # (closing the trial runs, the leases and the parent run) may hang on a tracking server that went down
+        # with the job, so the timer and its action are kept until the command ends (`stop_signals` clears them).
+        if not (_requested.is_set() and _state["timer"] is not None and _state["owned"] > 0):
+            _clear_last_resort()
+
+
+def _clear_last_resort() -> None:
+    _state["last_resort"] = None
+    timer, _state["timer"] = _state["timer"], None
+    if timer is not None:
+        timer.cancel()
 
 
 def _in_main_thread() -> bool:
@@ -166,6 +174,8 @@ def stop_signals() -> Iterator[None]:
         yield
     finally:
         _state["owned"] -= 1
+        if not _state["owned"]:
+            _clear_last_resort()  # the command ended: a stop's bound (`last_resort`) ends with it
         _restore(previous)
 
 
