@@ -161,7 +161,7 @@ def with_decide(study: Study, requested: bool) -> Study | None:
             problems = ["decide: none of the study's claims can be decided by seeds ("
                         + "; ".join(f"{claim.id}: {not_decidable(study, claim)}" for claim in study.expect) + ")"]
     if not problems and decide.budget_gpu_hours is not None:
-        first = expand(study.model_copy(update={"seeds": decide.seed_order(study.seeds)[:decide.min_seeds]}))
+        first = expand(study.model_copy(update={"seeds": decide.first_seeds(study.seeds)}))
         needed = sum(trial_gpu_hours(study, trial) for trial in distinct(first))
         if needed > decide.budget_gpu_hours:
             problems = [f"decide.budget_gpu_hours: {decide.budget_gpu_hours:g} GPU-hours cannot buy the minimum: "

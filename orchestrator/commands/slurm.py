@@ -82,9 +82,8 @@ def _first_look(study, decide: bool):
     deciding = with_decide(study, decide)  # UserInputError (exit 2, nothing written) where seeds cannot decide
     # asked for (above), so with_decide gives the study with its decide section
     assert deciding is not None and deciding.decide is not None, "with_decide: the study with its decide section"
-    order = deciding.decide.seed_order(deciding.seeds)
-    first = deciding.model_copy(update={"seeds": order[:deciding.decide.min_seeds]})
-    most = len(distinct(expand(deciding.model_copy(update={"seeds": order}))))
+    first = deciding.model_copy(update={"seeds": deciding.decide.first_seeds(deciding.seeds)})
+    most = len(distinct(expand(deciding.model_copy(update={"seeds": deciding.decide.seed_order(deciding.seeds)}))))
     asked = "--decide" if decide else "the study's decide: section"
     line = (f"Deciding the claims by seeds ({asked}): the "
             f"estimate is the first look, every row at min_seeds {deciding.decide.min_seeds}; later looks add "

@@ -302,6 +302,10 @@ class Decide(_Strict):
         counts = list(range(self.min_seeds, self.max_seeds + 1, self.batch))
         return counts if counts[-1] == self.max_seeds else [*counts, self.max_seeds]
 
+    def first_seeds(self, seeds: list[int]) -> list[int]:
+        """The seeds every row trains before the first look: the first min_seeds of `seed_order`."""
+        return self.seed_order(seeds)[: self.min_seeds]
+
     def seed_order(self, seeds: list[int]) -> list[int]:
         """The seeds a row trains, in the order they are added: the study's `seeds`, then the next integers
         above them, up to max_seeds in all. A look at n seeds reads the first n of this list."""
