@@ -14,6 +14,7 @@ from dape_core.plugins import plugin_tags
 from ..errors import StudyInterrupted, StudyTerminated, TrackingServerUnreachable, exception_chain
 from ..planning.learned import load_measured
 from ..planning.schedule import longest_first
+from ..run_context import RunContext
 from ..study import Study
 from ..tracking.console import ConsoleProgress
 from ..tracking.events import Tally, TrialEvents
@@ -25,7 +26,6 @@ from ..tracking.store import StudyStore
 from ..trial.trials import StoredIdentities, Trial, distinct
 from . import interrupt
 from .checkpoints import CheckpointCleanup
-from .context import RunContext
 from .leased import run_leased
 
 
