@@ -15,6 +15,7 @@ from test_evaluate import BASE, VARIANTS, _runs  # the evaluate tests' tiny stud
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
+from orchestrator.tracking.readers import SQLiteReader
 from orchestrator.tracking.store import StudyStore
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -22,15 +23,22 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture
 def stores_made(monkeypatch) -> list[str]:
-    """The study names of the StudyStores constructed meanwhile (the real constructor, counted)."""
+    """The study names of the StudyStores constructed meanwhile, and "file" for each direct reader of a SQLite
+    file (tracking/readers.py: what a store, the plan's measured steps and the report's decide note read through):
+    the real constructors, counted."""
     made: list[str] = []
-    real = StudyStore.__init__
+    real_store, real_reader = StudyStore.__init__, SQLiteReader.__init__
 
-    def counted(self, tracking_uri, study_name, *args, **kwargs):
+    def store(self, tracking_uri, study_name, *args, **kwargs):
         made.append(study_name)
-        real(self, tracking_uri, study_name, *args, **kwargs)
+        real_store(self, tracking_uri, study_name, *args, **kwargs)
 
-    monkeypatch.setattr(StudyStore, "__init__", counted)
+    def reader(self, *args, **kwargs):
+        made.append("file")
+        real_reader(self, *args, **kwargs)
+
+    monkeypatch.setattr(StudyStore, "__init__", store)
+    monkeypatch.setattr(SQLiteReader, "__init__", reader)
     return made
 
 
@@ -55,10 +63,14 @@ def test_the_run_path_takes_the_context_not_its_fields():
 @pytest.mark.timeout(300)
 def test_one_run_opens_the_store_once_through_training_evaluation_and_report(tmp_path, monkeypatch, stores_made):
     # `report.lengths`: the run scores 128 after training (its evaluation step), then writes the report; before the
-    # context carried the store, that evaluation opened the store a second time.
+    # context carried the store, that evaluation opened the store a second time, and the measured steps and the
+    # report's decide note each read the file through readers of their own. A claim: the report notes what
+    # `--decide` would add (one seed, so it is untested).
     monkeypatch.chdir(tmp_path)
     spec = {"name": "once", "base": copy.deepcopy(BASE), "variants": VARIANTS,
-            "resources": {"cpus": 1, "max_retries": 0}, "report": {"lengths": [128]}}
+            "resources": {"cpus": 1, "max_retries": 0}, "report": {"lengths": [128]},
+            "expect": [{"id": "wider", "kind": "compare", "source": "test", "variant": "DAPE1x3", "direction": "below",
+                        "metric": "ppl", "at": 64}]}
     path = tmp_path / "once.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -66,16 +78,19 @@ def test_one_run_opens_the_store_once_through_training_evaluation_and_report(tmp
     result = CliRunner().invoke(app, ["run", str(path), "--local", "--storage-dir", str(tmp_path / "state"), *common])
     assert result.exit_code == 0, result.output
     assert "report.lengths: 2 trial(s) evaluated" in result.output  # the evaluation step ran ...
-    assert stores_made == ["once"], stores_made  # ... in the store the run created: one store for the command
+    # ... in the store the run created: one store for the command, read through one reader of its file (the
+    # measured steps that order the trials and the report's note on deciding by seeds read through it too)
+    assert sorted(stores_made) == ["file", "once"], stores_made
     assert all("ppl_128" in run.data.metrics for run in _runs(uri, "once").values())
-    assert (tmp_path / "reports" / "once" / "report.md").is_file()
+    assert "would train about" in (tmp_path / "reports" / "once" / "report.md").read_text()  # the decide note
 
     # `evaluate` and `report`: one store each too (the evaluation, then the report it rebuilds).
     stores_made.clear()
     result = CliRunner().invoke(app, ["evaluate", str(path), "--local", "--lengths", "256", *common])
     assert result.exit_code == 0, result.output
-    assert "2 trial(s) evaluated" in result.output and stores_made == ["once"], (stores_made, result.output)
+    assert "2 trial(s) evaluated" in result.output, result.output
+    assert sorted(stores_made) == ["file", "once"], stores_made
     stores_made.clear()
     result = CliRunner().invoke(app, ["report", str(path), *common])
     assert result.exit_code == 0, result.output
-    assert stores_made == ["once"], stores_made
+    assert sorted(stores_made) == ["file", "once"], stores_made

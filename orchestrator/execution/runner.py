@@ -92,7 +92,7 @@ def run_study(context: RunContext) -> StudyOutcome:
     todo, skipped = select_trials(study, context.rows, store, context.failed_only)
     if todo:  # (the measured durations read every finished run of the store: not for nothing to run)
         # longest first, so that no long trial ends the study alone
-        todo = longest_first(todo, study, load_measured(context.tracking_uri))
+        todo = longest_first(todo, study, load_measured(context.store.reader))
     progress = context.progress or ConsoleProgress(len(todo))
     progress.total = study.search.samples_per_row * len(todo)
     if todo and not context.local:  # before the parent run: an unreachable cluster leaves nothing behind

@@ -110,7 +110,7 @@ def _decide_note(study: Study, store: StudyStore, trials: pd.DataFrame, claims: 
         return ""
     from ..planning.seeds_needed import decide_note
 
-    return decide_note(study, store.tracking_uri, int((trials["status"] == "FINISHED").sum()))
+    return decide_note(study, store.reader, int((trials["status"] == "FINISHED").sum()))
 
 
 def _attach(store: StudyStore, folder: Path, claims: list[ClaimResult]) -> None:
