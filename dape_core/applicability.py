@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
-from .components import ENCODING_FIELDS, PROCESSOR_FIELDS
+from .components import component_fields
 
 if TYPE_CHECKING:
     from .experiment import ExperimentConfig
@@ -41,8 +41,7 @@ _SOURCE_SPECIFIC = set().union(*_DATA_FIELDS_OF_SOURCE.values())
 def _model(cfg: "ExperimentConfig") -> set[str]:
     model = cfg.model
     processor = model.processor_facts
-    unused = (set(PROCESSOR_FIELDS) - set(processor.settings)) | processor.unread(model)
-    unused |= set(ENCODING_FIELDS) - set(model.encoding.settings)  # another encoding's
+    unused = (set(component_fields()) - set(processor.fields) - set(model.encoding.fields)) | processor.unread(model)
     return {f"model.{name}" for name in unused}
 
 

@@ -18,12 +18,17 @@ bidirectional model (`ModelConfig.causal=False`) sets `symmetric` on its encodin
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from .config import ModelConfig
-from .encodings import ENCODINGS, T5_BUCKETS, T5_MAX_DISTANCE, Encoding
+if TYPE_CHECKING:
+    from .config import ModelConfig
+    from .registry import Encoding
+
+# docs/method.md §2 constants that are not study parameters (the records' parameter counts read them too).
+T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
 
 
 def causal_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
@@ -37,19 +42,20 @@ def symmetric_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor
 
 
 class PositionEncoding(nn.Module):
-    """Base: no rotation, no bias (NoPE). `facts` is what the encoding is (dape_core/encodings.py)."""
+    """Base: no rotation, no bias (NoPE). `facts` is what the encoding is (its record, dape_core/encodings.py),
+    set by `build_position_encodings`; a module built on its own has none."""
 
-    facts: Encoding = ENCODINGS["nope"]  # set to its own record by `build_position_encodings`
+    facts: Encoding | None = None
     symmetric = False  # set by `build_position_encodings` for a bidirectional model
 
     @property
     def has_bias(self) -> bool:
-        return self.facts.has_bias
+        return self.facts is not None and self.facts.has_bias
 
     @property
     def toeplitz(self) -> bool:
         """The bias depends on the distance Δ alone (the fused attention path reads it from a table)."""
-        return self.facts.toeplitz
+        return self.facts is not None and self.facts.toeplitz
 
     def distance(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """The Δ a bias is evaluated at: i − j clamped at 0 (causal) or |i − j| (symmetric)."""

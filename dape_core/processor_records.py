@@ -1,5 +1,5 @@
 """The score processors and processor forms of docs/method.md §3–§4, one record each
-(`dape_core.components.Processor`, `Form`): what the config, the attention paths, the fused kernels, the FLOP
+(`dape_core.registry.Processor`, `Form`): what the config, the attention paths, the fused kernels, the FLOP
 count, the plan's estimates and the report's labels read. What a processor computes is `processors.py`'s
 (`ConvScoreProcessor`, built by the records' `build`).
 
@@ -11,9 +11,7 @@ It loads without torch: validating a study reads it.
 
 from __future__ import annotations
 
-import importlib
-
-from .components import (
+from .registry import (
     Cost,
     Form,
     Processor,
@@ -49,15 +47,30 @@ def _form_without_bias(cfg) -> set[str]:
     return set() if cfg.has_bias else {"form"}  # the processor then reads S alone
 
 
+def processor_form(form: str, has_bias: bool) -> str:
+    """The form a processor computes: `form`, or "no_bias" (S + f(S)) without a bias encoding."""
+    return form if has_bias else "no_bias"
+
+
+def processor_in_channels(n_head: int, has_bias: bool, form: str) -> int:
+    """Channels the score processor reads (its form's record): [S, B] (2H) in the concatenating forms with a
+    bias encoding; S + B (add_residual), B alone (bias_only) or S alone (no bias encoding): H."""
+    return forms[processor_form(form, has_bias)].channels * n_head
+
+
 def _build_conv(cfg, has_bias: bool):
-    # by name, when a model is built: processors.py reads these records, it is not their dependency
-    conv = importlib.import_module("dape_core.processors").ConvScoreProcessor
-    return conv(cfg.n_head, has_bias, cfg.d_dape, cfg.kernel_shape, cfg.form, cfg.leak, cfg.causal)
+    """The module, when a model is built (validating a study loads no torch)."""
+    from .processors import ConvScoreProcessor
+
+    form = processor_form(cfg.form, has_bias)
+    return ConvScoreProcessor(cfg.n_head, forms[form], processor_in_channels(cfg.n_head, has_bias, cfg.form),
+                              cfg.d_dape, cfg.kernel_shape, cfg.leak, cfg.causal)
 
 
-_COMMON = (Setting("d_dape", label="DAPE width"), Setting("form", label="DAPE form"),
-           Setting("leak", label="leakage", step_cost=False),
-           Setting("attention_block_size", label="attention block size", step_cost=False))
+# DAPE's settings: ModelConfig fields (`model.d_dape`, ...), the names studies and stored runs use.
+_COMMON = (Setting("d_dape", label="DAPE width", field=True), Setting("form", label="DAPE form", field=True),
+           Setting("leak", label="leakage", step_cost=False, field=True),
+           Setting("attention_block_size", label="attention block size", step_cost=False, field=True))
 
 for _form in (
     Form("concat_residual", "concat + residual", lambda s, b: [s, b], channels=2, fused_mode=0),
@@ -73,7 +86,7 @@ for _processor in (
     Processor("dape", "DAPE", _build_conv, cost=_conv_cost, settings=_COMMON, unread=_form_without_bias,
               kernel=_pointwise, fused=True),
     Processor("dapev2", "DAPE V2", _build_conv, cost=_conv_cost,
-              settings=(Setting("kernel_size", label="kernel size"), *_COMMON), unread=_form_without_bias,
+              settings=(Setting("kernel_size", label="kernel size", field=True), *_COMMON), unread=_form_without_bias,
               kernel=_conv_kernel, fused=True),
 ):
     if _processor.present:
@@ -81,5 +94,5 @@ for _processor in (
     else:
         processors.add(_processor, check=False)  # the absence of a processor: nothing to build or cost
 
-FORMS = forms  # the registries (dape_core/components.py): these, contrib's and plugins'
+FORMS = forms  # the registries (dape_core/registry.py): these, contrib's and plugins'
 PROCESSORS = processors

@@ -14,12 +14,15 @@ blocks of rows (see `attention.py`):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .config import ModelConfig, processor_form, processor_in_channels
-from .processor_records import FORMS
+if TYPE_CHECKING:
+    from .config import ModelConfig
+    from .registry import Form
 
 
 class ScoreProcessor(nn.Module):
@@ -52,18 +55,17 @@ class ConvScoreProcessor(ScoreProcessor):
     Default PyTorch init for both convolutions (docs/method.md §3).
     """
 
-    def __init__(self, n_head: int, has_bias: bool, d_dape: int, kernel: tuple[int, int] | int, form: str, leak: bool,
-                 causal: bool = True):
+    def __init__(self, n_head: int, form: Form, in_channels: int, d_dape: int, kernel: tuple[int, int] | int,
+                 leak: bool, causal: bool = True):
         super().__init__()
         rows, cols = (1, kernel) if isinstance(kernel, int) else kernel  # ModelConfig checked both (odd cols)
-        self.form = processor_form(form, has_bias)
-        self.form_facts = FORMS[self.form]  # what z is and whether B is added back (processor_records.py)
+        self.form = form.name  # what it computes: the study's form, or `no_bias` without a bias encoding
+        self.form_facts = form  # what z is and whether B is added back (processor_records.py)
         self.leak = leak
         self.tril = causal and not leak
         self.kernel = (rows, cols)
         self.key_halo = (1 if self.tril else 2) * (cols // 2)
         self.row_halo = 2 * (rows - 1)
-        in_channels = processor_in_channels(n_head, has_bias, form)
         padding = (0, cols // 2)  # rows are padded causally in `_conv`
         self.conv_in = nn.Conv2d(in_channels, d_dape, (rows, cols), padding=padding)
         self.conv_out = nn.Conv2d(d_dape, n_head, (rows, cols), padding=padding)

@@ -48,7 +48,7 @@ def fused_processor() -> str:
     width is a setting (dape_core/components.py; DAPE V2)."""
     from dape_core.components import processors
 
-    return next(name for name, record in processors.items(discover=False)
+    return next(name for name, record in processors.items()
                 if record.fused and "kernel_size" in record.settings)
 
 
