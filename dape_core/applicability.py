@@ -9,7 +9,7 @@ The rule, field by field (dotted names as in `ExperimentConfig.to_dict()`):
   training then uses PyTorch's fused kernel; with `dape` not `kernel_size`, always 1x1; with a processor but
   no bias encoding not `form`, the processor reads the scores alone); the encoding fields (`rope_random_max`,
   `fire_width`, `fire_l0`) the encoding in use does not read, by its record's `settings`
-  (dape_core/components.py, the records in encodings.py and processor_records.py).
+  (dape_core/components.py, the records in dape_core/encodings/ and dape_core/processors/).
 - train: `val_tokens` without `eval_every` (no periodic validation).
 - eval: the timing warm-up and repetitions without `timing`.
 - data: the fields of the other sources (`pattern` and `separator` are for text and Hugging Face sources,

@@ -1,9 +1,9 @@
 """The public API for adding a position encoding, a score processor or a processor form, as a built-in (a
 module under `dape_core/contrib/`) or as a study's plugin (a module the study names under `plugins:`);
 docs/extending.md is the guide. The records and the registry they go into are `dape_core/registry.py`'s; this
-module is the registry with the built-ins in it: importing it loads dape_core's own records
-(`dape_core/encodings.py`, `dape_core/processor_records.py`), and `discover_contrib()` imports the modules of
-`dape_core/contrib/`, each registering its components as their owner.
+module is the registry with the built-ins in it: importing it loads dape_core's own records (one file per
+component in `dape_core/encodings/` and `dape_core/processors/`), and `discover_contrib()` imports the modules
+of `dape_core/contrib/`, each registering its components as their owner.
 
 A record carries: its settings (the `model:` fields it reads, and the new settings it declares, which a study
 gives under `model.options`), its builder (the torch module), its label in reports, its cost per score-map
@@ -21,7 +21,7 @@ import pkgutil
 
 from . import contrib
 from . import encodings as _encodings
-from . import processor_records as _processor_records
+from . import processors as _processors
 from .registry import (
     ComponentError,
     Cost,
@@ -49,7 +49,7 @@ __all__ = [
     "discover_contrib", "encodings", "forget", "forms", "processors", "register_encoding", "register_form",
     "register_processor", "registered_by", "registering_for", "setting_labels", "value_labels",
 ]
-BUILTIN_TABLES = (_encodings, _processor_records)  # imported above: they registered dape_core's own records
+BUILTIN_TABLES = (_encodings, _processors)  # imported above: they registered dape_core's own records
 _discovered: list[str] = []  # the contrib modules imported (discover_contrib)
 
 

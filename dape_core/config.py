@@ -26,7 +26,7 @@ from pydantic.dataclasses import dataclass
 
 from . import components
 from .encodings import BUILTIN_ENCODINGS, ENCODINGS, FIRE_DEFAULT_WIDTH
-from .processor_records import FORMS, PROCESSORS, processor_form, processor_in_channels
+from .processors import FORMS, PROCESSORS, processor_form, processor_in_channels
 from .registry import Encoding, Form, Processor, Registry
 from .types import PositiveInt, StrictBool
 
@@ -246,12 +246,12 @@ class ModelConfig:
 
     @property
     def encoding(self) -> Encoding:
-        """What the position encoding is (its record: dape_core/encodings.py or a contrib/plugin module)."""
+        """What the position encoding is (its record: dape_core/encodings/ or a contrib/plugin module)."""
         return ENCODINGS[self.pos_encoding]
 
     @property
     def processor_facts(self) -> Processor:
-        """What the score processor is (its record: dape_core/processor_records.py or a contrib/plugin module)."""
+        """What the score processor is (its record: dape_core/processors/ or a contrib/plugin module)."""
         return PROCESSORS[self.processor]
 
     @property

@@ -114,7 +114,7 @@ class Encoding(_Described):
 
     kind: `rotary` transforms q and k before `Q Kᵀ` (the module's `rotate` hook), `bias` adds B = [H, T_q, T_k]
         (the `bias` hook), `none` neither.
-    build: `ModelConfig -> PositionEncoding` (dape_core.position's base class), one layer's module.
+    build: `ModelConfig -> PositionEncoding` (dape_core.encodings.base's class), one layer's module.
     toeplitz: its bias depends on the distance Δ alone, so the fused kernels read it from a table of Δ (the
         fused path takes every encoding but a bias of more than Δ: FIRE's).
     settings: the `model:` fields only this encoding reads (marked not applicable for the others), or Setting

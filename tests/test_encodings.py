@@ -9,7 +9,7 @@ import torch
 
 from dape_core.config import ModelConfig
 from dape_core.encodings import ENCODING_SETTINGS, ENCODINGS
-from dape_core.position import build_position_encodings
+from dape_core.encodings.base import build_position_encodings
 
 
 @pytest.mark.parametrize("name", list(ENCODINGS))

@@ -59,7 +59,7 @@ CONV = """
     import torch
     from torch.nn import functional as F
     from dape_core.components import Cost, Processor, register_processor
-    from dape_core.processors import ScoreProcessor
+    from dape_core.processors.base import ScoreProcessor
 
     class Shift(ScoreProcessor):
         '''A = S + B + w * S shifted by `shift` keys: key j reads key j - shift (negative: a later key).'''

@@ -65,8 +65,8 @@ def check(case: Case, device: torch.device) -> Outcome:
     import dape_core.fused as fused
     from dape_core.attention import CausalSelfAttention
     from dape_core.config import ModelConfig
+    from dape_core.encodings.base import build_position_encoding
     from dape_core.fused import selfcheck
-    from dape_core.position import build_position_encoding
 
     size: dict[str, Any] = dict(SIZES["cuda" if device.type == "cuda" else "cpu"])
     length = size.pop("length")
