@@ -46,7 +46,7 @@ Preset = Literal["tiny", "small", "medium", "125M", "350M", "2.7B", "6.7B"]
 
 
 class _Named:
-    """A `model:` field that names a registered component (dape_core/registry.py): checked against the
+    """A `model:` field that names a registered component (dape_core/components.py): checked against the
     registry when validated, so that a plugin's names are valid once its module is loaded, with a "did you
     mean" for a near miss; the JSON Schema lists the names registered when it is generated."""
 
@@ -74,7 +74,7 @@ PosEncoding = Annotated[str, AfterValidator(_ENCODING), _ENCODING]  # a name of 
 ProcessorName = Annotated[str, AfterValidator(_PROCESSOR), _PROCESSOR]
 FormName = Annotated[str, AfterValidator(_FORM), _FORM]
 
-POS_ENCODINGS = BUILTIN_ENCODINGS  # dape_core/encodings.py's (contrib's and plugins' are in the registry too)
+POS_ENCODINGS = BUILTIN_ENCODINGS  # dape_core/encodings/'s (contrib's and plugins' are in the registry too)
 BIAS_ENCODINGS = tuple(name for name in BUILTIN_ENCODINGS if ENCODINGS[name].has_bias)  # additive B: [H, T_q, T_k]
 # The forms whose processor reads [S, B] (2H input channels) where there is a bias; every other one reads H.
 CONCATENATING_FORMS = tuple(name for name, form in FORMS.items() if form.channels == 2)
@@ -142,7 +142,7 @@ class ModelConfig:
         model may read both sides, so there is nothing to leak). A kernel taller than one query row is still
         padded on the past side only.
     options: the settings of their own that the position encoding and the score processor in use declare
-        (contrib and plugin components: dape_core/registry.py `Setting`), by name; checked against their
+        (contrib and plugin components: dape_core/components.py `Setting`), by name; checked against their
         types, the missing ones filled in with their defaults; another registered component's options are
         dropped (not read here). Empty for the components of docs/method.md.
     eval_block_size: without gradients (evaluation) the block path is used automatically once T exceeds
@@ -210,7 +210,7 @@ class ModelConfig:
 
     def _checked_options(self) -> dict[str, Any]:
         """`options`: the settings of their own that the encoding and the processor in use declare
-        (dape_core/registry.py `Setting`), each checked against its type, the missing ones at their defaults.
+        (dape_core/components.py `Setting`), each checked against its type, the missing ones at their defaults.
         An option of another registered component is dropped (a study's base may set a plugin's option for the
         rows that use it; the others do not read it, like `kernel_size` without a processor); one that no
         registered component declares is an error."""

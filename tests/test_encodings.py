@@ -1,4 +1,4 @@
-"""Each position encoding's record (dape_core/encodings.py) says what its module does: the config, the
+"""Each position encoding's record (dape_core/encodings/, one file each) says what its module does: the config, the
 applicability rule, the fused path and the estimates read the record, so a record that disagrees with the
 module would mislead all of them at once."""
 
