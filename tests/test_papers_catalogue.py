@@ -128,3 +128,25 @@ def test_the_time_cost_values_say_what_is_known_and_assumed():
     for value in study.published_here():
         assert value.note and "not stated" in value.note and "assumed" in value.note
         assert value.location.column == "350M" and "not stated" in value.location.setting
+
+
+def test_one_docs_page_lists_every_value_and_claim_with_its_location():
+    """docs: "The papers' numbers and claims", generated from the study files at each build (docsgen)."""
+    from docsgen import hooks, papers_catalogue
+
+    page = papers_catalogue.render()
+    assert hooks.generated_pages()["papers_catalogue.md"] == page
+    assert "papers_catalogue.md" in (STUDIES.parent / "mkdocs.yml").read_text()  # in the site's navigation
+    lines = page.splitlines()
+    for path in FILES:
+        study = load_study(path)
+        for profile, values in study.published.items():
+            for value in values:
+                start = f"| `{study.name}` ({profile}) | `{value.variant}`"
+                line = next(text for text in lines if text.startswith(start) and f"| {value.value:g} |" in text)
+                assert value.location.row in line and value.location.table.split(",")[0] in line
+        for claim in study.expect:
+            line = next(text for text in lines if f"| `{claim.id}` |" in text)
+            assert " ".join(claim.source.split()) in line
+        for profile, why in study.unpublished.items():
+            assert any(text.startswith(f"| `{study.name}` ({profile}) | {' '.join(why.split())}") for text in lines)
