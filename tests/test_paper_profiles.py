@@ -58,9 +58,9 @@ SHRINK = {
     "search": LM + BUDGET + ["search.num_samples=2", "scheduler.grace_period=1"],
     # The sizes are this profile's point (125M..6.7B): shrunk to one tiny row, only its path runs here.
     "model_size": LM + BUDGET + ["zip={model.preset: [tiny], train.lr: [6.0e-4]}"],
-    # two of its three training lengths (its K is 128, to fit the shortest)
+    # two of its three training lengths, each with its K (the papers' 256, and 128 at 128, the longest that fits)
     "training_length": LM + BUDGET + ["zip={train.seq_len: [128, 256], train.batch_size: [2, 1], "
-                                      "eval.lengths: [[128, 256], [256, 512]]}"],
+                                      "eval.tail_tokens: [128, 256], eval.lengths: [[128, 256], [256, 512]]}"],
     "che": CHE + ["axes={che.task: [parity_check]}"],  # one task of fourteen
     "associative_recall": CHE,
 }
