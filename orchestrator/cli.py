@@ -116,7 +116,7 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     """Show the expanded trial table with costs and what is already finished; launches nothing."""
     from .commands.plan import plan as command
 
-    command(Invocation.load(study_path, profile, overrides, tracking_uri, check_data=True))
+    command(Invocation.load(study_path, profile, overrides, tracking_uri, check_data=True, data_note=True))
 
 
 @app.command()
@@ -271,8 +271,8 @@ def slurm(
     """Write (and with --submit, submit) a SLURM batch job that runs the study on Ray across its nodes."""
     from .commands.slurm import slurm as command
 
-    command(Invocation.load(study_path, profile, overrides, tracking_uri, check_data=True), reports_dir=reports_dir,
-            storage_dir=storage_dir, nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_node=cpus_per_node,
+    command(Invocation.load(study_path, profile, overrides, tracking_uri, check_data=True, data_note=dry_run),
+            reports_dir=reports_dir, storage_dir=storage_dir, nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_node=cpus_per_node,
             partition=partition, account=account, time_limit=time_limit, sbatch=sbatch, setup=setup,
             join_timeout=join_timeout, signal_grace=signal_grace, requeue=requeue, script=script, submit=submit,
             dry_run=dry_run, decide=decide)
