@@ -28,9 +28,9 @@ def synthetic_report(folder: Path):
     """The main job's study recorded into a store in `folder` (synthetic results: no training) and its report
     built there as `orchestrator report` builds it; the built report (its `document`, its `folder`)."""
     sys.path.insert(0, str(ROOT / "tests"))
+    import synthetic_store
     import yaml
 
-    import synthetic_store
     from orchestrator import parse_study
     from orchestrator.reporting.build import build_report as build
     from orchestrator.run_context import RunContext

@@ -67,8 +67,8 @@ class BuiltStudy:
 
 def _run(spec: dict, root: Path) -> BuiltStudy:
     """Run a study for real and write its report, as `orchestrator run` does (orchestrator/run.py)."""
-    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
+    from orchestrator.run_context import RunContext
 
     root.mkdir(parents=True, exist_ok=True)
     study_file = root / f"{spec['name']}.yaml"

@@ -56,11 +56,11 @@ def write_store(study: Study, tracking_uri: str, later: bool = False) -> StudySt
     calls), the per-length series as the recorder logs them."""
     from mlflow.entities import Metric
 
-    from dape_core.metric_names import by_length as series
     from dape_core.evaluate.config import PROTOCOL_VERSION
-    from orchestrator.trial.protocol import EVAL_PROTOCOL_TAG, SERIES
+    from dape_core.metric_names import by_length as series
     from orchestrator.tracking.events import TrialStarted
     from orchestrator.tracking.params import resolved_params
+    from orchestrator.trial.protocol import EVAL_PROTOCOL_TAG, SERIES
 
     store = StudyStore.create(tracking_uri, study.name)
     store.start_parent({"description": study.description[:4000], "code_version": "synthetic"})

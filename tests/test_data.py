@@ -10,8 +10,15 @@ import pytest
 from pydantic import ValidationError
 
 from dape_core import ExperimentConfig, run_experiment
-from dape_core.data import (DOC_SEPARATOR, DataConfig, TrainStream, evaluation_windows, load_corpus, load_tokenizer,
-                            stdlib_files)
+from dape_core.data import (
+    DOC_SEPARATOR,
+    DataConfig,
+    TrainStream,
+    evaluation_windows,
+    load_corpus,
+    load_tokenizer,
+    stdlib_files,
+)
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,18 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from dape_core.data import (DataConfig, PrepareConfig, TokenFileChanged, anchored, data_problems, load_corpus,
-                            load_tokenizer, prepare_corpus, stdlib_files, verify_token_file)
+from dape_core.data import (
+    DataConfig,
+    PrepareConfig,
+    TokenFileChanged,
+    anchored,
+    data_problems,
+    load_corpus,
+    load_tokenizer,
+    prepare_corpus,
+    stdlib_files,
+    verify_token_file,
+)
 from dape_core.data.splits import document_split
 from dape_core.data.token_meta import SAMPLE_BLOCKS, SAMPLE_BYTES, metadata_path
 

@@ -16,11 +16,11 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from distributed_support import max_abs_difference, run_job, run_on_workers, with_workers
 from pydantic import ValidationError
 
 from dape_core import ExperimentConfig, run_experiment
 from dape_core.data import TrainStream
-from distributed_support import max_abs_difference, run_job, run_on_workers, with_workers
 
 LOSS_TOLERANCE = 2e-5  # nats, absolute: see the module docstring
 PPL_RELATIVE_TOLERANCE = 1e-5

@@ -1,15 +1,13 @@
 """A real study through Ray Tune and MLflow (SQLite in a temp dir): runs, metrics, report, resume, failure."""
 
-from pathlib import Path
 
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestrator import parse_study
-from orchestrator.run_context import RunContext
 from orchestrator.run import run_and_report
-from orchestrator.tracking.store import TRIAL_ID_TAG
+from orchestrator.run_context import RunContext
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

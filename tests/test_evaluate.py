@@ -29,8 +29,8 @@ VARIANTS = [{"label": "DAPE", "baseline": True, "set": {"model.kernel_size": 1}}
 
 
 def _train(root: Path, name: str, lengths: list[int], variants=VARIANTS) -> tuple[Path, str]:
-    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
+    from orchestrator.run_context import RunContext
 
     spec = {"name": name, "base": {**BASE, "eval": {**BASE["eval"], "lengths": lengths}}, "variants": variants,
             "resources": {"cpus": 1, "max_retries": 0}}

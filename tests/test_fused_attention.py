@@ -24,12 +24,16 @@ from torch.nn import functional as F
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[test]'): the fused path is untested")
 
-from dape_core import ModelConfig, build_model  # noqa: E402
-from dape_core import fused  # noqa: E402
-from dape_core.attention import CausalSelfAttention  # noqa: E402
-from dape_core.fused import launch  # noqa: E402
-from dape_core.encodings.base import build_position_encoding  # noqa: E402
 from triton.runtime.errors import OutOfResources  # noqa: E402
+
+from dape_core import (  # noqa: E402
+    ModelConfig,
+    build_model,
+    fused,  # noqa: E402
+)
+from dape_core.attention import CausalSelfAttention  # noqa: E402
+from dape_core.encodings.base import build_position_encoding  # noqa: E402
+from dape_core.fused import launch  # noqa: E402
 
 ON_CUDA = bool(os.environ.get("DAPE_FUSED_TESTS_ON_CUDA"))
 DEVICE = torch.device("cuda" if ON_CUDA else "cpu")

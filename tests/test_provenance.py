@@ -104,8 +104,8 @@ def test_a_dirty_checkout_is_flagged_with_the_hash_of_its_changes(tmp_path):
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory, local_ray):
-    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
+    from orchestrator.run_context import RunContext
 
     root = tmp_path_factory.mktemp("provenance_study")
     study_file = root / "tiny_provenance.yaml"

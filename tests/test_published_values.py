@@ -8,8 +8,8 @@ import copy
 from pathlib import Path
 
 import pytest
-
 import synthetic_store
+
 from orchestrator import StudyError, load_study, parse_study
 from orchestrator.reporting import build_report
 from orchestrator.run_context import RunContext

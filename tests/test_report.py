@@ -11,25 +11,24 @@ import typing
 
 import pandas as pd
 import pytest
+import report_study
 import yaml
 from mlflow.tracking import MlflowClient
+from report_study import BASELINE, LABELS, LENGTHS
 from scipy import stats
 from typer.testing import CliRunner
 
-import report_study
 from orchestrator import parse_study
 from orchestrator.cli import app
-from orchestrator.reporting import build_report, load_results
-from orchestrator.run_context import RunContext
+from orchestrator.reporting import build_report, load_results, render_html, render_latex, render_md
 from orchestrator.reporting.document import ReportDocument
 from orchestrator.reporting.families import FAMILIES
-from orchestrator.reporting import render_html, render_latex, render_md
 from orchestrator.reporting.stats import compare, holm
 from orchestrator.reporting.tables import build_table
+from orchestrator.run_context import RunContext
 from orchestrator.study.model import ReportMetric
 from orchestrator.tracking.lookup import StudyNotFound
 from orchestrator.tracking.store import StudyStore
-from report_study import BASELINE, LABELS, LENGTHS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the first test runs the module's study
 

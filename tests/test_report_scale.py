@@ -8,12 +8,12 @@ import re
 import pytest
 
 from orchestrator import parse_study
-from orchestrator.run_context import RunContext
-from orchestrator.run import run_and_report
 from orchestrator.reporting import build_report, load_results
 from orchestrator.reporting.cells import number
 from orchestrator.reporting.fingerprint import FILE
 from orchestrator.reporting.render_latex import _number
+from orchestrator.run import run_and_report
+from orchestrator.run_context import RunContext
 from orchestrator.tracking.store import StudyStore
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -117,9 +117,9 @@ def test_a_resumed_trial_says_from_which_step():
     from rich.console import Console
 
     from orchestrator import expand
-    from orchestrator.trial.protocol import FINAL_FLAG
     from orchestrator.tracking.console import ConsoleProgress
     from orchestrator.tracking.events import TrialEvents
+    from orchestrator.trial.protocol import FINAL_FLAG
 
     trial = expand(parse_study(SPEC))[0]
     out = io.StringIO()

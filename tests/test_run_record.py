@@ -6,14 +6,14 @@ carries the dashboard the UI opens; the SQLite reader returns what MLflow's clie
 
 import json
 import math
-import sys
 import subprocess
+import sys
 
 import pytest
+import report_study
 import yaml
 from mlflow.tracking import MlflowClient
 
-import report_study
 from dape_core import ExperimentConfig, build_model
 from dape_core.applicability import unused_settings
 from orchestrator import expand, parse_study

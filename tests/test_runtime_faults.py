@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_support import run_cli
 from mlflow.tracking import MlflowClient
 
 from orchestrator import expand, parse_study
+from orchestrator.errors import ForeignExperiment, ResourcesUnavailable
 from orchestrator.execution.cluster import fits, one_worker_bundles, require_placeable
 from orchestrator.execution.leased import run_leased
 from orchestrator.execution.runner import select_trials
-from orchestrator.errors import ForeignExperiment, ResourcesUnavailable
 from orchestrator.tracking import StudyStore
 from orchestrator.tracking.leases import HEARTBEAT_TAG, LeaseBook
-from cli_support import run_cli
 
 BASE = {
     "model": {"preset": "tiny", "pos_encoding": "alibi", "processor": "none"},

@@ -9,13 +9,13 @@ from typer.testing import CliRunner
 
 from orchestrator import StudyError, expand, parse_study
 from orchestrator.cli import app
-from orchestrator.run_context import RunContext
 from orchestrator.execution.runner import select_trials
-from orchestrator.run import run_and_report
-from orchestrator.study.identity import legacy_identity
-from orchestrator.trial.trials import distinct, shared_rows
 from orchestrator.reporting import load_results
+from orchestrator.run import run_and_report
+from orchestrator.run_context import RunContext
+from orchestrator.study.identity import legacy_identity
 from orchestrator.tracking.store import TRIAL_ID_TAG, StudyStore
+from orchestrator.trial.trials import distinct, shared_rows
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

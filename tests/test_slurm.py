@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-
 from cluster_support import BIN, loopback_network_namespace, processes_in_namespace
-from orchestrator.slurm import server as server_login
 from slurm_support import Slurm
+
+from orchestrator.slurm import server as server_login
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # 94-130 s a test here, daemons' start-up included
 

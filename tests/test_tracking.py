@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from orchestrator import expand, parse_study
 from orchestrator.cli import app
-from orchestrator.trial.protocol import FINAL_FLAG
 from orchestrator.tracking import TRIAL_ID_TAG, StudyNotFound, StudyStore, TrialEvents, TrialListener
 from orchestrator.tracking.recorder import MLflowRecorder
+from orchestrator.trial.protocol import FINAL_FLAG
 
 STUDY = {"name": "events", "base": {"model": {"preset": "tiny"}, "train": {"steps": 4}},
          "variants": [{"label": "A", "baseline": True, "set": {"model.processor": "none"}},

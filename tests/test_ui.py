@@ -15,11 +15,11 @@ import time
 import urllib.request
 
 import pytest
-from PIL import Image
-
 import report_study
-from orchestrator.cli import app
+from PIL import Image
 from typer.testing import CliRunner
+
+from orchestrator.cli import app
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a study, then Chromium (240 s bounds)
 INSTALL_HINT = "Chromium is needed to render the HTML report: apt-get update && apt-get install -y chromium"

@@ -45,14 +45,14 @@ import subprocess
 import sys
 import time
 
+import model_tables
 import torch
+from reference_formulation import reference_attention
 from tabulate import tabulate
 
-import model_tables
 from dape_core import ModelConfig
 from dape_core.attention import CausalSelfAttention
 from dape_core.encodings.base import build_position_encoding
-from reference_formulation import reference_attention
 
 GIB, MIB = 2**30, 2**20
 VARIANTS = {  # label -> ModelConfig overrides

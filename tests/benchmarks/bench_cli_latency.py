@@ -67,7 +67,6 @@ def _stored_study(args) -> tuple[Path, str]:
         return Path(args.study), args.tracking_uri
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import ray
-
     import report_study
 
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)

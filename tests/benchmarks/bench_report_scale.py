@@ -78,12 +78,13 @@ def measure(trials: int, folder: Path, repeat: int = 1) -> dict:
     again (the report unchanged, kept), timing each phase."""
     sys.path.insert(0, str(HERE.parent))  # tests/ for synthetic_store
     import synthetic_store
+
     from orchestrator import parse_study
     from orchestrator.reporting import build as build_module
     from orchestrator.reporting import render_html, render_latex, render_md
     from orchestrator.reporting.results import study_results
-    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
+    from orchestrator.run_context import RunContext
     from orchestrator.tracking.store import StudyStore
 
     study = parse_study(study_spec(trials))

@@ -26,6 +26,7 @@ def report(study_name: str, profile: str | None, out: Path) -> None:
     """In this process (the code on PYTHONPATH, and that checkout's tests/synthetic_store.py, which imports
     its modules): a synthetic store of the study, its report into `out`."""
     import synthetic_store
+
     from orchestrator import load_study
     from orchestrator.reporting import build_report
     from orchestrator.run_context import RunContext
