@@ -75,7 +75,8 @@ def _run(spec: dict, root: Path) -> BuiltStudy:
     study_file.write_text(yaml.safe_dump(spec, sort_keys=False))
     study = parse_study(spec)
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    outcome = run_and_report(RunContext.create(study, uri, storage_dir=root / "state", study_path=study_file), root / "reports")
+    context = RunContext.create(study, uri, storage_dir=root / "state", study_path=study_file)
+    outcome = run_and_report(context, root / "reports")
     assert outcome.ok, outcome.failed
     return BuiltStudy(study, study_file, uri, root / "reports")
 

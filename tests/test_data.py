@@ -147,7 +147,9 @@ def test_empty_folder_and_missing_path_are_clear_errors(tmp_path):
         load_corpus(DataConfig(source="text", path=str(tmp_path / "nope")))
     with pytest.raises(ValidationError, match="data.path is required"):
         DataConfig(source="text")
-    with pytest.raises(ValidationError, match=r"source\n  Input should be 'stdlib', 'text', 'tokens' or 'hf_disk' .*input_value='the_pile'"):
+    with pytest.raises(ValidationError,
+                       match=r"source\n  Input should be 'stdlib', 'text', 'tokens' or 'hf_disk' "
+                             r".*input_value='the_pile'"):
         DataConfig(source="the_pile")
 
 

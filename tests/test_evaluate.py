@@ -37,7 +37,8 @@ def _train(root: Path, name: str, lengths: list[int], variants=VARIANTS) -> tupl
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    outcome = run_and_report(RunContext.create(parse_study(spec), uri, storage_dir=root / "state", local=True), root / "reports")
+    context = RunContext.create(parse_study(spec), uri, storage_dir=root / "state", local=True)
+    outcome = run_and_report(context, root / "reports")
     assert outcome.ok, outcome.failed
     return path, uri
 

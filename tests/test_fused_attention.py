@@ -26,11 +26,7 @@ pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.
 
 from triton.runtime.errors import OutOfResources  # noqa: E402
 
-from dape_core import (  # noqa: E402
-    ModelConfig,
-    build_model,
-    fused,  # noqa: E402
-)
+from dape_core import ModelConfig, build_model, fused  # noqa: E402
 from dape_core.attention import CausalSelfAttention  # noqa: E402
 from dape_core.encodings.base import build_position_encoding  # noqa: E402
 from dape_core.fused import launch  # noqa: E402
@@ -260,8 +256,8 @@ def test_a_training_step_of_a_model_matches_the_direct_path():
 
 def test_which_layers_take_the_fused_path(monkeypatch):
     """Forced on: 1 x k processors with per-distance biases take it; taller kernels, kernels wider than 7 and
-    FIRE keep the other paths (and stay exact); automatic on CPU never takes it; forced on where the kernels cannot run is an
-    error that says why."""
+    FIRE keep the other paths (and stay exact); automatic on CPU never takes it; forced on where the kernels cannot
+    run is an error that says why."""
     calls = []
     real = fused.fused_attention
     monkeypatch.setattr(fused, "fused_attention",

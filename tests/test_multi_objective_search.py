@@ -74,4 +74,5 @@ def test_a_two_metric_search_ends_with_its_pareto_set_in_the_report_and_mlflow(t
     parent = client.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'study'")[0]
     assert parent.data.tags["search.pareto_size"] == str(len(front))
     assert set(json.loads(parent.data.tags["search.pareto_runs"])) == front
-    assert {run.info.run_name for run in client.search_runs([experiment.experiment_id], "tags.`search.pareto` = 'true'")} == front
+    on_front = client.search_runs([experiment.experiment_id], "tags.`search.pareto` = 'true'")
+    assert {run.info.run_name for run in on_front} == front

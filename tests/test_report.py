@@ -206,7 +206,8 @@ def test_a_significant_difference_is_marked_in_every_format(built):
                               frame.iloc[0:0], tables=[table])
     assert re.search(r"\*\*[0-9.]+ ± [0-9.]+\*\*" + re.escape(marker.replace("*", "\\*")), render_md.render(document))
     assert f"<sup class=\"sig\">{marker}</sup>" in render_html.render(document)
-    assert re.search(r"\$\\mathbf\{[0-9.]+\}_\{\\pm [0-9.]+\}\^\{" + re.escape(marker) + r"\}\$", render_latex.render(document))
+    latex_cell = r"\$\\mathbf\{[0-9.]+\}_\{\\pm [0-9.]+\}\^\{" + re.escape(marker) + r"\}\$"
+    assert re.search(latex_cell, render_latex.render(document))
 
 
 def test_results_dataframe_has_config_swept_and_metric_columns(built):
@@ -468,7 +469,11 @@ def test_legends_are_outside_the_axes(built, tmp_path):
     captured = []
     original = plots._save
     try:  # look at the figure by_length draws just before it is written
-        plots._save = lambda fig, folder, name, panels=False: captured.append(fig) or original(fig, folder, name, panels)
+        def capture(fig, folder, name, panels=False):
+            captured.append(fig)
+            return original(fig, folder, name, panels)
+
+        plots._save = capture
         plots.by_length(table, frame, tmp_path)
     finally:
         plots._save = original

@@ -108,7 +108,8 @@ def test_saved_view_has_per_length_columns():
                                     ["model.kernel_size"], "ppl_128"))
     columns = state["selectedColumns"]
     assert columns[0] == "params.`model.kernel_size`"
-    assert [c for c in columns if c.startswith("metrics.")] == ["metrics.`ppl_32`", "metrics.`ppl_64`", "metrics.`ppl_128`"]
+    assert [c for c in columns if c.startswith("metrics.")] == [
+        "metrics.`ppl_32`", "metrics.`ppl_64`", "metrics.`ppl_128`"]
 
 
 def test_a_resumed_trial_says_from_which_step():
@@ -207,7 +208,8 @@ def test_figures_are_laid_out_without_measuring_and_nothing_overlaps(tmp_path, m
     assert not [text for text in legends if "nan" in text or re.search(r"\d\.0\b", text)]  # no unset value, no "5.0"
     legend = figures["perplexity_vs_length"].legends[0]
     assert [t.get_text() for t in legend.get_texts()][0] == "Kerple (baseline)"
-    assert "Only the first 8 of the 9 grid points are drawn" in (tmp_path / "reports" / study.name / "report.md").read_text()
+    report = (tmp_path / "reports" / study.name / "report.md").read_text()
+    assert "Only the first 8 of the 9 grid points are drawn" in report
 
 
 def _listing_document(tracking_uri: str):
@@ -240,7 +242,8 @@ def test_run_ids_link_to_the_runs_page_in_the_mlflow_ui(uri, address):
     markdown = render_md.render(document)
     assert f"[{run_id}]({address}{run_id}{classic})" in markdown
     server = uri.startswith("http")
-    assert ("orchestrator ui STUDY" in markdown) is not server and ("<code>orchestrator ui STUDY</code>" in html) is not server
+    assert ("orchestrator ui STUDY" in markdown) is not server
+    assert ("<code>orchestrator ui STUDY</code>" in html) is not server
     assert ("tracking server" in markdown) is server
 
 

@@ -342,7 +342,8 @@ def test_a_moved_store_keeps_the_layout_below_its_artifacts_folder(tmp_path):
     def recorded(database):
         connection = sqlite3.connect(database)
         try:
-            return connection.execute("SELECT e.artifact_location, r.artifact_uri FROM experiments e, runs r").fetchone()
+            query = "SELECT e.artifact_location, r.artifact_uri FROM experiments e, runs r"
+            return connection.execute(query).fetchone()
         finally:
             connection.close()
 

@@ -169,7 +169,8 @@ def main() -> None:
         mine = run_code(code, trials, args.repeat)
         theirs = run_code(args.reference.resolve(), trials, args.repeat) if args.reference else None
         print(f"\n{trials} rows ({mine['runs']} runs in the store; {mine['png']} PNG figures; store written in "
-              f"{mine['store_write_s']:.0f} s)" + (f"; reference: {theirs['runs']} runs, {theirs['png']} PNG" if theirs else ""))
+              f"{mine['store_write_s']:.0f} s)"
+              + (f"; reference: {theirs['runs']} runs, {theirs['png']} PNG" if theirs else ""))
         header = f"{'phase':<18}{'this code':>10}" + (f"{'reference':>11}{'ratio':>8}" if theirs else "")
         print(header)
         rows = [(phase, mine["phases"][phase], theirs["phases"][phase] if theirs else None) for phase in PHASES]
