@@ -81,7 +81,7 @@ def reduce(shot: Path, output: Path) -> None:
         raise SystemExit(f"{shot}: Chromium drew a blank page")
     image = image.crop((0, max(box[1] - 24, 0), image.width, min(box[3] + 24, image.height)))
     height = round(image.height * WIDTH / image.width)
-    small = image.resize((WIDTH, height), Image.LANCZOS).quantize(colors=COLOURS)
+    small = image.resize((WIDTH, height), Image.Resampling.LANCZOS).quantize(colors=COLOURS)
     output.parent.mkdir(parents=True, exist_ok=True)
     small.save(output, optimize=True)
 
