@@ -147,8 +147,13 @@ def _checked(small: ModelConfig, seeds: tuple[int, ...]) -> list[Refusal]:
         model = _random_model(small, seed)
         tokens = _tokens(small, seed)
         problems = _path_problems(model, tokens, checks_causality)
+        by_check: dict[str, list[str]] = {}
         for check, detail in problems:
-            found.append(Refusal(_blame(small, check, seeds), check, f"{detail} (parameter draw {seed})"))
+            by_check.setdefault(check, []).append(detail)
+        for check, details in by_check.items():  # the first path's failure in full, the others' paths named
+            others = [detail.split(":")[0] for detail in details[1:]]
+            also = f"; also on: {', '.join(others)}" if others else ""
+            found.append(Refusal(_blame(small, check, seeds), check, f"{details[0]} (parameter draw {seed}{also})"))
         if problems:
             break  # one draw's failures say it: the others would repeat them
     return found

@@ -145,8 +145,8 @@ BROKEN = {
                                                   r"model.leak is true, but no component in use declares the `leak` "
                                                   r"setting"),
     "wrong halo": (KQ.format(row_halo=0, macs_factor=1), {}, "block path",
-                   r"evaluation, blocks of 16 rows: the logits differ from the direct path's by up to [\d.e-]+ .*"
-                   r"first at position 16"),
+                   r"training, blocks of 10 rows: the logits differ from the direct path's by up to [\d.e-]+ .*"
+                   r"first at position 10: .*also on: evaluation, blocks of 16 rows, evaluation, last 13 rows \(tail\)"),
     "wrong parameter count": (SCALE.format(params=5), {}, "parameters",
                               r"Cost.parameters says 5 per layer, the built module has 1"),
     "cost off by 10x": (KQ.format(row_halo=1, macs_factor=10), {}, "cost",
@@ -190,3 +190,18 @@ def test_a_study_of_builtins_validates_with_the_contract(tmp_path, capsys):
     code, output = run_cli(capsys, "validate", EXAMPLES / "kq_conv.yaml")
     assert code == 0, output
     assert COST_FACTOR == 2.0  # the factor docs/extending.md states
+
+
+def test_the_worker_checks_the_contract_with_the_code_it_loaded(tmp_path):
+    """The probe a Ray worker runs before the first trial (orchestrator/execution/plugins_on_workers.py), called
+    here in-process: it loads the plugin from the payload the driver sends, then refuses the broken config."""
+    from orchestrator.execution.plugins_on_workers import _probe
+
+    (tmp_path / "broken.py").write_text(textwrap.dedent(SCALE.format(params=5)))
+    payload = plugins.load("broken.py", tmp_path).payload()
+    broken = ModelConfig(pos_encoding="kerple", processor="broken").to_dict()
+    plain = ModelConfig(pos_encoding="kerple").to_dict()
+    problem, refused = _probe([payload], [("variants[1] (broken)", broken), ("variants[0] (plain)", plain)])
+    assert problem is None
+    assert len(refused) == 1 and refused[0].startswith("variants[1] (broken): processor 'broken' (broken) fails "
+                                                        "the parameters check: Cost.parameters says 5"), refused

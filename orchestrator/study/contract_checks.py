@@ -13,13 +13,18 @@ MAX_CHECKED per study (each a fraction of a second). A problem names the trial, 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dape_core.contract import key, leak_refusal
+
+if TYPE_CHECKING:
+    from dape_core import ModelConfig
 
 MAX_CHECKED = 32  # distinct component configs checked per study
 SEE = 'See docs/extending.md, "The contract"'  # what each refusal means, and how to fix it
 
 
-def _model(trial):
+def _model(trial) -> ModelConfig:
     """The model a trial trains: a CHE task's is shaped for the task (vocabulary, bidirectional encoder)."""
     config = trial.config
     return config.che.model_config(config.model) if config.che is not None else config.model
@@ -29,25 +34,28 @@ def _owners(model) -> set[str]:
     return {model.encoding.owner, model.processor_facts.owner, model.form_facts.owner}
 
 
+def checked_models(trials: list, modules: set[str], everything: bool = False) -> list[tuple[str, ModelConfig]]:
+    """(where, model) of each distinct component config of `trials` (ResolvedTrial) the contract builds a model
+    for: those using a component of the plugin modules `modules`, or all with `everything`; the leak rule's
+    refusals are left out (they build nothing)."""
+    checked: dict[str, tuple[str, ModelConfig]] = {}
+    for trial in trials:
+        model = _model(trial)
+        if leak_refusal(model) is not None or (not everything and not _owners(model) & modules):
+            continue
+        if len(checked) < MAX_CHECKED:
+            checked.setdefault(key(model), (trial.where, model))
+    return list(checked.values())
+
+
 def contract_problems(trials: list, plugins: list | tuple = (), everything: bool = False) -> list[str]:
     """The contract's refusals over `trials` (ResolvedTrial): the leak rule for all; the checks that build a
     model for those using a component of `plugins` (Plugin), or for all with `everything`."""
-    modules = {plugin.module for plugin in plugins}
-    problems: list[str] = []
-    seen: set[str] = set()
-    for trial in trials:
-        model = _model(trial)
-        leak = leak_refusal(model)
-        if leak is not None:
-            problems.append(f"{trial.where}: model.leak: {leak}")
-            continue
-        if not everything and not _owners(model) & modules:
-            continue
-        identity = key(model)
-        if identity in seen or len(seen) >= MAX_CHECKED:
-            continue
-        seen.add(identity)
+    problems = [f"{trial.where}: model.leak: {refused}" for trial in trials
+                if (refused := leak_refusal(_model(trial))) is not None]
+    models = checked_models(trials, {plugin.module for plugin in plugins}, everything)
+    if models:
         from dape_core.contract import refusals  # torch: only where a model is built
 
-        problems += [f"{trial.where}: {refusal}. {SEE}" for refusal in refusals(model)]
+        problems += [f"{where}: {refusal}. {SEE}" for where, model in models for refusal in refusals(model)]
     return problems
