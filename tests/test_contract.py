@@ -146,7 +146,8 @@ BROKEN = {
                                                   r"setting"),
     "wrong halo": (KQ.format(row_halo=0, macs_factor=1), {}, "block path",
                    r"training, blocks of 10 rows: the logits differ from the direct path's by up to [\d.e-]+ .*"
-                   r"first at position 10: .*also on: evaluation, blocks of 16 rows, evaluation, last 13 rows \(tail\)"),
+                   r"first at position 10: .*also on: evaluation, blocks of 16 rows, evaluation, last 13 rows "
+                   r"\(tail\)"),
     "wrong parameter count": (SCALE.format(params=5), {}, "parameters",
                               r"Cost.parameters says 5 per layer, the built module has 1"),
     "cost off by 10x": (KQ.format(row_halo=1, macs_factor=10), {}, "cost",
