@@ -72,7 +72,7 @@ def main() -> None:
             refusals(model)
             times.append(time.perf_counter() - start)
         seconds = statistics.median(times)
-        rows.append([name, owner, f"{seconds:.3f}", f"{seconds / reference:.1f}"])
+        rows.append([name, owner, f"{seconds:.3f}", f"{seconds / reference:.2f}"])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; reference: one training step of the tiny "
           f"preset (DAPE V2 over Kerple, 4 x 128 tokens) = {reference * 1000:.1f} ms; median of {args.reps}\n")
     print(tabulate(rows, headers=["component", "owner", "contract (s)", "in training steps"]))
