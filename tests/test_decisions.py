@@ -113,10 +113,16 @@ def test_the_sequential_p_is_valid_whatever_looks_are_taken():
     assert (first <= 0.05).mean() < 0.05  # one look of a five-look design is judged at its share
 
 
-def test_zero_spread_is_decided_on_its_sign():
+def test_zero_spread_is_no_test_never_a_p_of_zero():
+    """Identical differences (exactly, or up to the rounding of the values they are made of) give no p."""
     design = Design(LOOKS, ALPHA)
     same = evidence(design, np.full(2, 3.0), np.full(2, 2.0), ">")
-    assert same.p_right < 1e-4 and same.p_wrong == 1.0 and same.low == same.high == 1.0
+    assert same.tie and same.p_right == same.p_wrong == 1.0 and (same.low, same.high) == (-math.inf, math.inf)
+    base = 30.0 + np.arange(4.0)
+    rounded = evidence(design, base - 1e-9, base, "<")  # 1e-9 below on every seed: rounding noise only
+    assert rounded.tie and rounded.p_right == 1.0
+    spread = evidence(design, base - 1e-6 * np.arange(1.0, 5.0) ** 2, base, "<")  # a real (if tiny) spread
+    assert not spread.tie
 
 
 # --- claims of a study, judged on per-seed results ------------------------------------------------------------

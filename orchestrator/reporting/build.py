@@ -24,6 +24,7 @@ from ..trial.trials import Trial
 from . import fingerprint, plots, render_html, render_latex, render_md, sweeps
 from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .cost_front import cost_front
+from .diverged import masked
 from .document import ReportDocument
 from .heat_maps import stored_heat_maps
 from .protocol_note import protocol_note
@@ -161,7 +162,7 @@ def _kept(study: Study, store: StudyStore, folder: Path, value: ValueChoice, tri
 def _figures(study: Study, tables: list, trials: pd.DataFrame, store: StudyStore, plot_dir: Path) -> list:
     """Heat maps of a grid over 2+ axes (sweeps.py), metric vs length per by-length table, perplexity vs each
     swept value (while its lines stay readable), training curves."""
-    finished = trials[trials["status"] == "FINISHED"]
+    finished = masked(trials[trials["status"] == "FINISHED"])  # a diverged value is not drawn (diverged.py)
     figures = []
     if tables and sweeps.sweep_axes(study):
         heatmaps = sweeps.heatmaps(study, tables[0], finished, plot_dir)
@@ -178,7 +179,7 @@ def _figures(study: Study, tables: list, trials: pd.DataFrame, store: StudyStore
             for row in order.to_dict("records")]
     panels = set(plots.drawn_blocks([block for _, _, block, _ in rows]))  # the curves of panels not drawn: not read
     curves_of = finished[finished["block"].fillna("").isin(panels)] if "block" in finished else finished
-    curves = plots.training_curves(metric_history(store, curves_of, names.TRAIN_LOSS), rows, plot_dir)
+    curves = plots.training_curves(masked(metric_history(store, curves_of, names.TRAIN_LOSS)), rows, plot_dir)
     return figures + ([curves] if curves else [])
 
 

@@ -42,6 +42,7 @@ from ..study.claim_checks import Check, Term, claim_checks, later_columns, study
 from ..study.model import Decide
 from ..trial.protocol import ISOLATED_PREFIX
 from .decision import RATIO, Design, Evidence, claim_p, evidence
+from .diverged import describe, unusable
 from .families import is_timing
 from .protocol_note import check_caveat
 from .stats import ALPHA, format_p, holm
@@ -77,6 +78,7 @@ class ClaimResult:
     last_look: bool = False  # judged at the design's last planned look: more seeds are not planned
     leans_holds: bool = True  # which verdict its evidence points to (the one a significant p gives)
     waiting: bool = False  # no look yet only because its rows have not finished the first look's seeds
+    unusable: list[str] = field(default_factory=list)  # seeds whose value diverged or failed: not judged on them
     alpha: float = ALPHA
 
     @property
@@ -196,7 +198,25 @@ def _seed_values(trials: pd.DataFrame, term: Term, prefix: str = "") -> pd.Serie
     values = rows[column].astype(float)
     if over is not None:
         values = values / rows[over].astype(float)
-    return pd.Series(values.to_numpy(), index=rows["seed"].to_numpy()).dropna()
+    series = pd.Series(values.to_numpy(), index=rows["seed"].to_numpy())
+    # A row that logged no value at all did not log the metric; a NaN beside logged values is a failed
+    # evaluation of that trial, kept so that the claim names it (diverged.py), like an infinite value.
+    return series.dropna() if series.isna().all() else series
+
+
+def _unusable(checks: list[Check], sides: list, seeds: list) -> list[str]:
+    """The values among `seeds` no test can use (diverged.py), named: "DAPE-Kerple · s1 ppl_64 diverged (+inf)"."""
+    named: dict[tuple, str] = {}
+    for check, (left, right) in zip(checks, sides):
+        for term, values in ((check.left, left), (check.right, right)):
+            if term is None or values is None:
+                continue
+            for seed in seeds:
+                value = float(values.get(seed, 0.0))
+                if unusable(value):
+                    what = term.column + (f"/{term.over}" if term.over else "")
+                    named.setdefault((term.label, seed, what), f"{term.label} · s{seed} {what} {describe(value)}")
+    return list(named.values())
 
 
 def _timing_prefix(trials: pd.DataFrame, check: Check) -> str:
@@ -329,6 +349,13 @@ def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame, study_path: A
         result.reason = f"{len(common)} seed(s) finished; the claim needs min_seeds = {claim.min_seeds}"
         return result
     result.seeds = len(common)
+    bad = _unusable(checks, sides, common)
+    if bad:  # no arithmetic on them: undecidable until the seed is rerun (docs/deciding.md)
+        result.unusable = bad
+        result.reason = (f"undecidable until rerun: {'; '.join(bad)}. A diverged or failed evaluation is not a "
+                         "number a test can use; rerun that trial (or delete its run) and the claim is judged "
+                         "again")
+        return result
     result.looks = tuple(looks)
     result.last_look = design is None or not result.decidable or (bool(looks) and looks[-1] == design.max_seeds)
     ratios = {(check.left, check.right) for check in checks if check.right is not None and check.scale != 1.0}
@@ -373,8 +400,15 @@ def _verdict(result: ClaimResult) -> None:
     else:
         result.verdict = INCONCLUSIVE
         lean = "holds" if result.leans_holds else "fails"
-        result.reason = (f"not significant: {lean} on the evidence so far, Holm-corrected "
-                         f"{format_p(result.p_holm)} > {result.alpha:g} over {at}")
+        ties = [check for check in result.checks if check.evidence is not None and check.evidence.tie]
+        if ties:
+            result.reason = (f"undecided by the test: {ties[0].text.split(' (')[0]}: the paired differences are the "
+                             f"same on every seed ({at}; up to rounding), so a t-test has no spread to judge them "
+                             f"by (its p would be 0, which the data cannot show); on the means alone the claim "
+                             f"{lean}")
+        else:
+            result.reason = (f"not significant: the evidence so far leans to \"{lean}\" but does not decide it "
+                             f"(Holm-corrected {format_p(result.p_holm)} > {result.alpha:g} over {at})")
     if waiting:
         result.reason += f"; {waiting}"
     if not result.decidable:
@@ -424,9 +458,11 @@ def decision_summary(results: list[ClaimResult], trials: int | None = None) -> s
         text += f" on {trials} trial{'s' if trials != 1 else ''}"
     untested = sum(not r.tested and r.verdict != INCONCLUSIVE for r in results)
     on_means = [sum(not r.tested and r.verdict == verdict for r in results) for verdict in (HOLDS, FAILS)]
-    undecided = sum(r.decidable and not r.decided for r in results) - untested
+    rerun = sum(bool(r.unusable) for r in results)
+    undecided = sum(r.decidable and not r.decided for r in results) - untested - rerun
     seeds = sum(r.needs_seeds for r in results)
     rest = [f"{undecided} undecided" + (f" ({seeds} could use more seeds)" if seeds else "") if undecided else "",
+            f"{rerun} undecidable until a diverged or failed seed is rerun" if rerun else "",
             f"{untested} on 1 seed, untested ({on_means[0]} hold{'s' if on_means[0] == 1 else ''}, {on_means[1]} "
             f"fail{'s' if on_means[1] == 1 else ''} on the means)" if untested else "",
             f"{len(results) - sum(r.decidable for r in results)} {NOT_DECIDABLE}"

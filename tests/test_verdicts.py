@@ -1,0 +1,94 @@
+"""Verdicts on values real training gives (issue 41), through the public commands on small stores written
+without training (tests/synthetic_store.py): a diverged or failed evaluation is named and never decides a
+claim, and the report builds; identical paired differences are not a p of 0."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+import report_study
+import synthetic_store
+from cli_support import run_cli
+from orchestrator import parse_study
+from orchestrator.reporting.claims import evaluate_claims
+from orchestrator.reporting.diverged import describe
+
+BELOW = {"id": "below", "kind": "compare", "source": "test", "variant": "DAPE1x3-Kerple", "than": "baseline",
+         "direction": "below", "metric": "ppl", "at": [64]}
+INF_IN_SQLITE = 1.7976931348623157e308  # what MLflow's SQLite store gives back for +inf
+
+
+def _store(tmp_path, values: dict[tuple[str, int], float] | None = None, seeds=(0, 1, 2), claims=(BELOW,),
+           **changes):
+    """A study file and its synthetic store; `values`: (label, seed) -> ppl_64 logged over the synthetic one."""
+    spec = yaml.safe_load(yaml.safe_dump(report_study.STUDY))
+    spec.update(seeds=list(seeds), expect=list(claims), **changes)
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = synthetic_store.write_store(parse_study(spec), uri)
+    client = MlflowClient(uri)
+    runs = {(run.data.tags["label"], int(run.data.tags["seed"])): run.info.run_id
+            for run in client.search_runs([store.experiment_id], "tags.`orchestrator.role` = 'trial'")}
+    for (label, seed), value in (values or {}).items():
+        client.log_metric(runs[label, seed], "ppl_64", value, step=10_000)  # the last step: the final value
+    return path, uri
+
+
+def _report(capsys, tmp_path, path, uri) -> tuple[int, str, str]:
+    code, output = run_cli(capsys, "report", path, "--tracking-uri", uri, "--reports-dir", tmp_path / "reports")
+    folder = next((tmp_path / "reports").glob("**/report.md")).parent
+    return code, output, (folder / "report.md").read_text()
+
+
+@pytest.mark.parametrize("value", [INF_IN_SQLITE, math.nan])
+def test_a_diverged_or_failed_seed_never_decides_a_claim_and_the_report_builds(tmp_path, capsys, value):
+    """The baseline's seed 1 diverged; on the finite seeds the variant is far *above* the baseline, so any
+    arithmetic on the diverged value would make "below" hold."""
+    values = {("DAPE1x3-Kerple", seed): 90.0 + seed for seed in (0, 1, 2)}
+    values.update({("DAPE-Kerple", 0): 40.0, ("DAPE-Kerple", 1): value, ("DAPE-Kerple", 2): 41.0})
+    path, uri = _store(tmp_path, values)
+    code, output, markdown = _report(capsys, tmp_path, path, uri)
+    assert code == 0, output
+    assert "Traceback" not in output
+    named = "failed evaluation (NaN)" if math.isnan(value) else "diverged ("
+    assert f"undecidable until rerun: DAPE-Kerple · s1 ppl_64 {named}" in markdown
+    assert "1 undecidable until a diverged or failed seed is rerun" in output
+    assert "**holds**" not in markdown and "**fails**" not in markdown
+    if not math.isnan(value):  # the table says so, and computes nothing on it
+        assert "diverged (1 of 3 seeds)" in markdown
+        table = next((tmp_path / "reports").glob("**/table_perplexity.csv"))
+        text = table.read_text()
+        assert "diverged" in text.splitlines()[0] and "e+308" not in text and "inf" not in text.lower()
+        assert list((table.parent / "plots").glob("*.png"))
+
+
+def test_identical_paired_differences_are_not_a_p_of_zero(tmp_path, capsys):
+    """The variant is the baseline minus 1e-9 on every seed: a t-test would give p = 0 (t infinite)."""
+    base = {("DAPE-Kerple", seed): 40.0 + 3 * seed for seed in range(4)}
+    values = {**base, **{("DAPE1x3-Kerple", seed): value - 1e-9 for (_, seed), value in base.items()}}
+    path, uri = _store(tmp_path, values, seeds=(0, 1, 2, 3))
+    code, output, markdown = _report(capsys, tmp_path, path, uri)
+    assert code == 0, output
+    assert "**holds**" not in markdown and "**inconclusive**" in markdown
+    assert "the same on every seed" in markdown
+    assert "sequential one-sided p 1 that it holds, 1 that it does not" in markdown
+    assert "[-∞, ∞]" in markdown  # no interval sized on no spread
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, 1e200])
+def test_every_overflowing_value_is_named_and_never_computed_on(value):
+    from test_decisions import _frame, _study
+
+    claim = {**BELOW, "at": [32]}
+    values = {"DAPE-Kerple": [40.0, value, 41.0], "DAPE1x3-Kerple": [90.0, 91.0, 92.0]}
+    (result,) = evaluate_claims(_study([claim]), _frame(values))
+    assert result.verdict == "inconclusive" and not result.tested and not result.needs_seeds
+    assert result.unusable == [f"DAPE-Kerple · s1 ppl_32 {describe(value)}"]
+    (sequential,) = evaluate_claims(_study([claim], decide={}), _frame(values))
+    assert sequential.unusable and not sequential.needs_seeds and not sequential.decided
