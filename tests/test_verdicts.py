@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
-import yaml
-from mlflow.tracking import MlflowClient
-
 import report_study
 import synthetic_store
+import yaml
 from cli_support import run_cli
+from mlflow.tracking import MlflowClient
+
 from orchestrator import parse_study
 from orchestrator.reporting.claims import evaluate_claims
 from orchestrator.reporting.diverged import describe
