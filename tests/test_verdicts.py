@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import report_study
 import synthetic_store
@@ -91,3 +92,33 @@ def test_every_overflowing_value_is_named_and_never_computed_on(value):
     assert result.unusable == [f"DAPE-Kerple · s1 ppl_32 {describe(value)}"]
     (sequential,) = evaluate_claims(_study([claim], decide={}), _frame(values))
     assert sequential.unusable and not sequential.needs_seeds and not sequential.decided
+
+
+def test_a_claim_keeps_the_verdict_of_its_stopping_look_and_shows_later_seeds_beside_it():
+    """`first` holds at the first look (2 seeds); its rows then train to 10 seeds for `other` (undecided),
+    and on those later seeds the variant is above: judged afresh at 10 seeds it would read otherwise. The report's
+    verdict is the one `run --decide` stopped at, with the later seeds shown beside it."""
+    import pandas as pd
+    from test_decisions import _study
+
+    rng = np.random.default_rng(3)
+    first = {**BELOW, "id": "first", "at": [32]}
+    other = {**BELOW, "id": "other", "at": [64]}
+    rows = []
+    for seed in range(10):
+        base = 40.0 + rng.normal(0, 1)
+        shift = -1.0 - 0.001 * seed if seed < 2 else 1.0 + rng.normal(0, 0.05)
+        rows += [{"label": "DAPE-Kerple", "seed": seed, "status": "FINISHED", "ppl_32": base,
+                  "ppl_64": base + rng.normal(0, 1)},
+                 {"label": "DAPE1x3-Kerple", "seed": seed, "status": "FINISHED", "ppl_32": base + shift,
+                  "ppl_64": base + rng.normal(0, 1)}]
+    frame = pd.DataFrame(rows)
+    study = _study([first, other], decide={"min_seeds": 2, "max_seeds": 10, "batch": 2})
+    judged, still = evaluate_claims(study, frame)
+    assert judged.verdict == "holds" and judged.seeds == 2 and judged.looks == (2,), judged.reason
+    assert judged.later is not None and judged.later.seeds == 10
+    assert judged.later.deciding.evidence.effect > 0  # the later seeds point the other way ...
+    assert "cannot reopen the verdict" in judged.reason  # ... and are shown, not judged
+    assert still.verdict == "inconclusive" and still.seeds == 10
+    at_two = evaluate_claims(study, frame[frame["seed"] < 2])[0]  # what the loop saw at its first look
+    assert (at_two.verdict, at_two.p) == (judged.verdict, judged.p)

@@ -79,6 +79,7 @@ class ClaimResult:
     leans_holds: bool = True  # which verdict its evidence points to (the one a significant p gives)
     waiting: bool = False  # no look yet only because its rows have not finished the first look's seeds
     unusable: list[str] = field(default_factory=list)  # seeds whose value diverged or failed: not judged on them
+    later: "ClaimResult | None" = None  # decided at an earlier look: the same claim read on every seed since
     alpha: float = ALPHA
 
     @property
@@ -419,15 +420,61 @@ def evaluate_claims(study: Study, trials: pd.DataFrame, study_path: Any = None,
                     decide: Decide | None = None) -> list[ClaimResult]:
     """Every claim of the study, judged on its in-study trials (any status), Holm-corrected together. With
     a sequential design (`decide`, or the study's own), Holm runs over every claim seeds can decide, those
-    without a test yet counting as p = 1; without one, over the claims that have a test."""
+    without a test yet counting as p = 1, and each claim's verdict is the one reached at its stopping look
+    (`_locked`); without one, Holm runs over the claims that have a test."""
     design = study_design(study, decide)
+    if design is not None:
+        return _locked(study, design, trials, study_path, decide)
     results = [evaluate_claim(study, claim, trials, study_path, decide) for claim in study.expect]
-    sequential = design is not None
-    pvalues = [(1.0 if math.isnan(r.p) else r.p) if sequential and r.decidable else r.p for r in results]
-    for result, adjusted in zip(results, holm(pvalues)):
+    _correct(results, sequential=False)
+    return results
+
+
+def _correct(results: list[ClaimResult], sequential: bool, locked: dict[int, ClaimResult] | None = None) -> None:
+    """Holm across the claims, then each claim's verdict; a `locked` claim (by its index) keeps its verdict
+    and enters Holm with the p it was decided at."""
+    locked = locked or {}
+    pvalues = [locked[i].p if i in locked else (1.0 if math.isnan(r.p) else r.p) if sequential and r.decidable
+               else r.p for i, r in enumerate(results)]
+    for i, (result, adjusted) in enumerate(zip(results, holm(pvalues))):
+        if i in locked:
+            continue
         result.p_holm = adjusted if result.tested else math.nan
         _verdict(result)
-    return results
+
+
+def _locked(study: Study, design: Decide, trials: pd.DataFrame, study_path: Any,
+            decide: Decide | None) -> list[ClaimResult]:
+    """The claims replayed look by look, as `run --decide` takes the looks: at each planned look n, every
+    claim not yet decided is judged on the first n seeds of the design's order; a claim decided there keeps
+    that verdict (its p enters later looks' Holm unchanged). Seeds its rows trained later (for other, undecided
+    claims) are judged beside it (`ClaimResult.later`) and cannot reopen it: the loop and the report give one
+    verdict per claim, the one at its stopping look (docs/deciding.md)."""
+    order = design.seed_order(list(study.seeds))
+    locked: dict[int, ClaimResult] = {}
+    top = int(trials["seed"].max()) if len(trials) else -1
+    for n in design.looks():
+        frame = trials[trials["seed"].isin(order[:n])]
+        results = [locked.get(i) or evaluate_claim(study, claim, frame, study_path, decide)
+                   for i, claim in enumerate(study.expect)]
+        _correct(results, sequential=True, locked=locked)
+        for i, result in enumerate(results):
+            if i not in locked and result.decidable and result.tested and result.verdict in (HOLDS, FAILS):
+                locked[i] = result
+        if all(seed > top for seed in order[n:]):  # no later seed in the store: later looks judge the same
+            break
+    final = [evaluate_claim(study, claim, trials, study_path, decide) for claim in study.expect]
+    _correct(final, sequential=True, locked=locked)
+    for i, result in locked.items():
+        later = final[i]
+        if later.tested and later.seeds > result.seeds:
+            result.later = later
+            extra = later.seeds - result.seeds
+            result.reason += (f"; decided at its stopping look ({_seeds(result.seeds)}): the {extra} later seeds "
+                              f"its rows trained for other claims read {later.effect() or 'no effect'} "
+                              f"(shown, not judged: they cannot reopen the verdict)")
+        final[i] = result
+    return final
 # The groups a study's verdicts are counted in: (verdict, tested); untested groups hold verdicts on fewer seeds.
 GROUPS = ((HOLDS, True), (HOLDS, False), (FAILS, True), (FAILS, False), (INCONCLUSIVE, True))
 
