@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from . import decide_design
 from .errors import UserInputError
 from .execution.context import RunContext
 from .execution.runner import StudyOutcome, run_study
@@ -139,6 +140,7 @@ class Sequence:
     decide: Decide
     looks: list[Look] = field(default_factory=list)
     claims: dict[str, ClaimState] = field(default_factory=dict)
+    note: str = ""  # a new sequence started with --new-sequence (decide_design.py)
 
     def waiting(self) -> list[ClaimState]:
         return [state for state in self.claims.values() if state.status == WAITING]
@@ -187,16 +189,21 @@ def trial_gpu_hours(study: Study, trial: Trial) -> float:
 
 
 def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
-                      say: Callable[[str], None] = print) -> StudyOutcome:
+                      say: Callable[[str], None] = print, new_sequence: bool = False) -> StudyOutcome:
     """Run the sequence of looks (module docstring), then write the study's report over every trial it planned.
     `context.study` has its `decide` section (`with_decide`). The outcome sums the looks' runs; its
-    `report_summary` ends with the sequence's own summary (seeds and trials per claim)."""
+    `report_summary` ends with the sequence's own summary (seeds and trials per claim). The design is checked
+    against the one the store's sequence ran with (decide_design.py: another one is refused, exit 2, unless
+    `new_sequence`)."""
     study, decide = context.study, context.study.decide
     assert decide is not None, "the caller gives the study its decide section (with_decide)"
+    lines, note = decide_design.check(context.store, decide, new_sequence)
+    for line in lines:
+        say(line)
     order = decide.seed_order(study.seeds)
     every = expand(study.model_copy(update={"seeds": order}))  # every row at every seed it may train
     labels = list(dict.fromkeys(trial.label for trial in every))
-    sequence = Sequence(decide)
+    sequence = Sequence(decide, note=note)
     for claim in study.expect:
         reason = not_decidable(study, claim)
         sequence.claims[claim.id] = ClaimState(claim.id, NOT_DECIDABLE if reason else WAITING,
@@ -321,6 +328,7 @@ def _record(context: RunContext, sequence: Sequence) -> None:
     store, look = context.store, sequence.looks[-1]
     if not store.parent_run_id:
         return
+    decide_design.record(store, sequence.decide, sequence.note)  # at the first look: the design, locked
     if not any(point.step == look.index for point in store.metric_history(store.parent_run_id, LOOK_SEEDS)):
         counts = [state.status for state in look.claims]
         metrics = {LOOK_SEEDS: look.seeds, LOOK_TRIALS: look.trials, LOOK_GPU_HOURS: look.gpu_hours,

@@ -122,3 +122,57 @@ def test_a_claim_keeps_the_verdict_of_its_stopping_look_and_shows_later_seeds_be
     assert still.verdict == "inconclusive" and still.seeds == 10
     at_two = evaluate_claims(study, frame[frame["seed"] < 2])[0]  # what the loop saw at its first look
     assert (at_two.verdict, at_two.p) == (judged.verdict, judged.p)
+
+
+# --- one design per sequence of looks (orchestrator/decide_design.py) ------------------------------------------
+def test_resuming_with_another_design_is_refused_naming_both(tmp_path, capsys):
+    from orchestrator.decide_design import record
+    from orchestrator.study.model import Decide
+    from orchestrator.tracking.store import StudyStore
+
+    path, uri = _store(tmp_path, decide={"max_seeds": 12})
+    store = StudyStore.open(uri, "tiny_report")
+    store.parent_run_id = store._find_parent()
+    record(store, Decide())  # the sequence ran with the defaults: looks at 2, 4, 6, 8, 10
+    code, output = run_cli(capsys, "run", path, "--local", "--tracking-uri", uri, "--reports-dir", tmp_path / "r")
+    assert code == 2, output
+    assert "was run with looks at 2, 4, 6, 8, 10 seeds, alpha 0.05" in output
+    assert "this run asks for looks at 2, 4, 6, 8, 10, 12 seeds, alpha 0.05" in output
+    assert "--new-sequence" in output and "Nothing was run" in output
+    assert len(store.trial_runs()) == 6  # the synthetic trials: no new one started
+
+
+def test_a_store_from_before_designs_were_recorded_is_checked_against_its_looks_file(tmp_path, capsys):
+    import json
+
+    from orchestrator.decide_loop import LOOKS_FILE
+    from orchestrator.tracking.store import StudyStore
+
+    path, uri = _store(tmp_path, decide={"alpha": 0.01})
+    store = StudyStore.open(uri, "tiny_report")
+    store.parent_run_id = store._find_parent()
+    store.log_parent_text(json.dumps({"decide": {"min_seeds": 2, "max_seeds": 10, "batch": 2, "alpha": 0.05},
+                                      "looks": [], "claims": []}), LOOKS_FILE)
+    code, output = run_cli(capsys, "run", path, "--local", "--tracking-uri", uri, "--reports-dir", tmp_path / "r")
+    assert code == 2, output
+    assert "alpha 0.05 (looks.json (the store was written before designs were recorded" in output
+    assert "this run asks for looks at 2, 4, 6, 8, 10 seeds, alpha 0.01" in output
+
+
+def test_a_new_sequence_is_stated_and_the_report_judges_with_the_recorded_design(tmp_path, capsys):
+    from orchestrator.decide_design import check, record
+    from orchestrator.study.model import Decide
+    from orchestrator.tracking.store import StudyStore
+
+    path, uri = _store(tmp_path)  # the study file has no decide: section
+    store = StudyStore.open(uri, "tiny_report")
+    store.parent_run_id = store._find_parent()
+    record(store, Decide())
+    lines, note = check(store, Decide(max_seeds=4), new_sequence=True)
+    assert lines == [note] and "replacing looks at 2, 4, 6, 8, 10 seeds" in note
+    record(store, Decide(max_seeds=4), note)
+    code, output, markdown = _report(capsys, tmp_path, path, uri)
+    assert code == 0, output
+    assert "A new sequence of looks was started" in markdown
+    assert "The claims are judged with the design recorded on the study's run: looks at 2, 4 seeds" in markdown
+    assert "looks [2]" in markdown or "over 2 seeds" in markdown  # judged at the design's looks, not at 3 seeds

@@ -114,6 +114,29 @@ def _decide_note(study: Study, store: StudyStore, trials: pd.DataFrame, claims: 
     return decide_note(study, store.tracking_uri, int((trials["status"] == "FINISHED").sum()))
 
 
+def _design(study: Study, store: StudyStore):
+    """The design the claims are judged by: the study's `decide:` section, else the one `run --decide` recorded
+    on the study's run (so that the report gives the verdicts the loop reached: decide_design.py)."""
+    if study.decide is not None:
+        return None
+    from ..decide_design import recorded
+
+    return recorded(store, artifacts=False)[0]
+
+
+def _sequence_note(study: Study, store: StudyStore) -> str:
+    """Which design the claims were judged by, where a sequence of looks ran: a new sequence started with
+    --new-sequence, or a design recorded on the study's run that its file does not state."""
+    from ..decide_design import new_sequence_note, recorded, words
+
+    design, source = recorded(store, artifacts=False)
+    if design is None:
+        return ""
+    used = "the study's decide: section" if study.decide is not None else source
+    return " ".join(part for part in (new_sequence_note(store),
+                                      f"The claims are judged with {used}: {words(study.decide or design)}.") if part)
+
+
 def _attach(store: StudyStore, folder: Path, claims: list[ClaimResult]) -> None:
     store.log_artifacts(folder)
     store.refresh_dashboard()  # the saved view `orchestrator ui` opens, with the charts of these metrics
@@ -137,11 +160,12 @@ def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.Da
             table.tail_text += timing_note(tabled)
         elif table.family.by_length:
             table.tail_text += protocol
-    claims = evaluate_claims(study, trials, study_path)
+    claims = evaluate_claims(study, trials, study_path, _design(study, store))
     return ReportDocument(study_name=study.name, description=study.description, tracking_uri=store.tracking_uri,
                           experiment_id=store.experiment_id, value_text=value_text, trials=trials, outside=outside,
                           tables=tables, plots=figures or [], claims=claims,
-                          decide_note=_decide_note(study, store, trials, claims),
+                          decide_note=" ".join(filter(None, (_sequence_note(study, store),
+                                                                     _decide_note(study, store, trials, claims)))),
                           best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None,
                           cost=cost_front(study, tables, tabled, plot_dir),
                           published=published_lines(study, prefer_isolated(tabled)))
