@@ -140,7 +140,7 @@ class ClaimResult:
             claimed = f"claimed in ({_num(max(lower))}, {_num(min(upper))})"
         else:
             claimed = f"claimed {check.relation} {_num(ev.bound)}"
-        return f"{ev.kind} {_num(ev.effect)} [{_num(ev.low)}, {_num(ev.high)}], {claimed}"
+        return f"{ev.words} {_num(ev.effect)} [{_num(ev.low)}, {_num(ev.high)}], {claimed}"
 
 
 def _num(value: float) -> str:

@@ -77,7 +77,7 @@ def _check_lines(result: ClaimResult) -> list[str]:
         line = f"{'✓' if check.holds else '✗'} {check.text}"
         ev = check.evidence
         if ev is not None:
-            line += (f" — {ev.kind} {ev.effect:.4g} [{ev.low:.4g}, {ev.high:.4g}], sequential one-sided p "
+            line += (f" — {ev.words} {ev.effect:.4g} [{ev.low:.4g}, {ev.high:.4g}], sequential one-sided p "
                      f"{ev.p_right:.3g} that it holds, {ev.p_wrong:.3g} that it does not")
         lines.append(line)
     return lines
