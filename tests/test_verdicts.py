@@ -176,3 +176,17 @@ def test_a_new_sequence_is_stated_and_the_report_judges_with_the_recorded_design
     assert "A new sequence of looks was started" in markdown
     assert "The claims are judged with the design recorded on the study's run: looks at 2, 4 seeds" in markdown
     assert "looks [2]" in markdown or "over 2 seeds" in markdown  # judged at the design's looks, not at 3 seeds
+
+
+def test_a_reason_never_contradicts_its_verdict_and_the_two_p_values_are_told_apart():
+    from test_decisions import _frame, _pair, _study
+
+    from orchestrator.reporting.render_claims import intro
+
+    (result,) = evaluate_claims(_study([{**BELOW, "at": [32]}]), _frame(_pair(0.99, 0.3, 3, np.random.default_rng(1))))
+    assert result.verdict == "inconclusive", result.reason
+    assert result.reason.startswith("not significant: the evidence so far leans to")
+    assert "does not decide it" in result.reason and not result.reason.startswith(("holds", "fails"))
+    text = intro([result])
+    assert "A claim's p is not the significance table's" in text and "not a verdict" in text
+    assert "upper estimate" in text

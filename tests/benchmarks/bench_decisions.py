@@ -27,6 +27,8 @@ Prints:
    was not refused would). Each: the rate of false "holds" (nominal alpha/2: the claim is two-sided) and
    of any false verdict (nominal alpha), with 95% intervals; for comparison, the rule before issue 41
    (t-test on the raw values, at its own null: arithmetic mean at the bound).
+7. Early stops exaggerate: at true effects of 0.5, 1, 2 and 5 seed SDs, the mean effect the decided claims
+   report over the true one, by the look they stopped at, and how often their interval covers the truth.
 
 The rule is simulated vectorised (every study at once) with the product's calibrated null law
 (Design.null()); the first 300 studies of each setting are also judged by the product's own per-claim
@@ -212,7 +214,7 @@ def skewed(studies: int, design: Design) -> None:
         line(f"bound A < {c:g}, lognormal sigma {sigma:g}",
              [judged(design, np.exp(row), None, "<", 1.0, c) for row in logs])
         raw = np.exp(logs - sigma**2 / 2)  # arithmetic mean at the bound: the raw rule's own null
-        line(f"  before (raw t-test), mean at the bound", [judged(design, row, None, "<", 1.0, c, raw=True)
+        line("  before (raw t-test), mean at the bound", [judged(design, row, None, "<", 1.0, c, raw=True)
                                                           for row in raw])
         seed = rng.normal(math.log(c), 0.3, (studies, MAX_SEEDS))  # what the two rows share by seed
         b = np.exp(seed + rng.normal(0, sigma, (studies, MAX_SEEDS)))
@@ -242,6 +244,24 @@ def skewed(studies: int, design: Design) -> None:
     line("design changed on resume (undecided: to 18)", again)
 
 
+def early_stops(studies: int, design: Design) -> None:
+    """Section 7 (module docstring): vectorised, as sections 1-2."""
+    rng = np.random.default_rng(43)
+    print("\n7. Early stops: mean reported effect / true effect among decided claims (by stopping look); coverage")
+    for effect in (0.5, 1.0, 2.0, 5.0):
+        d = draw(studies, effect, "normal", rng)
+        verdict, seeds = sequential(design, d)
+        estimate = np.array([d[i, :n].mean() for i, n in enumerate(seeds)])
+        decided = verdict != 0
+        by_look = ", ".join(f"{n}: {estimate[decided & (seeds == n)].mean() / effect:.2f}"
+                            for n in design.looks if (decided & (seeds == n)).sum() >= 20)
+        covered = sum(evidence(design, d[i, :seeds[i]], None, ">").low <= effect
+                      <= evidence(design, d[i, :seeds[i]], None, ">").high for i in np.flatnonzero(decided)[:500])
+        ratio = estimate[decided].mean() / effect
+        print(f"   effect {effect:g}: decided {decided.mean():.3f}, reported/true {ratio:.2f} "
+              f"(by look {by_look}); interval covers the truth {covered / min(500, decided.sum()):.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--studies", type=int, default=10_000)
@@ -254,6 +274,7 @@ def main() -> None:
     looks = tuple(Decide().looks())
     design = Design(looks, ALPHA)
     if args.only_skewed:
+        early_stops(args.studies, design)
         skewed(args.skewed, design)
         print(f"\n({time.perf_counter() - started:.1f} s)")
         return
@@ -317,6 +338,7 @@ def main() -> None:
         for n in (2, 3, 4):
             print(f"   {n} seeds: " + ", ".join(f"effect {effect:g} SD: {max_evalue(n, effect):.3g}"
                                               for effect in (1.0, 2.0, 5.0)))
+    early_stops(args.studies, design)
     if args.skewed:
         skewed(args.skewed, design)
     print(f"\n({time.perf_counter() - started:.1f} s)")
