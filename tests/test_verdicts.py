@@ -190,3 +190,22 @@ def test_a_reason_never_contradicts_its_verdict_and_the_two_p_values_are_told_ap
     text = intro([result])
     assert "A claim's p is not the significance table's" in text and "not a verdict" in text
     assert "upper estimate" in text
+
+
+@pytest.mark.slow
+def test_run_decide_names_a_failed_seed_and_trains_no_seed_that_cannot_change_the_claim(tmp_path, capsys):
+    """The first look's trials are in the store (synthetic, so `run` skips them by identity), the baseline's
+    seed 1 with a NaN evaluation: the claim cannot be decided by more seeds, so no look trains anything."""
+    path, uri = _store(tmp_path, {("DAPE-Kerple", 1): math.nan}, seeds=(0, 1), decide={"max_seeds": 6})
+    code, output = run_cli(capsys, "run", path, "--decide", "--local", "--tracking-uri", uri, "--reports-dir",
+                           tmp_path / "reports")
+    assert code == 0, output
+    assert "Look 2" not in output  # nothing more trained: more seeds cannot change the claim
+    assert "below: undecided: waiting on something seeds do not give" in output
+    assert "DAPE-Kerple · s1 ppl_64 failed evaluation (NaN)" in output
+    assert "Decision design: looks at 2, 4, 6 seeds, alpha 0.05 (recorded" in output
+    store = MlflowClient(uri)
+    experiment = store.get_experiment_by_name("tiny_report")
+    assert len(store.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'trial'")) == 4
+    parent = store.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'study'")[0]
+    assert parent.data.tags["decide.design"] == '{"alpha": 0.05, "batch": 2, "max_seeds": 6, "min_seeds": 2}'
