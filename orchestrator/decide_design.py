@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .errors import UserInputError
 from .study import Decide
 
 DESIGN_TAG = "decide.design"  # the parent run's tag: {"min_seeds", "max_seeds", "batch", "alpha"} as JSON
 NEW_SEQUENCE_TAG = "decide.new_sequence"  # set by --new-sequence: when, and the design it replaced
+PLANNED_TAG = "decide.planned_trials"  # `plan`'s expected and ceiling trials before the first look: "30,50"
 LOOKS_FILE = "looks.json"
 
 
@@ -102,8 +103,21 @@ def check(store: Any, decide: Decide, new_sequence: bool) -> tuple[list[str], st
     return [note], note
 
 
-def record(store: Any, decide: Decide, note: str = "") -> None:
-    """The design (and a new sequence's note) as tags of the study's parent run."""
+def planned(store: Any, compute: Callable[[], tuple[int, int]]) -> tuple[int, int]:
+    """`plan`'s (expected, ceiling) trials as the sequence's first run recorded them (PLANNED_TAG), else
+    `compute()`d now: a resumed sequence is checked against the plan made before it started."""
+    text = _parent_tags(store)[1].get(PLANNED_TAG, "")
+    try:
+        expected, ceiling = (int(part) for part in text.split(","))
+        return expected, ceiling
+    except ValueError:
+        return compute()
+
+
+def record(store: Any, decide: Decide, note: str = "", planned: tuple[int, int] | None = None) -> None:
+    """The design (a new sequence's note, `plan`'s expected and ceiling trials) as tags of the parent run."""
     if store.parent_run_id:
         tags = {DESIGN_TAG: _record(decide), **({NEW_SEQUENCE_TAG: note} if note else {})}
+        if planned is not None and planned[1]:
+            tags[PLANNED_TAG] = f"{planned[0]},{planned[1]}"
         store.set_tags(store.parent_run_id, tags)

@@ -209,3 +209,5 @@ def test_run_decide_names_a_failed_seed_and_trains_no_seed_that_cannot_change_th
     assert len(store.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'trial'")) == 4
     parent = store.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'study'")[0]
     assert parent.data.tags["decide.design"] == '{"alpha": 0.05, "batch": 2, "max_seeds": 6, "min_seeds": 2}'
+    # plan's expected and ceiling trials, recorded before the first look, against the trials used
+    assert parent.data.tags["decide.planned_trials"] == "8,12" and "ceiling 12); used 4" in output

@@ -232,6 +232,19 @@ def plan_lines(study: Study, runs: SeedRuns, measured=None) -> list[str]:
     return lines
 
 
+def planned_trials(study: Study, tracking_uri: str) -> tuple[int, int]:
+    """(expected, ceiling) trials of the whole sequence as `plan` gives them from this store now: what a
+    `run --decide` records before its first look, to be checked against the trials it used."""
+    from ..tracking.uri import store_missing
+    from .learned import load_measured
+
+    runs, measured = SeedRuns(), None
+    if store_missing(tracking_uri) is None:
+        runs, measured = load_seed_runs(tracking_uri), load_measured(tracking_uri)
+    costs = claim_costs(study, runs, measured)
+    return study_cost(study, costs, measured)[0], study_cost(study, costs, measured, "ceiling")[0]
+
+
 def range_words(study: Study, costs: list[ClaimCost], measured=None) -> str:
     """The whole sequence's first look, expected and ceiling: "first look 20 trials (0.2 GPU-hours), expected
     38 trials (0.41), ceiling 100 trials (1.1): book the ceiling"."""
