@@ -42,8 +42,11 @@ def describe(value: float) -> str:
     return f"diverged ({value:.4g})"
 
 
-def masked(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` with its diverged numbers as NaN (for the plots: a line is drawn through what was measured)."""
+def masked(frame: pd.DataFrame, whole_rows: bool = True) -> pd.DataFrame:
+    """`frame` with its diverged numbers as NaN (for the plots), and with them (`whole_rows`: a frame of final
+    values) every value of the same row (`label`) in that column: a mean over the seeds that did not diverge
+    would draw a row better than it is, as the tables' "diverged" cell has no mean. A training curve
+    (`whole_rows` False) loses only its diverged points."""
     numeric = frame.select_dtypes(include="number").columns
     if not len(numeric):
         return frame
@@ -51,6 +54,10 @@ def masked(frame: pd.DataFrame) -> pd.DataFrame:
     bad = diverged(values)
     if not bad.any():
         return frame
+    if whole_rows and "label" in frame:  # the whole row's column: no mean over the seeds that are left
+        labels = frame["label"].to_numpy()
+        for column in np.flatnonzero(bad.any(axis=0)):
+            bad[:, column] |= np.isin(labels, labels[bad[:, column]])
     values[bad] = np.nan
     out = frame.copy()
     out[numeric] = values
