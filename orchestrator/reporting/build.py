@@ -203,7 +203,8 @@ def _figures(study: Study, tables: list, trials: pd.DataFrame, store: StudyStore
             for row in order.to_dict("records")]
     panels = set(plots.drawn_blocks([block for _, _, block, _ in rows]))  # the curves of panels not drawn: not read
     curves_of = finished[finished["block"].fillna("").isin(panels)] if "block" in finished else finished
-    curves = plots.training_curves(masked(metric_history(store, curves_of, names.TRAIN_LOSS), whole_rows=False), rows, plot_dir)
+    history = masked(metric_history(store, curves_of, names.TRAIN_LOSS), whole_rows=False)
+    curves = plots.training_curves(history, rows, plot_dir)
     return figures + ([curves] if curves else [])
 
 
