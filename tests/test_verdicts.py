@@ -56,7 +56,7 @@ def test_a_diverged_or_failed_seed_never_decides_a_claim_and_the_report_builds(t
     code, output, markdown = _report(capsys, tmp_path, path, uri)
     assert code == 0, output
     assert "Traceback" not in output
-    named = "failed evaluation (NaN)" if math.isnan(value) else "diverged ("
+    named = "has no value (NaN: a failed evaluation" if math.isnan(value) else "diverged ("
     assert f"undecidable until rerun: DAPE-Kerple · s1 ppl_64 {named}" in markdown
     assert "1 undecidable until a diverged or failed seed is rerun" in output
     assert "**holds**" not in markdown and "**fails**" not in markdown
@@ -202,7 +202,7 @@ def test_run_decide_names_a_failed_seed_and_trains_no_seed_that_cannot_change_th
     assert code == 0, output
     assert "Look 2" not in output  # nothing more trained: more seeds cannot change the claim
     assert "below: undecided: waiting on something seeds do not give" in output
-    assert "DAPE-Kerple · s1 ppl_64 failed evaluation (NaN)" in output
+    assert "DAPE-Kerple · s1 ppl_64 has no value (NaN: a failed evaluation" in output
     assert "Decision design: looks at 2, 4, 6 seeds, alpha 0.05 (recorded" in output
     store = MlflowClient(uri)
     experiment = store.get_experiment_by_name("tiny_report")

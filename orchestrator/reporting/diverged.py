@@ -34,9 +34,9 @@ def unusable(value: float) -> bool:
 
 
 def describe(value: float) -> str:
-    """How a claim names an unusable value: "diverged (+inf)", "diverged (1.797e+308)", "failed (NaN)"."""
+    """How a claim names an unusable value: "diverged (+inf)", "diverged (1.797e+308)", "has no value (NaN: ...)"."""
     if math.isnan(value):
-        return "failed evaluation (NaN)"
+        return "has no value (NaN: a failed evaluation, or a metric its run did not log)"
     if math.isinf(value):
         return f"diverged ({'+' if value > 0 else '-'}inf)"
     return f"diverged ({value:.4g})"
