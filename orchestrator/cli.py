@@ -99,6 +99,9 @@ def run(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     strict_claims: StrictClaimsOpt = False,
     decide: DecideOpt = False,
+    new_sequence: Annotated[bool, typer.Option("--new-sequence", help="With --decide: start a new sequence of looks "
+                                               "under a design other than the one the store's sequence ran with "
+                                               "(the report says so); without it, another design is refused.")] = False,
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
     from .commands.running import on_cluster
@@ -107,7 +110,7 @@ def run(
     invocation = Invocation.load(study_path, profile, overrides, tracking_uri, check_data=not on_cluster(address))
     command(invocation, address=address, reports_dir=reports_dir, storage_dir=storage_dir, local=local,
             connect_timeout=connect_timeout, resource_wait=resource_wait, failed_only=failed_only, debug=debug,
-            strict_claims=strict_claims, decide=decide)
+            strict_claims=strict_claims, decide=decide, new_sequence=new_sequence)
 
 
 @app.command()

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from . import decide_design
 from .errors import UserInputError
 from .execution.runner import StudyOutcome, run_study
 from .reporting.build import build_report
@@ -139,12 +140,19 @@ class Sequence:
     decide: Decide
     looks: list[Look] = field(default_factory=list)
     claims: dict[str, ClaimState] = field(default_factory=dict)
+    note: str = ""  # a new sequence started with --new-sequence (decide_design.py)
+    planned: tuple[int, int] = (0, 0)  # `plan`'s expected and ceiling trials before the first look
+
+    def plan_versus_used(self) -> str:
+        used = self.looks[-1].trials if self.looks else 0
+        return f"plan said expected {self.planned[0]} trials (ceiling {self.planned[1]}); used {used}"
 
     def waiting(self) -> list[ClaimState]:
         return [state for state in self.claims.values() if state.status == WAITING]
 
     def record(self) -> dict:
-        return {"decide": self.decide.model_dump(), "looks": [asdict(look) for look in self.looks],
+        planned = {"expected_trials": self.planned[0], "ceiling_trials": self.planned[1]}
+        return {"decide": self.decide.model_dump(), "planned": planned, "looks": [asdict(look) for look in self.looks],
                 "claims": [asdict(state) for state in self.claims.values()]}
 
 
@@ -187,16 +195,24 @@ def trial_gpu_hours(study: Study, trial: Trial) -> float:
 
 
 def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
-                      say: Callable[[str], None] = print) -> StudyOutcome:
+                      say: Callable[[str], None] = print, new_sequence: bool = False) -> StudyOutcome:
     """Run the sequence of looks (module docstring), then write the study's report over every trial it planned.
     `context.study` has its `decide` section (`with_decide`). The outcome sums the looks' runs; its
-    `report_summary` ends with the sequence's own summary (seeds and trials per claim)."""
+    `report_summary` ends with the sequence's own summary (seeds and trials per claim). The design is checked
+    against the one the store's sequence ran with (decide_design.py: another one is refused, exit 2, unless
+    `new_sequence`)."""
     study, decide = context.study, context.study.decide
     assert decide is not None, "the caller gives the study its decide section (with_decide)"
+    lines, note = decide_design.check(context.store, decide, new_sequence)
+    for line in lines:
+        say(line)
     order = decide.seed_order(study.seeds)
     every = expand(study.model_copy(update={"seeds": order}))  # every row at every seed it may train
     labels = list(dict.fromkeys(trial.label for trial in every))
-    sequence = Sequence(decide)
+    from .planning.seeds_needed import planned_trials
+
+    sequence = Sequence(decide, note=note, planned=decide_design.planned(
+        context.store, lambda: planned_trials(study, context.store.tracking_uri)))
     for claim in study.expect:
         reason = not_decidable(study, claim)
         sequence.claims[claim.id] = ClaimState(claim.id, NOT_DECIDABLE if reason else WAITING,
@@ -321,6 +337,7 @@ def _record(context: RunContext, sequence: Sequence) -> None:
     store, look = context.store, sequence.looks[-1]
     if not store.parent_run_id:
         return
+    decide_design.record(store, sequence.decide, sequence.note, sequence.planned)  # the design, locked
     if not any(point.step == look.index for point in store.metric_history(store.parent_run_id, LOOK_SEEDS)):
         counts = [state.status for state in look.claims]
         metrics = {LOOK_SEEDS: look.seeds, LOOK_TRIALS: look.trials, LOOK_GPU_HOURS: look.gpu_hours,
@@ -354,7 +371,8 @@ def sequence_summary(sequence: Sequence) -> str:
     last = sequence.looks[-1] if sequence.looks else None
     lines = [f"Seeds added until decided: {len(sequence.looks)} look(s), {last.trials if last else 0} trials"
              + (f" ({last.gpu_hours:g} GPU-hours estimated)" if last and last.gpu_hours else "")
-             + (f"; stopped: {last.stopped}" if last and last.stopped else "")]
+             + (f"; stopped: {last.stopped}" if last and last.stopped else "")
+             + (f"; {sequence.plan_versus_used()}" if sequence.planned[1] else "")]
     for state in sequence.claims.values():
         at = f" at {state.seeds} seeds" if state.seeds else ""
         verdict = f": {state.verdict}" if state.verdict and state.status != NOT_DECIDABLE else ""

@@ -30,7 +30,7 @@ def on_cluster(address: str | None) -> bool:
 
 def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None, storage_dir: Path | None,
         local: bool, connect_timeout: float, resource_wait: float, failed_only: bool, debug: bool,
-        strict_claims: bool, decide: bool = False) -> None:
+        strict_claims: bool, decide: bool = False, new_sequence: bool = False) -> None:
     """`decide` (--decide), or a study's `decide:` section: seeds added until its claims are decided
     (orchestrator/decide_loop.py)."""
     from ..decide_loop import with_decide
@@ -69,7 +69,7 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
             if deciding is not None:  # seeds added until the claims are decided (decide_loop.py)
                 from ..decide_loop import decide_and_report
 
-                outcome = decide_and_report(context, reports_dir, say=say)
+                outcome = decide_and_report(context, reports_dir, say=say, new_sequence=new_sequence)
             else:
                 outcome = run_and_report(context, reports_dir, say=say)
     except OrchestratorError:

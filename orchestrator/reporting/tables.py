@@ -88,7 +88,7 @@ class Table:
     def _find_best(self, column: str) -> set[str]:
         by_block: dict[str, dict[str, float]] = {}
         for row in self.rows:
-            if row.cells[column].n:
+            if row.cells[column].n and not row.cells[column].diverged:  # a diverged cell has no mean
                 by_block.setdefault(row.block if self.blocks else "", {})[row.label] = round(
                     row.cells[column].mean, self.family.decimals)
         best: set[str] = set()
@@ -123,6 +123,9 @@ class Table:
             parts.append(family.zero_reason.format(columns=", ".join(self.header(c) for c in self.left_out)))
         parts += [f"Cells: {self.value_text}, mean ± std over seeds; "
                  f"n = finished seeds / seeds in the study. {best} (none where the rows tie)."]
+        if any(cell.diverged for row in self.rows for cell in row.cells.values()):
+            parts.append("diverged: a seed's value is infinite or overflowing (a diverged training or a failed "
+                         "evaluation); no mean or test is computed on it.")
         if self.has_baseline:
             reference = self.header(self.reference)
             if family.compare == "ratio":
@@ -161,7 +164,8 @@ class Table:
                 cell, comparison = row.cells[column], row.comparisons.get(column)
                 records.append({
                     "table": self.family.key, "variant": row.label, "column": column, "header": self.header(column),
-                    "mean": cell.mean, "std": cell.std, "n": cell.n, "seeds_expected": row.seeds_expected,
+                    "mean": cell.mean, "std": cell.std, "n": cell.n, "diverged": cell.diverged,
+                    "seeds_expected": row.seeds_expected,
                     "best": best[column], "baseline": row.baseline_label,
                     "ratio_to_baseline": row.ratio(column, baseline), "diff_to_baseline": row.delta(column, baseline),
                     "test": comparison.test if comparison else "", "p": comparison.p if comparison else math.nan,
