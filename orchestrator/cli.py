@@ -99,6 +99,10 @@ def run(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     strict_claims: StrictClaimsOpt = False,
     decide: DecideOpt = False,
+    retrain_stale: Annotated[bool, typer.Option("--retrain-stale", help="Train again the finished trials computed "
+                                                "by other code than the current (default: refuse to run).")] = False,
+    keep_stale: Annotated[bool, typer.Option("--keep-stale", help="Keep the finished trials computed by other code "
+                                             "than the current: reused, and marked in the report.")] = False,
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
     from .commands.running import on_cluster
@@ -107,7 +111,7 @@ def run(
     invocation = Invocation.load(study_path, profile, overrides, tracking_uri, check_data=not on_cluster(address))
     command(invocation, address=address, reports_dir=reports_dir, storage_dir=storage_dir, local=local,
             connect_timeout=connect_timeout, resource_wait=resource_wait, failed_only=failed_only, debug=debug,
-            strict_claims=strict_claims, decide=decide)
+            strict_claims=strict_claims, decide=decide, retrain_stale=retrain_stale, keep_stale=keep_stale)
 
 
 @app.command()

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..study import Study
 from ..tracking.console import ConsoleProgress
 from ..tracking.store import StudyStore
+from ..trial.code_check import StalePolicy
 from ..trial.trials import Trial, expand
 from .cluster import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RESOURCE_WAIT_S
 
@@ -25,6 +26,7 @@ class RunContext:
     address: str | None = None  # the Ray cluster; None: a private local Ray
     local: bool = False  # the trials in this process, one by one, without Ray
     failed_only: bool = False  # only the trials whose latest run FAILED
+    stale: StalePolicy = StalePolicy.REFUSE  # finished trials of other code: refused, retrained or kept
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S
     resource_wait: float = DEFAULT_RESOURCE_WAIT_S
     study_path: Path | None = None  # the study file (mlflow.source tags; the report's parts that read it again)

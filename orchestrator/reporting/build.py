@@ -18,6 +18,7 @@ import dape_core.metric_names as names
 
 from ..folders import folder_lock
 from ..study import Study
+from ..study.code_identity import code_fingerprint
 from ..study.metric_families import TIME
 from ..tracking.store import StudyStore
 from ..trial.trials import Trial
@@ -143,7 +144,8 @@ def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.Da
                           decide_note=_decide_note(study, store, trials, claims),
                           best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None,
                           cost=cost_front(study, tables, tabled, plot_dir),
-                          published=published_lines(study, prefer_isolated(tabled)))
+                          published=published_lines(study, prefer_isolated(tabled)),
+                          current_code=code_fingerprint(study.plugin_payloads()).digest)
 
 
 def _kept(study: Study, store: StudyStore, folder: Path, value: ValueChoice, trials: pd.DataFrame,

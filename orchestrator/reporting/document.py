@@ -11,7 +11,7 @@ import dape_core.metric_names as names
 
 from .plots import Plot
 from .results import MISSING
-from .setup import setup_summary
+from .setup import code_marks, setup_summary
 from .tables import Table
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ class ReportDocument:
     best_points: "BestPoints | None" = None  # a grid over 2+ axes: each variant's best grid point (sweeps.py)
     cost: "CostFront | None" = None  # quality against cost with the Pareto front (cost_front.py)
     published: "list[PublishedLine]" = field(default_factory=list)  # the papers' values beside ours (published.py)
+    current_code: str = ""  # the code fingerprint of the checkout that builds the report (study/code_identity.py)
     _facts: dict = field(default_factory=dict, repr=False, compare=False)  # setup and provenance, read once
 
     def unfinished(self) -> list[str]:
@@ -91,7 +92,7 @@ class ReportDocument:
     def setup(self) -> list[tuple[str, str]]:
         """The setup summary at the report's top (setup.py)."""
         if "setup" not in self._facts:
-            self._facts["setup"] = setup_summary(self.trials)
+            self._facts["setup"] = setup_summary(self.trials, self.current_code)
         return self._facts["setup"]
 
     def run_links(self) -> tuple[list[str | None], str]:
@@ -128,4 +129,7 @@ class ReportDocument:
             # Rows that differ only in settings their trial does not read read one run (trial/trials.py).
             listing["run of"] = self.trials["shared_with"].map(
                 lambda v: f"shared with {v}" if isinstance(v, str) else "–")
+        marks = code_marks(self.trials)
+        if marks is not None:  # the trials mix code versions: each one's, the others' marked (setup.py)
+            listing["code"] = marks
         return listing.fillna("–").astype(str)

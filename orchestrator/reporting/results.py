@@ -20,7 +20,15 @@ import dape_core.metric_names as names
 from ..study import Study, StudyError, load_study
 from ..study.locate import names_a_file, study_file
 from ..tracking.params import NOT_APPLICABLE, effective_params
-from ..tracking.store import ENV_TAG_PREFIX, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG, StudyStore
+from ..tracking.store import (
+    CODE_TAG,
+    ENV_TAG_PREFIX,
+    STOPPED_EARLY_TAG,
+    SWEPT_TAG_PREFIX,
+    TEMPLATE_TAG,
+    TRIAL_ID_TAG,
+    StudyStore,
+)
 from ..tracking.uri import choose_store
 from ..trial.trials import StoredIdentities, Trial, expand_stored, shared_rows
 from .columns import CONFIG_PREFIX, IDENTITY_COLUMNS, MISSING, SERIES_METRICS, metric_columns
@@ -70,7 +78,8 @@ def _run_row(run) -> dict:
         "run_id": info.run_id, "run_name": info.run_name, "error": tags.get("error"),
         "device": tags.get("device"), "precision": tags.get("precision"), "data_hash": tags.get("data_hash"),
         "attention_kernels": tags.get("attention_kernels"),
-        "code_version": tags.get("code_version"), "stopped_early": tags.get(STOPPED_EARLY_TAG) == "true",
+        "code_version": tags.get("code_version"), "code_fingerprint": tags.get(CODE_TAG),
+        "stopped_early": tags.get(STOPPED_EARLY_TAG) == "true",
         "template_id": tags.get(TEMPLATE_TAG), "block": "", "compare_with": None,
         "start_time": pd.Timestamp(info.start_time, unit="ms") if info.start_time else pd.NaT,
     }

@@ -58,8 +58,9 @@ def _device(frame: pd.DataFrame) -> str:
     return devices + (f" ({precisions})" if precisions else "")
 
 
-def setup_summary(trials: pd.DataFrame) -> list[tuple[str, str]]:
-    """(name, text) facts of the finished trials (all trials where none finished)."""
+def setup_summary(trials: pd.DataFrame, current_code: str = "") -> list[tuple[str, str]]:
+    """(name, text) facts of the finished trials (all trials where none finished). `current_code`: the code
+    fingerprint of the checkout building the report, said where the trials' differs."""
     finished = trials[trials["status"] == "FINISHED"] if "status" in trials else trials
     frame = finished if not finished.empty else trials
     facts = []
@@ -87,4 +88,44 @@ def setup_summary(trials: pd.DataFrame) -> list[tuple[str, str]]:
         facts.append(("training", f"{steps} steps of {batch} x {length} tokens"))
     if _values(frame, "device"):
         facts.append(("device", _device(frame)))
+    code = code_versions(finished, current_code)
+    if code:
+        facts.append(("code", code))
     return facts
+
+
+MIXED_MARK = "‡"  # a trial computed by other code than most of the report's (the trials table's `code` column)
+
+
+def code_versions(finished: pd.DataFrame, current: str = "") -> str | None:
+    """The code fingerprints (study/code_identity.py) of the finished trials, each with its count; where they
+    differ, said so: the report mixes code versions, the trials of the others marked MIXED_MARK; where none is
+    `current` (the code building the report), said too."""
+    if "code_fingerprint" not in finished or finished.empty:
+        return None
+    counts = finished["code_fingerprint"].fillna("unknown").value_counts()
+    if current and set(counts.index) - {"unknown", current}:
+        text = code_versions(finished) or ""
+        return text + (f"; the current code is {current}: the trials of other code were kept (run --keep-stale); "
+                       "`orchestrator status` names the files that differ")
+    if list(counts.index) == ["unknown"]:
+        return "code unknown (runs from before the code fingerprint was recorded)"
+    parts = [f"{value} ({int(n)} trial{'' if n == 1 else 's'})" for value, n in counts.items()]
+    if len(counts) == 1:
+        return f"fingerprint {parts[0]}"
+    return (f"MIXED code versions: {', '.join(parts)}; the trials of other code than {counts.index[0]} are marked "
+            f"{MIXED_MARK} in the trials table")
+
+
+def code_marks(trials: pd.DataFrame) -> pd.Series | None:
+    """Per trial, its code fingerprint, marked where the finished trials mix code versions and it is not the most
+    common one; None where they do not mix."""
+    if "code_fingerprint" not in trials:
+        return None
+    finished = trials[trials["status"] == "FINISHED"] if "status" in trials else trials
+    counts = finished["code_fingerprint"].fillna("unknown").value_counts()
+    if len(counts) <= 1:
+        return None
+    common = counts.index[0]
+    return trials["code_fingerprint"].fillna("unknown").map(
+        lambda value: value if value == common else f"{MIXED_MARK} {value}")

@@ -43,6 +43,8 @@ STALE_TAG = "orchestrator.stale"  # a run left RUNNING by an orchestrator that d
 WEIGHTS_TAG = "orchestrator.weights"  # the kept model's weights file among the run's artifacts (model/...)
 SWEPT_TAG_PREFIX = "swept."  # swept.<dotted key> = the value a trial's row sets (variant override or axis point)
 ENV_TAG_PREFIX = "env."  # env.<key> = what the trial's process ran with (dape_core/environment.py): env.torch, ...
+CODE_TAG = "orchestrator.code_fingerprint"  # the code the trial executed (study/code_identity.py); absent: unknown
+CODE_FILE = "code_fingerprint.json"  # the trial run's artifact: that fingerprint's per-file hashes
 
 
 class StudyStore:
@@ -196,10 +198,12 @@ class StudyStore:
             latest[run.data.tags.get(TRIAL_ID_TAG)] = run
         return latest
 
-    def finished_trial_ids(self) -> set[str]:
-        """Trials trained to their end: a run stopped early by a scheduler does not count as done."""
+    def finished_trial_ids(self, code: str | None = None) -> set[str]:
+        """Trials trained to their end: a run stopped early by a scheduler does not count as done. With `code`
+        (a code fingerprint), only runs of that code count."""
         return {run.data.tags.get(TRIAL_ID_TAG) for run in self.trial_runs()
-                if run.info.status == "FINISHED" and run.data.tags.get(STOPPED_EARLY_TAG) != "true"}
+                if run.info.status == "FINISHED" and run.data.tags.get(STOPPED_EARLY_TAG) != "true"
+                and (code is None or run.data.tags.get(CODE_TAG) == code)}
 
     def failed_trial_ids(self) -> set[str]:
         """Trials whose most recent run FAILED (a later FINISHED run of the same trial wins)."""
