@@ -73,7 +73,7 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
            attach: bool, rebuild: bool = False, expanded: list[Trial] | None = None) -> Report:
     frame = study_results(store, study, value, expanded)
     trials, outside = frame[frame["in_study"]], frame[~frame["in_study"]]
-    inputs = fingerprint.of_inputs(study, frame, value)
+    inputs = fingerprint.of_inputs(study, frame, value, code_fingerprint(study.plugin_payloads()).digest)
     kept = None if study.search.sampled or rebuild else fingerprint.unchanged(folder, inputs)
     if kept is not None:  # the same inputs, the same code: the report on disk is this report
         return _kept(study, store, folder, value, trials, outside, kept, attach, study_path)
