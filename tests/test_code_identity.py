@@ -178,3 +178,42 @@ def test_both_stale_options_at_once_are_refused(tmp_path, capsys, monkeypatch):
                            "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert code == 2 and "--retrain-stale and --keep-stale" in output, output
     assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.slow
+def test_a_trial_another_study_of_the_store_finished_is_reused_not_retrained(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "mlflow.db"
+    store = ["--tracking-uri", f"sqlite:///{db}"]
+    first = _study(tmp_path, "first")
+    code, output = run_cli(capsys, "run", first, "--local", *store)
+    assert code == 0 and "0 trial(s) reused, 1 run" in output, output
+    (computed,) = _trial_runs(db)
+    second = _study(tmp_path, "second")  # the same trial (config, seed and code) under another study's name
+    code, output = run_cli(capsys, "run", second, "--local", *store)
+    assert code == 0 and "1 trial(s) reused, 0 run" in output, output
+    assert "1 trial(s) reused from other studies of this store (same config and code): first (1)" in output
+    assert _trial_runs(db) == [computed]  # not trained again
+    with sqlite3.connect(db) as connection:  # linked: the second study's parent run names the run
+        links = connection.execute("SELECT value FROM tags WHERE key LIKE 'reused_from.%'").fetchall()
+    assert links == [(f"first {computed[0]}",)]
+    code, output = run_cli(capsys, "status", second, *store)
+    assert f"computed by study first (run {computed[0]})" in output.replace("\n", ""), output
+    report = next(tmp_path.rglob("second/report.md")).read_text()
+    assert "- reused: 1 trial(s) computed by other studies of this store" in report
+    assert computed[0] in report and "computed by" in report
+
+
+def test_two_studies_of_one_store_lease_a_shared_trial_once(tmp_path):
+    """The leases of every study of the store are read: a trial one study holds is not taken by another."""
+    from orchestrator.tracking.leases import LeaseBook
+    from orchestrator.tracking.store import StudyStore
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first, second = StudyStore.create(uri, "first"), StudyStore.create(uri, "second")
+    with LeaseBook(first) as holder, LeaseBook(second) as other:
+        assert holder.acquire({"abc"}) == {} and holder.held == {"abc"}
+        blocked = other.acquire({"abc", "def"})
+        assert set(blocked) == {"abc"} and other.held == {"def"}
+        holder.release({"abc"})
+        assert other.acquire({"abc"}) == {} and other.held == {"abc", "def"}

@@ -16,7 +16,7 @@ from typing import Callable
 
 from ..study import Study
 from ..tracking.leases import LeaseBook
-from ..tracking.store import StudyStore
+from ..tracking.store import TRIAL_ID_TAG, StudyStore
 from ..trial.trials import StoredIdentities, Trial
 from . import interrupt
 
@@ -95,7 +95,9 @@ def _finished(study: Study, store: StudyStore, trial_ids: set[str], code: str | 
     look up: see _done_elsewhere)."""
     if not trial_ids or study.search.sampled:
         return set()
-    return trial_ids & store.finished_trial_ids(code)
+    done = trial_ids & store.finished_trial_ids(code)
+    # a trial another study of the store finished meanwhile (its orchestrator held the lease) is done too
+    return done | {run.data.tags.get(TRIAL_ID_TAG) for run in store.shared_runs(trial_ids - done, code)}
 
 
 def _done_elsewhere(study: Study, store: StudyStore, leases: LeaseBook, trial_ids: set[str],

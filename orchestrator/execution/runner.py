@@ -22,8 +22,16 @@ from ..tracking.leases import LeaseBook
 from ..tracking.recorder import MLflowRecorder
 from ..tracking.sharing import DeviceSharing
 from ..tracking.source import DIFF_FILE, code_source
-from ..tracking.store import CODE_TAG, StudyStore
-from ..trial.code_check import CURRENT, STALE, UNKNOWN, StalePolicy, store_code_check
+from ..tracking.store import CODE_TAG, REUSED_FROM_PREFIX, STUDY_TAG, StudyStore
+from ..trial.code_check import (
+    CURRENT,
+    STALE,
+    UNKNOWN,
+    CodeCheck,
+    StalePolicy,
+    reused_from_others,
+    store_code_check,
+)
 from ..trial.trials import StoredIdentities, Trial, distinct
 from . import interrupt
 from .checkpoints import CheckpointCleanup
@@ -64,11 +72,17 @@ def select_trials(study: Study, rows: list[Trial], store: StudyStore, failed_onl
                   code: CodeFingerprint | None = None) -> tuple[list[Trial], list[Trial]]:
     """(to run, already finished) of the study's expanded `rows`. With `failed_only`, only trials whose latest
     run FAILED are run. A finished trial is reused when its run's code fingerprint is `code` (default: the
-    current code's) or unknown (a store from before it was recorded); one computed by other code is "stale"
-    (trial/code_check.py): StaleTrials (exit 2, naming them and the files that differ) unless `stale` says to
-    retrain or keep them."""
+    current code's) or unknown (a store from before it was recorded), its run this study's or (of the current
+    code) another study's of the store; one computed by other code is "stale" (trial/code_check.py):
+    StaleTrials (exit 2, naming them and the files that differ) unless `stale` says to retrain or keep them."""
+    todo, done, _ = _select(study, rows, store, failed_only, stale, code)
+    return todo, done
+
+
+def _select(study: Study, rows: list[Trial], store: StudyStore, failed_only: bool, stale: StalePolicy,
+            code: CodeFingerprint | None) -> tuple[list[Trial], list[Trial], CodeCheck | None]:
     if study.search.sampled:
-        return rows, []  # sampled trials have no identity before Tune samples them
+        return rows, [], None  # sampled trials have no identity before Tune samples them
     trials = distinct(rows)  # rows sharing a trial run it once
     check = store_code_check(store, rows, code or code_fingerprint(study.plugin_payloads()))
     stale_trials = check.stale(rows)
@@ -81,7 +95,27 @@ def select_trials(study: Study, rows: list[Trial], store: StudyStore, failed_onl
     if failed_only:
         failed, stored = store.failed_trial_ids(), StoredIdentities(rows)
         todo = [t for t in todo if stored.done(t, failed)]
-    return todo, [t for t in trials if check.state(t) in reused]
+    return todo, [t for t in trials if check.state(t) in reused], check
+
+
+def _link_reused(store: StudyStore, check: CodeCheck | None, skipped: list[Trial], say) -> None:
+    """The trials reused from the store's other studies: a tag per trial on this study's parent run,
+    `reused_from.<trial id>` = "<study> <run id>" (the run that computed it), and one line said."""
+    if check is None:
+        return
+    others = reused_from_others(check, skipped, store.study_name)
+    if not others:
+        return
+    by_study: dict[str, int] = {}
+    tags = {}
+    for trial_id, run in others.items():
+        study = run.data.tags.get(STUDY_TAG, "?")
+        by_study[study] = by_study.get(study, 0) + 1
+        tags[f"{REUSED_FROM_PREFIX}{trial_id}"] = f"{study} {run.info.run_id}"
+    if store.parent_run_id:
+        store.set_tags(store.parent_run_id, tags)
+    say(f"{len(others)} trial(s) reused from other studies of this store (same config and code): "
+        + ", ".join(f"{study} ({count})" for study, count in sorted(by_study.items())))
 
 
 @dataclass
@@ -103,7 +137,7 @@ def run_study(context: RunContext) -> StudyOutcome:
     KILLED; interrupt.py)."""
     study, store = context.study, context.store
     code = code_fingerprint(study.plugin_payloads())  # the code the trials execute (study/code_identity.py)
-    todo, skipped = select_trials(study, context.rows, store, context.failed_only, context.stale, code)
+    todo, skipped, check = _select(study, context.rows, store, context.failed_only, context.stale, code)
     if todo:  # (the measured durations read every finished run of the store: not for nothing to run)
         # longest first, so that no long trial ends the study alone
         todo = longest_first(todo, study, load_measured(context.tracking_uri))
@@ -131,6 +165,7 @@ def run_study(context: RunContext) -> StudyOutcome:
             store.log_parent_text(source.diff, DIFF_FILE)
         if skipped:
             progress.message(f"{len(skipped)} trial(s) already finished in the tracking store: not rerun")
+            _link_reused(store, check, skipped, progress.message)
         _run_and_close(context, _Running(todo, events, progress, leases, outcome, code.digest))
     outcome.wall_seconds = time.monotonic() - context.started
     return outcome

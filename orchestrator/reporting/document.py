@@ -92,7 +92,7 @@ class ReportDocument:
     def setup(self) -> list[tuple[str, str]]:
         """The setup summary at the report's top (setup.py)."""
         if "setup" not in self._facts:
-            self._facts["setup"] = setup_summary(self.trials, self.current_code)
+            self._facts["setup"] = setup_summary(self.trials, self.current_code, self.study_name)
         return self._facts["setup"]
 
     def run_links(self) -> tuple[list[str | None], str]:
@@ -129,6 +129,9 @@ class ReportDocument:
             # Rows that differ only in settings their trial does not read read one run (trial/trials.py).
             listing["run of"] = self.trials["shared_with"].map(
                 lambda v: f"shared with {v}" if isinstance(v, str) else "–")
+        if "computed_by" in self.trials and (self.trials["computed_by"].dropna() != self.study_name).any():
+            listing["computed by"] = self.trials["computed_by"].map(  # reused from another study of the store
+                lambda v: v if isinstance(v, str) and v != self.study_name else "this study")
         marks = code_marks(self.trials)
         if marks is not None:  # the trials mix code versions: each one's, the others' marked (setup.py)
             listing["code"] = marks

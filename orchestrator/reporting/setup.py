@@ -58,9 +58,10 @@ def _device(frame: pd.DataFrame) -> str:
     return devices + (f" ({precisions})" if precisions else "")
 
 
-def setup_summary(trials: pd.DataFrame, current_code: str = "") -> list[tuple[str, str]]:
+def setup_summary(trials: pd.DataFrame, current_code: str = "", study_name: str = "") -> list[tuple[str, str]]:
     """(name, text) facts of the finished trials (all trials where none finished). `current_code`: the code
-    fingerprint of the checkout building the report, said where the trials' differs."""
+    fingerprint of the checkout building the report, said where the trials' differs. `study_name`: the trials
+    another study of the store computed (reused: issue 43) are said with it."""
     finished = trials[trials["status"] == "FINISHED"] if "status" in trials else trials
     frame = finished if not finished.empty else trials
     facts = []
@@ -91,7 +92,25 @@ def setup_summary(trials: pd.DataFrame, current_code: str = "") -> list[tuple[st
     code = code_versions(finished, current_code)
     if code:
         facts.append(("code", code))
+    reused = reused_from(finished, study_name)
+    if reused:
+        facts.append(("reused", reused))
     return facts
+
+
+def reused_from(finished: pd.DataFrame, study_name: str) -> str | None:
+    """The trials another study of the store computed (same config and code), by study, with their runs."""
+    if not study_name or "computed_by" not in finished:
+        return None
+    others = finished[finished["computed_by"].notna() & (finished["computed_by"] != study_name)]
+    if others.empty:
+        return None
+    parts = []
+    for study, group in others.groupby("computed_by"):
+        runs = ", ".join(sorted(str(run) for run in group["run_id"].dropna().unique()))
+        parts.append(f"{study} ({len(group)} trial{'' if len(group) == 1 else 's'}: run {runs})")
+    return (f"{len(others)} trial(s) computed by other studies of this store with the same config and code, "
+            "not trained again: " + "; ".join(parts))
 
 
 MIXED_MARK = "‡"  # a trial computed by other code than most of the report's (the trials table's `code` column)

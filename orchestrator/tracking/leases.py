@@ -129,10 +129,11 @@ class LeaseBook:
         return blocked
 
     def others(self) -> list[Holder]:
-        """The other live leases of the study; leases of dead orchestrators are deleted on the way (their
+        """The other live leases of the store's studies; leases of dead orchestrators are deleted on the way (their
         trials are then free) and remembered in `taken_over`."""
         live = []
-        for run in self.store.client.search_runs([self.store.experiment_id],
+        # Every study's leases: two studies of one store share the trials of one identity (issue 43).
+        for run in self.store.client.search_runs(self.store.study_experiment_ids(),
                                                  filter_string=f"tags.`{ROLE_TAG}` = '{LEASE_ROLE}'",
                                                  max_results=1000):
             if run.info.run_id == self.run_id:

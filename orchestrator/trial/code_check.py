@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable
+from typing import Any, Callable
 
 from ..study.code_identity import CodeFingerprint, changed_files
 from ..tracking.store import CODE_TAG, STOPPED_EARLY_TAG, TRIAL_ID_TAG
@@ -35,6 +35,7 @@ class CodeCheck:
     states: dict[str, str] = field(default_factory=dict)  # trial id -> CURRENT | UNKNOWN | STALE (finished ones)
     stale_code: dict[str, str] = field(default_factory=dict)  # stale trial id -> the fingerprint its run has
     files: dict[str, list[str]] = field(default_factory=dict)  # stale fingerprint -> the files that differ
+    source: dict[str, Any] = field(default_factory=dict)  # trial id -> the finished run that counts for it
 
     def state(self, trial: Trial) -> str | None:
         return self.states.get(trial.trial_id)
@@ -70,10 +71,12 @@ class CodeCheck:
 
 
 def check_code(trials: list[Trial], runs: list, current: CodeFingerprint,
-               read_fingerprint: Callable[[object], CodeFingerprint | None]) -> CodeCheck:
+               read_fingerprint: Callable[[object], CodeFingerprint | None], own: str | None = None) -> CodeCheck:
     """The code state of each of `trials` that has a finished run among `runs` (trained to its end). A trial with
     a finished run of the current code is CURRENT; else one with a run without a fingerprint is UNKNOWN; else
-    STALE. `read_fingerprint(run)`: the per-file hashes a run recorded (read once per stale fingerprint)."""
+    STALE. `read_fingerprint(run)`: the per-file hashes a run recorded (read once per stale fingerprint). The
+    run that counts (`source`): of the decisive runs, one of the experiment `own` (the study's) where there is
+    one, else another study's (reused across studies), the latest."""
     stored = StoredIdentities(trials)
     finished: dict[str, list] = {}
     for run in runs:
@@ -85,17 +88,22 @@ def check_code(trials: list[Trial], runs: list, current: CodeFingerprint,
         found = [run for tag in stored.candidates(trial) for run in finished.get(tag, [])]
         if not found:
             continue
-        codes = [run.data.tags.get(CODE_TAG) for run in found]
+        codes = [run.data.tags.get(CODE_TAG) or "" for run in found]
         if current.digest in codes:
             check.states[trial.trial_id] = CURRENT
-        elif None in codes or "" in codes:
+            decisive = [run for run, code in zip(found, codes) if code == current.digest]
+        elif "" in codes:
             check.states[trial.trial_id] = UNKNOWN
+            decisive = [run for run, code in zip(found, codes) if not code]
         else:
-            latest = max(found, key=lambda run: run.info.start_time or 0)
-            digest = latest.data.tags[CODE_TAG]
             check.states[trial.trial_id] = STALE
+            decisive = found
+        chosen = max(decisive, key=lambda run: (run.info.experiment_id == own, run.info.start_time or 0))
+        check.source[trial.trial_id] = chosen
+        if check.states[trial.trial_id] == STALE:
+            digest = chosen.data.tags[CODE_TAG]
             check.stale_code[trial.trial_id] = digest
-            example.setdefault(digest, latest)
+            example.setdefault(digest, chosen)
     for digest, run in example.items():
         recorded = read_fingerprint(run)
         check.files[digest] = changed_files(recorded, current) if recorded is not None else [NOT_RECORDED]
@@ -103,11 +111,16 @@ def check_code(trials: list[Trial], runs: list, current: CodeFingerprint,
 
 
 def store_code_check(store, trials: list[Trial], current: CodeFingerprint, runs: list | None = None) -> CodeCheck:
-    """`check_code` over the store's trial runs (`runs` where the caller read them already)."""
+    """`check_code` over the store's trial runs (`runs` where the caller read them already) and the finished
+    runs of the same identities and the current code by the store's other studies (reused across studies)."""
     from ..tracking.stored_code import stored_fingerprint
 
-    return check_code(trials, store.trial_runs() if runs is None else runs, current,
-                      lambda run: stored_fingerprint(run, store.tracking_uri))
+    own = store.trial_runs() if runs is None else runs
+    stored = StoredIdentities(trials)
+    tags = {tag for trial in distinct(trials) for tag in stored.candidates(trial)}
+    # another study's runs count only of the current code: its stale or unknown ones are not this study's concern
+    return check_code(trials, own + store.shared_runs(tags, current.digest), current,
+                      lambda run: stored_fingerprint(run, store.tracking_uri), store.experiment_id)
 
 
 def code_lines(check: CodeCheck, trials: list[Trial]) -> list[str]:
@@ -120,3 +133,15 @@ def code_lines(check: CodeCheck, trials: list[Trial]) -> list[str]:
     if check.unknown(trials):
         lines.append(check.describe_unknown(trials) + ".")
     return lines
+
+
+def reused_from_others(check: CodeCheck, trials: list[Trial], study_name: str) -> dict[str, Any]:
+    """{trial id: the run of another study that counts for it} of `trials` (the reused ones)."""
+    from ..tracking.store import STUDY_TAG
+
+    found = {}
+    for trial in trials:
+        run = check.source.get(trial.trial_id)
+        if run is not None and run.data.tags.get(STUDY_TAG, study_name) != study_name:
+            found[trial.trial_id] = run
+    return found
