@@ -5,6 +5,8 @@ trial twice, share its checkpoint, or close each other's live runs as stale. Eac
 lease run in the study's experiment (tag `orchestrator.role` = `lease`), tagged `holds.<trial id>` for every
 trial it runs, with a heartbeat it refreshes every `heartbeat_s` seconds; the run is deleted when it is done.
 The store is the one thing all orchestrators of a study share, on one machine (SQLite) or many (a server).
+Every study's leases are read: two studies of one store share the trials of one identity (the same config and
+code is the same trial, reused across studies), so two studies running at once train such a trial once.
 
 Claiming is "publish, then look": an orchestrator adds the trials it wants to its lease, then reads every
 other live lease, and gives back any trial another one also holds. Of two orchestrators claiming one trial,
