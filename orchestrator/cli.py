@@ -166,6 +166,23 @@ def report(
 
 
 @app.command()
+def diff(
+    study_path: StudyArg,
+    against: Annotated[str, typer.Option("--against", help="The other version: a code fingerprint or a git ref whose "
+                                         "trials are in the store, or another store holding the study.")],
+    overrides: OverridesArg = None,
+    profile: ProfileOpt = None,
+    tracking_uri: TrackingOpt = None,
+    reports_dir: ReportsDirOpt = None,
+) -> None:
+    """Compare the study's results at the current code with another code version: per cell both values, the
+    difference with its seed interval, and whether it moved beyond seed noise."""
+    from .commands.diff import diff as command
+
+    command(Invocation.load(study_path, profile, overrides, tracking_uri), against=against, reports_dir=reports_dir)
+
+
+@app.command()
 def ui(
     study_path: StudyArg,
     tracking_uri: TrackingOpt = None,

@@ -217,3 +217,50 @@ def test_two_studies_of_one_store_lease_a_shared_trial_once(tmp_path):
         assert set(blocked) == {"abc"} and other.held == {"def"}
         holder.release({"abc"})
         assert other.acquire({"abc"}) == {} and other.held == {"abc", "def"}
+
+
+@pytest.mark.slow
+def test_diff_marks_the_cell_a_code_change_moved_and_not_the_unchanged_one(tmp_path, capsys, monkeypatch):
+    """Three seeds of a Kerple baseline and of a plugin's processor; the processor changed (its bias a thousand
+    times stronger: attention to the nearest keys only) and the trials retrained. `diff --against` the old code:
+    the processor's cells moved beyond seed noise, the baseline's (the same computation) did not."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "scaled.py").write_text(SCALED)
+    spec = {"name": "diffed", "plugins": ["scaled.py"], "seeds": [0, 1, 2],
+            "base": {"model": {"preset": "tiny", "pos_encoding": "kerple", "processor": "scaled", "d_dape": 8},
+                     "data": {"source": "stdlib", "max_files": 40},
+                     "train": {"seq_len": 32, "batch_size": 4, "steps": 6, "device": "cpu"},
+                     "eval": {"lengths": [32], "tokens_per_length": 1024}},
+            "variants": [{"label": "Kerple", "baseline": True, "set": {"model.processor": "none"}},
+                         {"label": "Scaled"}]}
+    study, db = tmp_path / "diffed.yaml", tmp_path / "mlflow.db"
+    study.write_text(yaml.safe_dump(spec))
+    store = ["--tracking-uri", f"sqlite:///{db}"]
+    code, output = run_cli(capsys, "run", study, "--local", *store)
+    assert code == 0, output
+    with sqlite3.connect(db) as connection:
+        (old,) = connection.execute("SELECT DISTINCT value FROM tags WHERE key = 'orchestrator.code_fingerprint' "
+                                    "AND run_uuid IN (SELECT run_uuid FROM tags WHERE key = 'orchestrator.role' "
+                                    "AND value = 'trial')").fetchall()
+    (tmp_path / "scaled.py").write_text(SCALED.replace("bias * self.weight", "bias * self.weight * 1000"))
+    code, output = run_cli(capsys, "run", study, "--local", "--retrain-stale", *store)
+    assert code == 0 and "0 trial(s) reused, 6 run" in output, output
+
+    code, output = run_cli(capsys, "diff", study, "--against", old[0], *store)
+    assert code == 0, output
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line for line in output.splitlines()
+            if line.startswith("| Kerple") or line.startswith("| Scaled")}
+    assert "**moved**" in rows[("Scaled", "ppl@32")], output
+    assert rows[("Kerple", "ppl@32")].rstrip(" |").endswith("unchanged"), output
+    assert "Files that differ: plugin:scaled" in output
+    written = next(tmp_path.rglob(f"diffed/diff-{old[0]}.md")).read_text()
+    assert "**moved**" in written and "plugin:scaled" in written
+
+    # A REF with no trials: what the store holds, by code; another store of another study: refused.
+    code, output = run_cli(capsys, "diff", study, "--against", "no-such-ref", *store)
+    assert code == 2 and "by code: " in output and old[0] in output, output
+    from orchestrator.tracking.store import StudyStore
+
+    StudyStore.create(f"sqlite:///{tmp_path / 'other.db'}", "another_study")
+    code, output = run_cli(capsys, "diff", study, "--against", tmp_path / "other.db", *store)
+    assert code == 2 and "has no study 'diffed' (it holds: another_study)" in output.replace("\n", " "), output
