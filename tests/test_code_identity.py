@@ -86,7 +86,7 @@ def test_the_real_library_fingerprint_covers_every_module_and_costs_once_per_pro
 SCALED = """
 import torch
 from dape_core.components import Cost, Processor, register_processor
-from dape_core.processors import ScoreProcessor
+from dape_core.processors.base import ScoreProcessor
 
 
 class Scaled(ScoreProcessor):
