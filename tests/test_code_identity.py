@@ -264,3 +264,18 @@ def test_diff_marks_the_cell_a_code_change_moved_and_not_the_unchanged_one(tmp_p
     StudyStore.create(f"sqlite:///{tmp_path / 'other.db'}", "another_study")
     code, output = run_cli(capsys, "diff", study, "--against", tmp_path / "other.db", *store)
     assert code == 2 and "has no study 'diffed' (it holds: another_study)" in output.replace("\n", " "), output
+
+
+def test_a_plugin_file_changed_on_disk_after_the_start_is_seen(tmp_path):
+    """What `run --decide` checks before each look after the first: the code on disk against the code the
+    sequence started with (a plugin is read from its file again, not from the source the study loaded)."""
+    from orchestrator.study.code_identity import changed_since
+
+    path = tmp_path / "mine.py"
+    path.write_text(MODULE)
+    payload = {"module": "mine", "path": str(path), "source": MODULE}
+    start = code_fingerprint([payload])
+    path.write_text(MODULE + "# only a comment\n")
+    assert changed_since(start, [payload]) == []
+    path.write_text(MODULE.replace("r ** 2", "r ** 3"))
+    assert changed_since(start, [payload]) == ["plugin:mine"]

@@ -115,3 +115,16 @@ def code_fingerprint(plugins: list[dict] | tuple = (), root: Path | None = None)
 def forget_cached() -> None:
     """Read the files again at the next fingerprint (a long-lived process whose library changed on disk)."""
     _library_files.cache_clear()
+
+
+def on_disk(plugins: list[dict] | tuple = ()) -> CodeFingerprint:
+    """The fingerprint of the code as it is on disk now: the library read again, each file plugin's file read
+    again (not the source the study loaded). A long command (`run --decide`'s looks) compares it with the one
+    it started with (`changed_since`)."""
+    forget_cached()
+    return code_fingerprint([{**payload, "source": ""} for payload in plugins or ()])
+
+
+def changed_since(start: CodeFingerprint, plugins: list[dict] | tuple = ()) -> list[str]:
+    """The files whose code changed on disk since `start` was taken ([] where none did)."""
+    return changed_files(start, on_disk(plugins))
