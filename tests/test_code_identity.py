@@ -279,3 +279,37 @@ def test_a_plugin_file_changed_on_disk_after_the_start_is_seen(tmp_path):
     assert changed_since(start, [payload]) == []
     path.write_text(MODULE.replace("r ** 2", "r ** 3"))
     assert changed_since(start, [payload]) == ["plugin:mine"]
+
+
+@pytest.mark.slow  # the report's plots: about 20 s
+def test_a_report_mixing_code_versions_marks_the_rows_and_names_the_versions(tmp_path):
+    """Trials of two code versions in one report (kept with --keep-stale, say): the setup names both with their
+    counts, the row with a trial of the less common version is marked after n, the other is not. (The store:
+    written through the recorder with synthetic results, tests/synthetic_store.py.)"""
+    import synthetic_store
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator import parse_study
+    from orchestrator.reporting import build_report
+    from orchestrator.tracking.store import CODE_TAG, TRIAL_ID_TAG
+
+    spec = {"name": "mixed", "seeds": [0, 1, 2],
+            "base": {"model": {"preset": "tiny", "pos_encoding": "kerple"}, "data": {"max_files": 10},
+                     "train": {"steps": 3, "batch_size": 4, "seq_len": 32},
+                     "eval": {"lengths": [32, 64], "tail_tokens": 16, "n_windows": 2}},
+            "variants": [{"label": "Kerple", "baseline": True, "set": {"model.processor": "none"}},
+                         {"label": "DAPE", "set": {"model.processor": "dapev2"}}]}
+    study = parse_study(spec)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = synthetic_store.write_store(study, uri)
+    client = MlflowClient(uri)
+    odd = next(t.trial_id for t in synthetic_store.expand(study) if t.label == "DAPE" and t.seed == 0)
+    for run in store.trial_runs():
+        client.set_tag(run.info.run_id, CODE_TAG, "b" * 16 if run.data.tags[TRIAL_ID_TAG] == odd else "a" * 16)
+    markdown = build_report(study, store, tmp_path / "reports").markdown
+    assert f"MIXED code versions: {'a' * 16} (5 trials), {'b' * 16} (1 trial)" in markdown
+    table = markdown.split("## Perplexity", 1)[1].split("\n\n## ", 1)[0]
+    dape = next(line for line in table.splitlines() if line.startswith("| DAPE"))
+    kerple = next(line for line in table.splitlines() if line.startswith("| Kerple"))
+    assert "3/3‡" in dape and "‡" not in kerple
+    assert "‡ after n: some of the row's trials were computed by other code" in table

@@ -27,7 +27,7 @@ def mean_std(cell: Summary, decimals: int, pm: str = " ± ") -> str:
 
 
 def seeds(row: Row) -> str:
-    return f"{row.seeds_done}/{row.seeds_expected}"
+    return f"{row.seeds_done}/{row.seeds_expected}{row.code_mark}"
 
 
 RATIO_DECIMALS = 3

@@ -16,6 +16,7 @@ from dape_core import PRESETS
 from ..tracking.store import ENV_TAG_PREFIX
 from .names import value as value_words
 from .provenance import hardware
+from .tables import CODE_MARK
 
 
 def _values(frame: pd.DataFrame, column: str) -> list:
@@ -113,7 +114,7 @@ def reused_from(finished: pd.DataFrame, study_name: str) -> str | None:
             "not trained again: " + "; ".join(parts))
 
 
-MIXED_MARK = "‡"  # a trial computed by other code than most of the report's (the trials table's `code` column)
+MIXED_MARK = CODE_MARK  # a trial computed by other code than most of the report's (trials table, tables)
 
 
 def code_versions(finished: pd.DataFrame, current: str = "") -> str | None:
@@ -133,7 +134,7 @@ def code_versions(finished: pd.DataFrame, current: str = "") -> str | None:
     if len(counts) == 1:
         return f"fingerprint {parts[0]}"
     return (f"MIXED code versions: {', '.join(parts)}; the trials of other code than {counts.index[0]} are marked "
-            f"{MIXED_MARK} in the trials table")
+            f"{MIXED_MARK} in the trials table, and their rows {MIXED_MARK} after n in the tables")
 
 
 def code_marks(trials: pd.DataFrame) -> pd.Series | None:
