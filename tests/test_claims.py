@@ -21,6 +21,7 @@ from orchestrator.planning.learned import MeasuredSteps, load_measured, shape_ke
 from orchestrator.planning.plan_view import plan_rows
 from orchestrator.planning.schedule import estimated_seconds, longest_first
 from orchestrator.reporting import build_report, load_results
+from orchestrator.run_context import RunContext
 from orchestrator.tracking.params import flatten
 from orchestrator.tracking.store import StudyStore
 
@@ -75,7 +76,8 @@ def test_grid_rows_are_addressed_by_variant_and_where():
     assert check.left.label == "plain (pos_encoding=rope)" and check.left.column == "ppl_256" and check.left.over == "ppl_32"
     dape = next(c for c in study.expect if c.id == "dape_lowers_every_encoding")
     pairs = {(c.left.label, c.right.label) for c in claim_checks(study, dape)}
-    assert ("DAPE (pos_encoding=t5)", "plain (pos_encoding=t5)") in pairs and len(pairs) == 8  # each with its own baseline
+    # each with its own baseline, at the encodings its `where` names (not RoPE: DAPE V2 says DAPE-RoPE does not gain)
+    assert ("DAPE (pos_encoding=fire)", "plain (pos_encoding=fire)") in pairs and len(pairs) == 4
 
 
 # --- verdicts on a real study ---------------------------------------------------------------------------------
@@ -94,7 +96,7 @@ def judged(built, tmp_path_factory):
     spec["variants"].append({"label": "DAPE1x5-Kerple", "set": {"model.kernel_size": 5}})
     study = parse_study(spec)
     store = StudyStore.open(built.tracking_uri, study.name)
-    report = build_report(study, store, tmp_path_factory.mktemp("claims_report"))
+    report = build_report(RunContext.of(study, store), tmp_path_factory.mktemp("claims_report"))
     return study, report, {result.claim.id: result for result in report.claims}
 
 

@@ -14,6 +14,7 @@ from dape_core.plugins import plugin_tags
 from ..errors import StaleTrials, StudyInterrupted, StudyTerminated, TrackingServerUnreachable, exception_chain
 from ..planning.learned import load_measured
 from ..planning.schedule import longest_first
+from ..run_context import RunContext
 from ..study import Study
 from ..study.code_identity import CodeFingerprint, code_fingerprint
 from ..tracking.console import ConsoleProgress
@@ -35,7 +36,6 @@ from ..trial.code_check import (
 from ..trial.trials import StoredIdentities, Trial, distinct
 from . import interrupt
 from .checkpoints import CheckpointCleanup
-from .context import RunContext
 from .leased import run_leased
 
 
@@ -140,7 +140,7 @@ def run_study(context: RunContext) -> StudyOutcome:
     todo, skipped, check = _select(study, context.rows, store, context.failed_only, context.stale, code)
     if todo:  # (the measured durations read every finished run of the store: not for nothing to run)
         # longest first, so that no long trial ends the study alone
-        todo = longest_first(todo, study, load_measured(context.tracking_uri))
+        todo = longest_first(todo, study, load_measured(context.store.reader))
     progress = context.progress or ConsoleProgress(len(todo))
     progress.total = study.search.samples_per_row * len(todo)
     if todo and not context.local:  # before the parent run: an unreachable cluster leaves nothing behind
