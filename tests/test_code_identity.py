@@ -291,6 +291,7 @@ def test_a_report_mixing_code_versions_marks_the_rows_and_names_the_versions(tmp
 
     from orchestrator import parse_study
     from orchestrator.reporting import build_report
+    from orchestrator.run_context import RunContext
     from orchestrator.tracking.store import CODE_TAG, TRIAL_ID_TAG
 
     spec = {"name": "mixed", "seeds": [0, 1, 2],
@@ -306,7 +307,7 @@ def test_a_report_mixing_code_versions_marks_the_rows_and_names_the_versions(tmp
     odd = next(t.trial_id for t in synthetic_store.expand(study) if t.label == "DAPE" and t.seed == 0)
     for run in store.trial_runs():
         client.set_tag(run.info.run_id, CODE_TAG, "b" * 16 if run.data.tags[TRIAL_ID_TAG] == odd else "a" * 16)
-    markdown = build_report(study, store, tmp_path / "reports").markdown
+    markdown = build_report(RunContext.of(study, store), tmp_path / "reports", attach=False).markdown
     assert f"MIXED code versions: {'a' * 16} (5 trials), {'b' * 16} (1 trial)" in markdown
     table = markdown.split("## Perplexity", 1)[1].split("\n\n## ", 1)[0]
     dape = next(line for line in table.splitlines() if line.startswith("| DAPE"))
