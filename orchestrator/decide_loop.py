@@ -28,13 +28,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import decide_design
-from .errors import UserInputError
+from .errors import StaleTrials, UserInputError
 from .execution.runner import StudyOutcome, run_study
 from .reporting.build import build_report
 from .reporting.render_md import summary
 from .run import evaluate_later
 from .run_context import RunContext
 from .study import Decide, Study
+from .study.code_identity import changed_since, code_fingerprint
 from .study.decide_checks import decide_problems
 from .trial.trials import Trial, distinct, expand
 
@@ -48,6 +49,10 @@ LOOK_METRICS = (LOOK_SEEDS, LOOK_TRIALS, LOOK_GPU_HOURS, LOOK_DECIDED, LOOK_WAIT
 DECIDED, WAITING, NOT_DECIDABLE, TRIAL_FAILED = "decided", "waiting on more seeds", "not decidable by seeds", "stopped"
 MAX_REACHED, BUDGET_SPENT = "undecided at max_seeds", "undecided: budget spent"
 NOT_BY_SEEDS = "undecided: waiting on something seeds do not give"  # its reason says what (orchestrator evaluate ...)
+
+
+class CodeChangedDuringSequence(StaleTrials):
+    """The code changed on disk between two looks of a sequence (exit 2)."""
 
 
 # --- the decision rule, as the loop reads it (reporting/claims.py) ---------------------------------------------
@@ -225,6 +230,7 @@ def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
     planned: list[Trial] = []
     hours = {trial.trial_id: trial_gpu_hours(study, trial) for trial in distinct(every)}
     plan = decide.looks()
+    started_code = code_fingerprint(study.plugin_payloads())  # what the first look runs
     active = set(labels)  # the first look trains every row
     for index, seeds in enumerate(plan):
         grown = {label: seeds if label in active else counts[label] for label in labels}
@@ -238,6 +244,13 @@ def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
             break
         counts, planned = grown, candidate
         say(f"Look {index + 1} of at most {len(plan)}: {seeds} seeds for {_rows_words(active, labels)}")
+        changed = changed_since(started_code, study.plugin_payloads()) if index else []
+        if changed:  # a look's trials would run other code than the earlier looks': one claim, one code
+            raise CodeChangedDuringSequence(
+                f"the code changed on disk between look {index} and look {index + 1} of the sequence (files that "
+                f"differ: {', '.join(changed)}): it stops rather than mixing code versions inside one claim. The "
+                f"trials of the {index} look(s) done are in the store; run again to start the sequence at the "
+                "current code (`run` then names the trials of the earlier code: --retrain-stale or --keep-stale).")
         look_context = replace(context, rows=planned, progress=None)
         outcome = run_study(look_context)
         evaluate_later(look_context, outcome, reports_dir, say)  # the look's report.lengths, as `run` scores them

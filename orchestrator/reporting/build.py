@@ -19,6 +19,7 @@ import dape_core.metric_names as names
 from ..folders import folder_lock
 from ..run_context import RunContext
 from ..study import Study
+from ..study.code_identity import code_fingerprint
 from ..study.metric_families import TIME
 from ..tracking.store import StudyStore
 from . import fingerprint, plots, render_html, render_latex, render_md, sweeps
@@ -73,7 +74,7 @@ def _build(context: RunContext, folder: Path, value: ValueChoice, attach: bool, 
     study, store, study_path = context.study, context.store, context.study_path
     frame = study_results(store, study, value, context.rows)
     trials, outside = frame[frame["in_study"]], frame[~frame["in_study"]]
-    inputs = fingerprint.of_inputs(study, frame, value)
+    inputs = fingerprint.of_inputs(study, frame, value, code_fingerprint(study.plugin_payloads()).digest)
     kept = None if study.search.sampled or rebuild else fingerprint.unchanged(folder, inputs)
     if kept is not None:  # the same inputs, the same code: the report on disk is this report
         return _kept(context, folder, value, trials, outside, kept, attach)
@@ -169,6 +170,7 @@ def _document(context: RunContext, value: ValueChoice, trials: pd.DataFrame, out
                           best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None,
                           cost=cost_front(study, tables, tabled, plot_dir),
                           published=published_lines(study, prefer_isolated(tabled)),
+                          current_code=code_fingerprint(study.plugin_payloads()).digest,
                           published_notes=published_notes(study))
 
 

@@ -34,7 +34,7 @@ def diverged(cell: Summary) -> str:
 
 
 def seeds(row: Row) -> str:
-    return f"{row.seeds_done}/{row.seeds_expected}"
+    return f"{row.seeds_done}/{row.seeds_expected}{row.code_mark}"
 
 
 RATIO_DECIMALS = 3
