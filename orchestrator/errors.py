@@ -43,7 +43,7 @@ class ForeignExperiment(StoreUnusable):
 
 
 class StaleTrials(UserInputError):
-    """Finished trials of the study were computed by other code than the current (trial/code_check.py): `run`
+    """Finished trials of the study were computed by other code than the current (tracking/code_check.py): `run`
     neither reuses nor retrains them without being told which (--retrain-stale, --keep-stale)."""
 
     title = "Code changed:"

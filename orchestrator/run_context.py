@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from .study import Study
+from .tracking.code_check import StalePolicy
 from .tracking.console import ConsoleProgress
 from .tracking.store import TRIAL_ID_TAG, StudyStore
-from .trial.code_check import StalePolicy
 from .trial.trials import Trial, expand, expand_stored
 
 # How long Ray is waited for, and a node able to host a trial (execution/cluster.py reads these).

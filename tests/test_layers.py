@@ -26,6 +26,7 @@ FLOORS = {
     "orchestrator.tracking": 3,
     "orchestrator.planning": 4,
     "orchestrator.run_context": 4,  # what one command runs with, carried through run, decide, evaluate, report
+    "orchestrator.decide_design": 4,  # the --decide design recorded on the study's run, read by the loop and report
     "orchestrator.execution": 5, "orchestrator.reporting": 5,
     "orchestrator.evaluation": 6, "orchestrator.slurm": 6, "orchestrator.doctor": 6,
     "orchestrator.run": 7,  # `orchestrator run`: execution, then the report

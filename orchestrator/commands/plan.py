@@ -16,7 +16,7 @@ def plan(invocation: Invocation) -> None:
     study = invocation.study
     store = invocation.stored()
     from ..study.code_identity import code_fingerprint
-    from ..trial.code_check import CURRENT, UNKNOWN, code_lines, store_code_check
+    from ..tracking.code_check import CURRENT, UNKNOWN, code_lines, store_code_check
     from ..trial.trials import expand
 
     code = store_code_check(store, expand(study), code_fingerprint(study.plugin_payloads())) if store else None

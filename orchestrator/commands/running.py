@@ -43,7 +43,7 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
         stop("[red]Invalid option[/red] --failed-only: a run that adds seeds until its claims are decided reruns "
              "its failed trials anyway (run it again without --failed-only). Nothing was run.", EXIT_INVALID)
     study = deciding or study
-    from ..trial.code_check import StalePolicy
+    from ..tracking.code_check import StalePolicy
 
     if retrain_stale and keep_stale:
         stop("[red]Invalid options[/red] --retrain-stale and --keep-stale: the finished trials of other code are "

@@ -10,8 +10,8 @@ from .output import console
 
 def status(invocation: Invocation) -> None:
     from ..study.code_identity import code_fingerprint
+    from ..tracking.code_check import check_code, code_lines, reused_from_others, store_code_check
     from ..tracking.store import STUDY_TAG, TRIAL_ID_TAG
-    from ..trial.code_check import check_code, code_lines, reused_from_others, store_code_check
     from ..trial.trials import StoredIdentities, expand_stored
 
     study = invocation.study

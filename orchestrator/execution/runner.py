@@ -17,14 +17,7 @@ from ..planning.schedule import longest_first
 from ..run_context import RunContext
 from ..study import Study
 from ..study.code_identity import CodeFingerprint, code_fingerprint
-from ..tracking.console import ConsoleProgress
-from ..tracking.events import Tally, TrialEvents
-from ..tracking.leases import LeaseBook
-from ..tracking.recorder import MLflowRecorder
-from ..tracking.sharing import DeviceSharing
-from ..tracking.source import DIFF_FILE, code_source
-from ..tracking.store import CODE_TAG, REUSED_FROM_PREFIX, STUDY_TAG, StudyStore
-from ..trial.code_check import (
+from ..tracking.code_check import (
     CURRENT,
     STALE,
     UNKNOWN,
@@ -33,6 +26,13 @@ from ..trial.code_check import (
     reused_from_others,
     store_code_check,
 )
+from ..tracking.console import ConsoleProgress
+from ..tracking.events import Tally, TrialEvents
+from ..tracking.leases import LeaseBook
+from ..tracking.recorder import MLflowRecorder
+from ..tracking.sharing import DeviceSharing
+from ..tracking.source import DIFF_FILE, code_source
+from ..tracking.store import CODE_TAG, REUSED_FROM_PREFIX, STUDY_TAG, StudyStore
 from ..trial.trials import StoredIdentities, Trial, distinct
 from . import interrupt
 from .checkpoints import CheckpointCleanup
@@ -73,7 +73,7 @@ def select_trials(study: Study, rows: list[Trial], store: StudyStore, failed_onl
     """(to run, already finished) of the study's expanded `rows`. With `failed_only`, only trials whose latest
     run FAILED are run. A finished trial is reused when its run's code fingerprint is `code` (default: the
     current code's) or unknown (a store from before it was recorded), its run this study's or (of the current
-    code) another study's of the store; one computed by other code is "stale" (trial/code_check.py):
+    code) another study's of the store; one computed by other code is "stale" (tracking/code_check.py):
     StaleTrials (exit 2, naming them and the files that differ) unless `stale` says to retrain or keep them."""
     todo, done, _ = _select(study, rows, store, failed_only, stale, code)
     return todo, done

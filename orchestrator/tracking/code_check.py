@@ -14,8 +14,8 @@ from enum import Enum
 from typing import Any, Callable
 
 from ..study.code_identity import CodeFingerprint, changed_files
-from ..tracking.store import CODE_TAG, STOPPED_EARLY_TAG, TRIAL_ID_TAG
-from .trials import StoredIdentities, Trial, distinct
+from ..trial.trials import StoredIdentities, Trial, distinct
+from .store import CODE_TAG, STOPPED_EARLY_TAG, TRIAL_ID_TAG
 
 CURRENT, UNKNOWN, STALE = "current", "code unknown", "stale"
 NOT_RECORDED = "(its files were not recorded)"
@@ -113,7 +113,7 @@ def check_code(trials: list[Trial], runs: list, current: CodeFingerprint,
 def store_code_check(store, trials: list[Trial], current: CodeFingerprint, runs: list | None = None) -> CodeCheck:
     """`check_code` over the store's trial runs (`runs` where the caller read them already) and the finished
     runs of the same identities and the current code by the store's other studies (reused across studies)."""
-    from ..tracking.stored_code import stored_fingerprint
+    from .stored_code import stored_fingerprint
 
     own = store.trial_runs() if runs is None else runs
     stored = StoredIdentities(trials)
@@ -137,7 +137,7 @@ def code_lines(check: CodeCheck, trials: list[Trial]) -> list[str]:
 
 def reused_from_others(check: CodeCheck, trials: list[Trial], study_name: str) -> dict[str, Any]:
     """{trial id: the run of another study that counts for it} of `trials` (the reused ones)."""
-    from ..tracking.store import STUDY_TAG
+    from .store import STUDY_TAG
 
     found = {}
     for trial in trials:
