@@ -20,6 +20,8 @@ from torch.nn import functional as F
 
 from .config import ModelConfig, processor_form, processor_in_channels
 from .processor_records import FORMS
+from .score_conv import applies as conv_pair_applies
+from .score_conv import conv_pair
 
 
 class ScoreProcessor(nn.Module):
@@ -84,9 +86,12 @@ class ConvScoreProcessor(ScoreProcessor):
         if bias is not None:
             bias = bias.to(scores.dtype)
         keep = None if not self.tril else (k_pos[None, :] <= q_pos[:, None]).to(scores.dtype)  # tril
-        z = TrilConcat.apply(keep, scores.shape[0], *self.feature_parts(scores, bias))
-        hidden = F.leaky_relu(self._conv(self.conv_in, z), negative_slope=0.01, inplace=True)
-        logits = self._conv(self.conv_out, hidden).contiguous()  # f, back to [B, H, Tq, Tk] rows
+        if conv_pair_applies(scores):  # CPU: both convolutions as batched GEMMs (score_conv.py)
+            logits = conv_pair(keep, scores.shape[0], self.conv_in, self.conv_out, self.feature_parts(scores, bias))
+        else:
+            z = TrilConcat.apply(keep, scores.shape[0], *self.feature_parts(scores, bias))
+            hidden = F.leaky_relu(self._conv(self.conv_in, z), negative_slope=0.01, inplace=True)
+            logits = self._conv(self.conv_out, hidden).contiguous()  # f, back to [B, H, Tq, Tk] rows
         logits.add_(scores)  # + S
         if self.form_facts.adds_bias:
             logits.add_(bias)  # + B
