@@ -9,7 +9,7 @@ The rule, field by field (dotted names as in `ExperimentConfig.to_dict()`):
   training then uses PyTorch's fused kernel; with `dape` not `kernel_size`, always 1x1; with a processor but
   no bias encoding not `form`, the processor reads the scores alone); the encoding fields (`rope_random_max`,
   `fire_width`, `fire_l0`) the encoding in use does not read, by its record's `settings`
-  (dape_core/components.py, the records in encodings.py and processor_records.py).
+  (dape_core/components.py, the records in dape_core/encodings/ and dape_core/processors/).
 - train: `val_tokens` without `eval_every` (no periodic validation).
 - eval: the timing warm-up and repetitions without `timing`.
 - data: the fields of the other sources (`pattern` and `separator` are for text and Hugging Face sources,
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
-from .components import ENCODING_FIELDS, PROCESSOR_FIELDS
+from .components import component_fields
 
 if TYPE_CHECKING:
     from .experiment import ExperimentConfig
@@ -41,8 +41,7 @@ _SOURCE_SPECIFIC = set().union(*_DATA_FIELDS_OF_SOURCE.values())
 def _model(cfg: "ExperimentConfig") -> set[str]:
     model = cfg.model
     processor = model.processor_facts
-    unused = (set(PROCESSOR_FIELDS) - set(processor.settings)) | processor.unread(model)
-    unused |= set(ENCODING_FIELDS) - set(model.encoding.settings)  # another encoding's
+    unused = (set(component_fields()) - set(processor.fields) - set(model.encoding.fields)) | processor.unread(model)
     return {f"model.{name}" for name in unused}
 
 

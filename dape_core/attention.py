@@ -52,8 +52,8 @@ from torch.utils.checkpoint import checkpoint
 import dape_core.fused as fused
 
 from .config import EVAL_BLOCK_ELEMENTS, MIN_BLOCK_ROWS, ModelConfig
-from .position import PositionEncoding
-from .processors import ScoreProcessor, build_processor
+from .encodings.base import PositionEncoding
+from .processors.base import ScoreProcessor, build_processor
 
 # Training blocks on CUDA: one block's maps (forward, and backward's recomputation) stay under this many bytes.
 CUDA_BLOCK_BYTES = 2**31

@@ -1,7 +1,9 @@
-"""The components of an attention layer, each one record that says everything the other floors need, found
-through one registry. This is the public API for adding a position encoding, a score processor or a processor
-form, as a built-in (a module under `dape_core/contrib/`) or as a study's plugin (a module the study names
-under `plugins:`); docs/extending.md is the guide.
+"""The public API for adding a position encoding, a score processor or a processor form, as a built-in (a
+module under `dape_core/contrib/`) or as a study's plugin (a module the study names under `plugins:`);
+docs/extending.md is the guide. The records and the registry they go into are `dape_core/registry.py`'s; this
+module is the registry with the built-ins in it: importing it loads dape_core's own records (one file per
+component in `dape_core/encodings/` and `dape_core/processors/`), and `discover_contrib()` imports the modules
+of `dape_core/contrib/`, each registering its components as their owner.
 
 A record carries: its settings (the `model:` fields it reads, and the new settings it declares, which a study
 gives under `model.options`), its builder (the torch module), its label in reports, its cost per score-map
@@ -9,449 +11,70 @@ entry (so that `orchestrator plan` estimates it), whether the fused Triton kerne
 it promises (causal; a processor may leak only when `model.leak` is on, which the causality audit,
 `dape_core/audit.py`, checks before a study's first trial).
 
-Who reads the registry (tests/test_components.py lists them): `config.py` (the names a study may give, the
-options, the analytic parameter count), `position.py` and `processors.py` (the modules), `attention.py`
-(the memory of a training block), `applicability.py` (settings a run does not read), `fused` (what the
-kernels take), `evaluate/flops.py` (the processor's FLOPs), `doctor` (the fused processor it checks), and the
-orchestrator's plan estimates, learned-step keys and report labels.
-
-This module loads without torch: validating a study reads it. Records of the built-ins are in
-`encodings.py` and `processor_records.py`; `dape_core/contrib/` modules are imported the first time a name is
-not found among those (or every name is listed), so that they may import torch.
+It loads without torch: validating a study reads it.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import pkgutil
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from . import contrib
+from . import encodings as _encodings
+from . import processors as _processors
+from .registry import (
+    ComponentError,
+    Cost,
+    Encoding,
+    Form,
+    Processor,
+    Registry,
+    Setting,
+    component_fields,
+    encodings,
+    forget,
+    forms,
+    processors,
+    register_encoding,
+    register_form,
+    register_processor,
+    registered_by,
+    registering_for,
+    setting_labels,
+    value_labels,
+)
 
 __all__ = [
-    "ComponentError",
-    "Cost",
-    "Encoding",
-    "Form",
-    "Processor",
-    "Setting",
-    "encodings",
-    "forms",
-    "processors",
-    "register_encoding",
-    "register_form",
-    "register_processor",
+    "ComponentError", "Cost", "Encoding", "Form", "Processor", "Registry", "Setting", "component_fields",
+    "discover_contrib", "encodings", "forget", "forms", "processors", "register_encoding", "register_form",
+    "register_processor", "registered_by", "registering_for", "setting_labels", "value_labels",
 ]
-
-# The ModelConfig fields that belong to a component (marked not applicable where the component in use does not
-# read them). A new component's own settings are options (`model.options`), declared in its record.
-PROCESSOR_FIELDS = ("kernel_size", "d_dape", "form", "leak", "attention_block_size")
-ENCODING_FIELDS = ("rope_random_max", "fire_width", "fire_l0")
-COMPONENT_FIELDS = PROCESSOR_FIELDS + ENCODING_FIELDS
-
-
-class ComponentError(ValueError):
-    """A record that cannot be registered: a name taken, a required part missing."""
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One setting a component reads. `name` is a ModelConfig field (`kernel_size`), or an option of the
-    component's own, given as `model.options.<name>`, whose `type` (anything pydantic validates: int, float,
-    Literal[...], an Annotated constraint) and `default` the record declares. `label`: in reports.
-    `step_cost`: whether its value changes the cost of a training step (runs are matched on it to learn the
-    duration of a planned trial: orchestrator/planning/learned.py)."""
-
-    name: str
-    type: Any = None
-    default: Any = None
-    label: str | None = None
-    step_cost: bool = True
-
-
-@dataclass(frozen=True)
-class Cost:
-    """What a component costs per entry (i, j) of a layer's score map, per sequence: `macs` multiply-adds in
-    the forward pass, `stored` floats kept for the backward pass (and held while evaluating), `working` floats
-    a training block computes and holds the gradients of (the CUDA block budget, attention.py). `parameters`:
-    per layer."""
-
-    parameters: int = 0
-    macs: float = 0
-    stored: float = 0
-    working: float = 0
-
-
-NO_COST = Cost()
-
-
-def _no_cost(cfg) -> Cost:
-    return NO_COST
-
-
-def _no_parameters(cfg) -> int:
-    return 0
-
-
-def _nothing_unread(cfg) -> set[str]:
-    return set()
-
-
-def _settings(values) -> tuple[Setting, ...]:
-    return tuple(value if isinstance(value, Setting) else Setting(value) for value in values)
-
-
-class _Described:
-    """What encodings and processors share: their settings as names and as records, and their options."""
-
-    declared: tuple[Setting, ...]
-
-    @property
-    def settings(self) -> tuple[str, ...]:
-        """The names of every setting it reads (fields and options)."""
-        return tuple(setting.name for setting in self.declared)
-
-    @property
-    def options(self) -> tuple[Setting, ...]:
-        """The settings of its own, given under `model.options`."""
-        return tuple(setting for setting in self.declared if setting.name not in COMPONENT_FIELDS)
-
-
-class Encoding(_Described):
-    """A position encoding.
-
-    kind: `rotary` transforms q and k before `Q Kᵀ` (the module's `rotate` hook), `bias` adds B = [H, T_q, T_k]
-        (the `bias` hook), `none` neither.
-    build: `ModelConfig -> PositionEncoding` (dape_core.position's base class), one layer's module.
-    toeplitz: its bias depends on the distance Δ alone, so the fused kernels read it from a table of Δ (the
-        fused path takes every encoding but a bias of more than Δ: FIRE's).
-    settings: the `model:` fields only this encoding reads (marked not applicable for the others), or Setting
-        records of its options.
-    defaults: of its fields, the ones an experiment fills in when not given: field -> `longest` (the largest
-        evaluation length) or `train_length`.
-    learned: its learned parameters, of one module (`ModelConfig` -> count).
-    shared: one module for all layers (else one per layer, each with its own parameters).
-    cost: per score-map entry (`ModelConfig -> Cost`; its parameters are `learned`'s), for the plan.
-    """
-
-    def __init__(self, name: str, label: str, kind: Literal["none", "rotary", "bias"],
-                 build: Callable[..., Any] | None = None, *, toeplitz: bool = False, settings=(),
-                 defaults: dict[str, Literal["longest", "train_length"]] | None = None,
-                 learned: Callable[..., int] | None = None, shared: bool = False,
-                 cost: Callable[..., Cost] | None = None):
-        self.name, self.label, self.kind, self.build = name, label, kind, build
-        self.toeplitz, self.shared = toeplitz, shared
-        self.declared = _settings(settings)
-        self.defaults = dict(defaults or {})
-        self.learned = learned or _no_parameters
-        self.cost = cost or _no_cost
-        self.owner = "built-in"  # or the plugin module that registered it
-
-    def __repr__(self) -> str:
-        return f"Encoding({self.name!r}, {self.kind!r}, owner={self.owner!r})"
-
-    @property
-    def has_bias(self) -> bool:
-        return self.kind == "bias"
-
-    @property
-    def rotary(self) -> bool:
-        return self.kind == "rotary"
-
-    @property
-    def fused(self) -> bool:
-        """The fused attention kernels (`dape_core.fused`) can compute a layer with this encoding."""
-        return not self.has_bias or self.toeplitz
-
-    def check(self) -> None:
-        if self.kind not in ("none", "rotary", "bias"):
-            raise ComponentError(f"encoding {self.name!r}: kind {self.kind!r} is not one of none, rotary, bias")
-        if not callable(self.build):
-            raise ComponentError(f"encoding {self.name!r} misses its builder (build: ModelConfig -> PositionEncoding)")
-        _check_common(self, "encoding", ENCODING_FIELDS)
-
-
-@dataclass(frozen=True)
-class Form:
-    """How a score processor's output combines with S and B (docs/method.md §3).
-
-    parts: `(S, B) -> [tensors]`, the processor's input channels z, concatenated over the head axis.
-    channels: input channels per head (2 where z is [S, B]).
-    adds_bias: the logits are S + B + f(z) (else S + f(z)).
-    needs_bias: only with a bias encoding.
-    fused_mode: how the fused kernels build z (their Z_MODE), None where they do not take this form.
-    choice: a study may name it (`no_bias`, what every form becomes without a bias encoding, is not one).
-    """
-
-    name: str
-    label: str
-    parts: Callable[..., list] | None = None
-    channels: int = 1
-    adds_bias: bool = True
-    needs_bias: bool = False
-    fused_mode: int | None = None
-    choice: bool = True
-    owner: str = "built-in"
-
-    def check(self) -> None:
-        if not callable(self.parts):
-            raise ComponentError(f"form {self.name!r} misses its parts ((S, B) -> list of tensors)")
-        if not isinstance(self.channels, int) or self.channels < 1:
-            raise ComponentError(f"form {self.name!r}: channels must be a positive int (got {self.channels!r})")
-        _check_label(self, "form")
-
-
-class Processor(_Described):
-    """A score processor (docs/method.md §3–§4): logits A from the scores S and the bias B.
-
-    build: `(ModelConfig, has_bias) -> ScoreProcessor` (dape_core.processors), None for `none` (no processor).
-    cost: `ModelConfig -> Cost` per layer and score-map entry.
-    settings: the processor fields of ModelConfig it reads (PROCESSOR_FIELDS), or Setting records of its options.
-    unread: `ModelConfig -> set of setting names` it holds but does not read in that config (the DAPE form
-        without a bias encoding).
-    kernel: `ModelConfig -> (query rows, key columns)` of a convolutional processor, None otherwise.
-    fused: the fused Triton kernels compute it (a convolution of the DAPE family).
-    causal: its row i reads no score of a later key unless `model.leak` is on (the audit checks it); False: it
-        reads later keys by design, so a model may use it only as a bidirectional encoder (`causal: false`).
-    """
-
-    def __init__(self, name: str, label: str, build: Callable[..., Any] | None = None, *,
-                 cost: Callable[..., Cost] | None = None, settings=(), unread: Callable[..., set] | None = None,
-                 kernel: Callable[..., tuple[int, int]] | None = None, fused: bool = False, causal: bool = True):
-        self.name, self.label, self.build = name, label, build
-        self.cost = cost or _no_cost
-        self._cost_given = cost is not None
-        self.declared = _settings(settings)
-        self.unread = unread or _nothing_unread
-        self.kernel, self.fused, self.causal = kernel, fused, causal
-        self.owner = "built-in"  # or the plugin module that registered it
-
-    def __repr__(self) -> str:
-        return f"Processor({self.name!r}, owner={self.owner!r})"
-
-    @property
-    def present(self) -> bool:
-        """A processor runs (`none` is the absence of one)."""
-        return self.build is not None
-
-    def check(self) -> None:
-        if not callable(self.build):
-            raise ComponentError(f"processor {self.name!r} misses its builder (build: (ModelConfig, has_bias) -> "
-                                 "ScoreProcessor)")
-        if not self._cost_given or not callable(self.cost):
-            raise ComponentError(f"processor {self.name!r} misses its cost (cost: ModelConfig -> Cost: parameters, "
-                                 "multiply-adds and floats per score-map entry, for the plan)")
-        if not isinstance(self.causal, bool):
-            raise ComponentError(f"processor {self.name!r}: causal must be True (it reads no later key unless "
-                                 "model.leak is on) or False (it does: bidirectional models only)")
-        _check_common(self, "processor", PROCESSOR_FIELDS)
-
-
-def _check_label(record, kind: str) -> None:
-    if not isinstance(record.name, str) or not record.name.isidentifier():
-        raise ComponentError(f"{kind} name {record.name!r} must be an identifier (letters, digits, underscores)")
-    if not isinstance(record.label, str) or not record.label:
-        raise ComponentError(f"{kind} {record.name!r} misses its label (in words, for reports)")
-
-
-def _check_common(record, kind: str, fields: tuple[str, ...]) -> None:
-    _check_label(record, kind)
-    for setting in record.declared:
-        if not isinstance(setting, Setting) or not isinstance(setting.name, str) or not setting.name.isidentifier():
-            raise ComponentError(f"{kind} {record.name!r}: settings must be field names or Setting(name, type, "
-                                 f"default) records with identifier names (got {setting!r})")
-        if setting.name in COMPONENT_FIELDS and setting.name not in fields:
-            raise ComponentError(f"{kind} {record.name!r}: setting {setting.name!r} is another kind's model field "
-                                 f"(a {kind} may read {', '.join(fields)}); declare a setting of its own (an option)")
-        if setting.name not in COMPONENT_FIELDS and setting.type is None:
-            raise ComponentError(f"{kind} {record.name!r}: option {setting.name!r} misses its type "
-                                 "(Setting(name, type, default))")
-
-
-class _Record(Protocol):
-    """What a registry reads of its records (Encoding, Processor, Form)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def owner(self) -> str: ...
-
-    def check(self) -> None: ...
-
-
-R = TypeVar("R", bound=_Record)
-
-
-class Registry(Generic[R]):
-    """Records of one kind by name, in registration order (the order an error lists them in)."""
-
-    def __init__(self, kind: str):
-        self.kind = kind
-        self._records: dict[str, R] = {}
-
-    def add(self, record: R, replace: bool = False, check: bool = True) -> R:
-        _builtins()
-        if check:
-            record.check()
-        name = record.name
-        if name in self._records and not replace:
-            owner = self._records[name].owner
-            raise ComponentError(f"{self.kind} {name!r} is already registered ({owner}); choose another name")
-        self._records[name] = record
-        return record
-
-    def remove(self, name: str) -> None:
-        self._records.pop(name, None)
-
-    def get(self, name: Any, default: Any = None, discover: bool = True):
-        """The record named `name`, or `default`. A name not found among those registered imports the
-        contrib modules once (`discover`), which may register it."""
-        _builtins()
-        if not isinstance(name, str):
-            return default
-        if name not in self._records and discover:
-            discover_contrib()
-        return self._records.get(name, default)
-
-    def __getitem__(self, name: str) -> R:
-        record = self.get(name)
-        if record is None:
-            raise KeyError(name)
-        return record
-
-    def __contains__(self, name: object) -> bool:
-        return self.get(name) is not None
-
-    def names(self, discover: bool = True) -> tuple[str, ...]:
-        _builtins()
-        if discover:
-            discover_contrib()
-        return tuple(self._records)
-
-    def builtin_names(self) -> tuple[str, ...]:
-        """The names registered by dape_core's record tables (contrib and plugins aside)."""
-        _builtins()
-        return tuple(name for name, record in self._records.items() if record.owner == "built-in")
-
-    def items(self, discover: bool = True) -> Iterator[tuple[str, R]]:
-        self.names(discover)
-        return iter(list(self._records.items()))
-
-    def values(self, discover: bool = True) -> list[R]:
-        return [record for _, record in self.items(discover)]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
-
-    def __len__(self) -> int:
-        return len(self.names())
-
-    def unknown(self, name: Any, choices: tuple[str, ...] | None = None) -> str:
-        """The message for a name that is not registered: what exists, and the closest ("did you mean")."""
-        names = choices if choices is not None else self.names()
-        close = difflib.get_close_matches(str(name), names, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return (f"unknown {self.kind} {name!r}{hint}; known: {', '.join(names)} (a plugin named in the study's "
-                "`plugins:` may register more)")
-
-
-encodings: Registry[Encoding] = Registry("position encoding")
-processors: Registry[Processor] = Registry("score processor")
-forms: Registry[Form] = Registry("processor form")
-
-_LOADED = False
-_DISCOVERED = False
-_OWNER: list[str] = []  # the plugin being imported (dape_core/plugins.py), so that its records name it
-
-
-def _builtins() -> None:
-    """Import the record tables of the built-ins once (they register through this module)."""
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    owners = _OWNER[:]
-    _OWNER.clear()  # the built-ins are no plugin's, whoever's registration asked for them first
-    try:
-        importlib.import_module("dape_core.encodings")
-        importlib.import_module("dape_core.processor_records")
-    finally:
-        _OWNER.extend(owners)
+BUILTIN_TABLES = (_encodings, _processors)  # imported above: they registered dape_core's own records
+_discovered: list[str] = []  # the contrib modules imported (discover_contrib)
 
 
 def discover_contrib() -> None:
-    """Import every module of `dape_core/contrib/` once: each registers its components."""
-    global _DISCOVERED
-    if _DISCOVERED:
+    """Import every module of `dape_core/contrib/` once (they may import torch): each registers its
+    components, as their owner. Called where a name is not found among the registered ones, or all are listed."""
+    if _discovered:
         return
-    _DISCOVERED = True
-    _builtins()
-    from . import contrib
-
     for module in pkgutil.iter_modules(contrib.__path__):
         name = f"{contrib.__name__}.{module.name}"
-        _OWNER.append(name)
-        try:
-            importlib.import_module(name)
-        finally:
-            _OWNER.pop()
+        _discovered.append(name)
+        with registering_for(name):
+            importlib.import_module(name)  # a folder's modules, found on disk: no dependency of this module's
 
 
-def _register(registry: Registry, record):
-    if _OWNER:
-        object.__setattr__(record, "owner", _OWNER[-1])  # Form is a frozen dataclass
-    return registry.add(record)
-
-
-def register_encoding(record: Encoding) -> Encoding:
-    """Add a position encoding. ComponentError if its name is taken or a required part is missing."""
-    return _register(encodings, _typed(record, Encoding))
-
-
-def register_processor(record: Processor) -> Processor:
-    """Add a score processor. ComponentError if its name is taken or a required part is missing."""
-    return _register(processors, _typed(record, Processor))
-
-
-def register_form(record: Form) -> Form:
-    """Add a processor form. ComponentError if its name is taken or a required part is missing."""
-    return _register(forms, _typed(record, Form))
-
-
-def _typed(record, kind: type):
-    if not isinstance(record, kind):
-        raise ComponentError(f"register_{kind.__name__.lower()} takes a dape_core.components.{kind.__name__} "
-                             f"record, got {type(record).__name__}")
+def find(registry: Registry, name: object):
+    """The record named `name` in `registry`, contrib's discovered first where it is not registered; or None."""
+    record = registry.get(name)
+    if record is None and isinstance(name, str):
+        discover_contrib()
+        record = registry.get(name)
     return record
 
 
-def registered_by(owner: str) -> list[tuple[str, Any]]:
-    """(kind, record) of every component `owner` (a plugin's module) registered."""
-    return [(registry.kind, record) for registry in (encodings, processors, forms)
-            for record in registry.values(discover=False) if record.owner == owner]
-
-
-def forget(owner: str) -> None:
-    """Unregister what `owner` registered (a plugin loaded again after its file changed)."""
-    for registry in (encodings, processors, forms):
-        for name, record in registry.items(discover=False):
-            if record.owner == owner:
-                registry.remove(name)
-
-
-def setting_labels() -> dict[str, str]:
-    """Every component setting's label in reports, by setting name (options by their own name)."""
-    labels = {}
-    for registry in (encodings, processors):
-        for record in registry.values(discover=False):
-            labels.update({s.name: s.label for s in record.declared if s.label})
-    return labels
-
-
-def value_labels(kind: Literal["pos_encoding", "processor", "form"]) -> dict[str, str]:
-    """A component's name -> its label in words, for the settings that name components."""
-    registries: dict[str, Registry[Any]] = {"pos_encoding": encodings, "processor": processors, "form": forms}
-    registry = registries[kind]
-    return {name: record.label for name, record in registry.items(discover=False)}
+def names(registry: Registry) -> tuple[str, ...]:
+    """Every registered name of `registry`, contrib's included."""
+    discover_contrib()
+    return registry.names()

@@ -25,9 +25,9 @@ from pydantic import (
 from pydantic.dataclasses import dataclass
 
 from . import components
-from .components import Encoding, Form, Processor
 from .encodings import BUILTIN_ENCODINGS, ENCODINGS, FIRE_DEFAULT_WIDTH
-from .processor_records import FORMS, PROCESSORS
+from .processors import FORMS, PROCESSORS, processor_form, processor_in_channels
+from .registry import Encoding, Form, Processor, Registry
 from .types import PositiveInt, StrictBool
 
 # name -> (layers, width, heads). Paper sizes from docs/method.md §5 (head dims 64, 64, 80, 128 follow from
@@ -50,14 +50,14 @@ class _Named:
     registry when validated, so that a plugin's names are valid once its module is loaded, with a "did you
     mean" for a near miss; the JSON Schema lists the names registered when it is generated."""
 
-    def __init__(self, registry: components.Registry, choices=lambda record: True):
+    def __init__(self, registry: Registry, choices=lambda record: True):
         self.registry, self.choices = registry, choices
 
     def names(self) -> tuple[str, ...]:
-        return tuple(name for name, record in self.registry.items() if self.choices(record))
+        return tuple(name for name in components.names(self.registry) if self.choices(self.registry[name]))
 
     def __call__(self, value: str) -> str:
-        record = self.registry.get(value)
+        record = components.find(self.registry, value)
         if record is None or not self.choices(record):
             raise ValueError(self.registry.unknown(value, self.names()))
         return value
@@ -74,21 +74,11 @@ PosEncoding = Annotated[str, AfterValidator(_ENCODING), _ENCODING]  # a name of 
 ProcessorName = Annotated[str, AfterValidator(_PROCESSOR), _PROCESSOR]
 FormName = Annotated[str, AfterValidator(_FORM), _FORM]
 
-POS_ENCODINGS = BUILTIN_ENCODINGS  # dape_core/encodings.py's (contrib's and plugins' are in the registry too)
+POS_ENCODINGS = BUILTIN_ENCODINGS  # dape_core/encodings/'s (contrib's and plugins' are in the registry too)
 BIAS_ENCODINGS = tuple(name for name in BUILTIN_ENCODINGS if ENCODINGS[name].has_bias)  # additive B: [H, T_q, T_k]
 # The forms whose processor reads [S, B] (2H input channels) where there is a bias; every other one reads H.
-CONCATENATING_FORMS = tuple(name for name, form in FORMS.items(discover=False) if form.channels == 2)
-
-
-def processor_form(form: str, has_bias: bool) -> str:
-    """The form a processor computes: `form`, or "no_bias" (S + f(S)) without a bias encoding."""
-    return form if has_bias else "no_bias"
-
-
-def processor_in_channels(n_head: int, has_bias: bool, form: str) -> int:
-    """Channels the score processor reads (its form's record): [S, B] (2H) in the concatenating forms with a
-    bias encoding; S + B (add_residual), B alone (bias_only) or S alone (no bias encoding): H."""
-    return FORMS[processor_form(form, has_bias)].channels * n_head
+CONCATENATING_FORMS = tuple(name for name, form in FORMS.items() if form.channels == 2)
+__all__ = ["PRESETS", "ModelConfig", "effective_model_fields", "processor_form", "processor_in_channels"]
 
 
 def _odd(value: int) -> int:
@@ -198,6 +188,11 @@ class ModelConfig:
         if self.processor_facts.present and FORMS[self.form].needs_bias and not self.has_bias:
             raise ValueError(f"form {self.form!r} needs a position encoding with a bias; "
                              f"{self.pos_encoding!r} has none")
+        for record in (self.encoding, self.processor_facts):
+            missing = [name for name in record.fields if name not in self.__dataclass_fields__]
+            if missing:
+                raise ValueError(f"{record.name!r} reads model field {missing[0]!r}, which ModelConfig does not have: "
+                                 "declare it as an option of its own (Setting(name, type, default))")
         self.options = self._checked_options()
         if self.d_model % self.n_head:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
@@ -223,6 +218,7 @@ class ModelConfig:
                     for setting in record.options}
         if not self.options and not declared:  # (the registry is not listed: that would import contrib)
             return {}
+        components.discover_contrib()
         known = {setting.name for registry in (components.encodings, components.processors)
                  for record in registry.values() for setting in record.options}
         unknown = sorted(set(self.options) - known)
@@ -250,12 +246,12 @@ class ModelConfig:
 
     @property
     def encoding(self) -> Encoding:
-        """What the position encoding is (its record: dape_core/encodings.py or a contrib/plugin module)."""
+        """What the position encoding is (its record: dape_core/encodings/ or a contrib/plugin module)."""
         return ENCODINGS[self.pos_encoding]
 
     @property
     def processor_facts(self) -> Processor:
-        """What the score processor is (its record: dape_core/processor_records.py or a contrib/plugin module)."""
+        """What the score processor is (its record: dape_core/processors/ or a contrib/plugin module)."""
         return PROCESSORS[self.processor]
 
     @property

@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from .attention import CausalSelfAttention
 from .config import ModelConfig
-from .position import PositionEncoding, build_position_encodings
+from .encodings.base import PositionEncoding, build_position_encodings
 
 
 class Block(nn.Module):

@@ -109,16 +109,9 @@ def _execute(spec: str, module: str, kind: str, path: str, source: str, digest: 
         raise PluginError(f"{spec!r}: a module named {module!r} is imported already ({sys.modules[module]!r}); "
                           "rename the file")
     sys.modules.pop(module, None)
-    components._builtins()
-    components._OWNER.append(module)
     try:
-        if kind == "file":
-            namespace = types.ModuleType(module)
-            namespace.__file__ = path
-            sys.modules[module] = namespace  # before running it: dataclasses and pickling look it up
-            exec(compile(source, path, "exec"), namespace.__dict__)  # noqa: S102 - the user's own plugin
-        else:
-            importlib.import_module(module)
+        with components.registering_for(module):
+            _run(module, kind, path, source)
     except ComponentError as error:
         _undo(module)
         raise PluginError(f"{spec!r} is refused: {error}") from None
@@ -127,14 +120,23 @@ def _execute(spec: str, module: str, kind: str, path: str, source: str, digest: 
         if isinstance(error, KeyboardInterrupt):
             raise
         raise PluginError(f"{spec!r} does not import: {type(error).__name__}: {error}") from None
-    finally:
-        components._OWNER.pop()
     registered = tuple((kind_, record.name) for kind_, record in components.registered_by(module))
     if not registered:
         _undo(module)
         raise PluginError(f"{spec!r} registers no component: call dape_core.components.register_encoding, "
                           "register_processor or register_form at import")
     return Plugin(spec, module, kind, path, digest, source, registered)
+
+
+def _run(module: str, kind: str, path: str, source: str) -> None:
+    """Execute the plugin's source as the module `module` (a file) or import it by name (a module)."""
+    if kind == "file":
+        namespace = types.ModuleType(module)
+        namespace.__file__ = path
+        sys.modules[module] = namespace  # before running it: dataclasses and pickling look it up
+        exec(compile(source, path, "exec"), namespace.__dict__)  # noqa: S102 - the user's own plugin
+    else:
+        importlib.import_module(module)
 
 
 def _undo(module: str) -> None:

@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 CHILD = r"""
 import json, resource, sys
 import torch
@@ -23,7 +25,7 @@ model = build_model(cfg).train()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 tokens = torch.randint(0, cfg.vocab_size, (16, 65), generator=torch.Generator().manual_seed(1))
 losses, faults = [], []
-for _ in range(4):
+for _ in range(10):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     optimizer.zero_grad(set_to_none=True)
     _, loss = model(tokens[:, :-1], tokens[:, 1:])
@@ -40,11 +42,13 @@ def _child(setting: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # two fresh processes training 10 steps each
 def test_kept_memory_is_reused_and_training_is_bit_identical():
     default, keep = _child("default"), _child("keep")
     assert keep["kept"] is True  # glibc: the CI and these machines
     assert keep["losses"] == default["losses"]
-    # The main job's step (DAPE1x3, batch 16, length 64): its score maps, freed and allocated again each step,
-    # come back from the heap once the first steps have grown it; glibc's default unmaps and faults them.
-    assert max(keep["faults"][2:]) < 200, keep["faults"]
-    assert min(default["faults"][2:]) > 1000, default["faults"]
+    # The main job's step (DAPE1x3, batch 16, length 64) frees and allocates megabytes of score maps; once the
+    # first steps have grown the heap (PyTorch's aligned allocations leave gaps glibc fills only later) they
+    # come back from it: under one 8 MiB map's worth of pages faulted over the last 4 steps together. glibc's
+    # default adapts its own threshold too, but not reliably (from 0 to thousands of faults a step here).
+    assert sum(keep["faults"][-4:]) < 2048, keep["faults"]

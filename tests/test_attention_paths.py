@@ -9,7 +9,7 @@ from torch.nn import functional as F
 
 from dape_core import ModelConfig, build_model
 from dape_core.attention import CausalSelfAttention
-from dape_core.position import build_position_encoding
+from dape_core.encodings.base import build_position_encoding
 
 TOL = 1e-4  # the bound for float32, on logits and on every gradient
 

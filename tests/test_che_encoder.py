@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dape_core import ModelConfig, build_model
-from dape_core.position import build_position_encoding
+from dape_core.encodings.base import build_position_encoding
 
 BIAS_ENCODINGS = ("alibi", "kerple", "kerple_power", "fire", "t5")
 RECIPES = [("nope", "none"), ("rope", "none"), ("kerple", "none"), ("alibi", "dapev2"), ("nope", "dapev2"),

@@ -26,12 +26,11 @@ from orchestrator.reporting import names
 from orchestrator.tracking.params import flatten
 
 ROOT = Path(__file__).resolve().parent.parent
-RECORD_TABLES = {"dape_core/components.py", "dape_core/encodings.py", "dape_core/processor_records.py"}
+RECORD_TABLES = {"dape_core/registry.py", "dape_core/components.py"}  # and the component files:
+COMPONENT_FOLDERS = ("dape_core/encodings/", "dape_core/processors/", "dape_core/contrib/")
 # The places that read the registry: what a new component gets without their being edited.
 READERS = {
     "dape_core/config.py",  # the names a study may give (and the schema's enums), options, parameter count
-    "dape_core/position.py",  # the encoding's module (its record's build)
-    "dape_core/processors.py",  # the processor's module, its form's z and residual
     "dape_core/applicability.py",  # the settings a run does not read
     "dape_core/doctor/exactness.py",  # the processor the fused kernels are checked with (benchmark.py too)
     "orchestrator/planning/estimate.py",  # FLOPs and memory per score-map entry
@@ -54,11 +53,11 @@ def _sources(*folders: str):
 def test_the_places_that_read_the_registry():
     readers = set()
     for name, path in _sources("dape_core", "orchestrator"):
-        if name in RECORD_TABLES or name.startswith("dape_core/contrib/"):
+        if name in RECORD_TABLES or name.startswith(COMPONENT_FOLDERS):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and (
-                    node.module.split(".")[-1] in ("components", "encodings", "processor_records")
+                    node.module.split(".")[-1] in ("components", "registry", "encodings", "processors")
                     or any(alias.name in ("components",) for alias in node.names)):
                 readers.add(name)
     assert readers == READERS
@@ -74,7 +73,7 @@ def test_no_module_branches_on_a_component_name():
     named = _component_names()
     found = []
     for name, path in _sources("dape_core", "orchestrator"):
-        if name in RECORD_TABLES or name.startswith("dape_core/contrib/"):
+        if name in RECORD_TABLES or name.startswith(COMPONENT_FOLDERS):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             constants, operands = [], []
@@ -145,10 +144,17 @@ def test_a_record_missing_a_part_or_taking_a_name_is_refused():
     with pytest.raises(ComponentError, match="option 'width' misses its type"):
         processors.add(Processor("typeless", "x", lambda cfg, b: None, cost=lambda cfg: Cost(),
                                  settings=(Setting("width"),)))
-    with pytest.raises(ComponentError, match="'fire_width' is another kind's model field"):
-        processors.add(Processor("misplaced", "x", lambda cfg, b: None, cost=lambda cfg: Cost(),
-                                 settings=("fire_width",)))
-    assert not {"costless", "typeless", "misplaced"} & set(processors.names())
+    assert not {"costless", "typeless"} & set(processors.names())
+
+
+def test_a_component_reading_a_model_field_that_does_not_exist_is_refused():
+    processors.add(Processor("misplaced", "x", lambda cfg, b: None, cost=lambda cfg: Cost(),
+                             settings=("no_such_field",)))
+    try:
+        with pytest.raises(ValueError, match="'misplaced' reads model field 'no_such_field'"):
+            ModelConfig(processor="misplaced")
+    finally:
+        processors.remove("misplaced")
 
 
 def test_a_processor_that_reads_later_keys_serves_bidirectional_models_only():

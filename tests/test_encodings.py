@@ -1,4 +1,4 @@
-"""Each position encoding's record (dape_core/encodings.py) says what its module does: the config, the
+"""Each position encoding's record (dape_core/encodings/, one file each) says what its module does: the config, the
 applicability rule, the fused path and the estimates read the record, so a record that disagrees with the
 module would mislead all of them at once."""
 
@@ -9,7 +9,7 @@ import torch
 
 from dape_core.config import ModelConfig
 from dape_core.encodings import ENCODING_SETTINGS, ENCODINGS
-from dape_core.position import build_position_encodings
+from dape_core.encodings.base import build_position_encodings
 
 
 @pytest.mark.parametrize("name", list(ENCODINGS))

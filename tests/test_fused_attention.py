@@ -28,7 +28,7 @@ from dape_core import ModelConfig, build_model  # noqa: E402
 from dape_core import fused  # noqa: E402
 from dape_core.attention import CausalSelfAttention  # noqa: E402
 from dape_core.fused import launch  # noqa: E402
-from dape_core.position import build_position_encoding  # noqa: E402
+from dape_core.encodings.base import build_position_encoding  # noqa: E402
 from triton.runtime.errors import OutOfResources  # noqa: E402
 
 ON_CUDA = bool(os.environ.get("DAPE_FUSED_TESTS_ON_CUDA"))

@@ -27,13 +27,13 @@ def registry_restored(tmp_path_factory):
     temporary = str(tmp_path_factory.getbasetemp())
     components.discover_contrib()  # the built-ins and contrib's registered before the snapshot
     components.processors.names()
-    registries = [(registry, dict(registry._records)) for registry in
+    registries = [(registry, dict(registry.records)) for registry in
                   (components.encodings, components.processors, components.forms)]
     loaded, modules = dict(plugins._LOADED), set(sys.modules)
     yield
     for registry, records in registries:
-        registry._records.clear()
-        registry._records.update(records)
+        registry.records.clear()
+        registry.records.update(records)
     plugins._LOADED.clear()
     plugins._LOADED.update(loaded)
     for name in set(sys.modules) - modules:  # the plugins' modules (and their helpers) of this test
@@ -59,7 +59,7 @@ CONV = """
     import torch
     from torch.nn import functional as F
     from dape_core.components import Cost, Processor, register_processor
-    from dape_core.processors import ScoreProcessor
+    from dape_core.processors.base import ScoreProcessor
 
     class Shift(ScoreProcessor):
         '''A = S + B + w * S shifted by `shift` keys: key j reads key j - shift (negative: a later key).'''

@@ -7,8 +7,14 @@ import torch
 
 from dape_core import ModelConfig, build_model
 from dape_core.config import POS_ENCODINGS
-from dape_core.position import (FIRE, KerpleLog, KerplePower, RandomizedRoPE, RoPE, T5Bias, YaRN, alibi_slopes,
-                                build_position_encoding, build_position_encodings, t5_causal_bucket)
+from dape_core.encodings import fire, kerple, rope, t5
+from dape_core.encodings.alibi import alibi_slopes
+from dape_core.encodings.base import build_position_encoding, build_position_encodings
+from dape_core.encodings.t5 import t5_causal_bucket
+
+FIRE, T5Bias = fire.modules().FIRE, t5.modules().T5Bias
+KerpleLog, KerplePower = kerple.modules().KerpleLog, kerple.modules().KerplePower
+RoPE, YaRN, RandomizedRoPE = rope.modules().RoPE, rope.modules().YaRN, rope.modules().RandomizedRoPE
 
 
 def _positions(n: int) -> torch.Tensor:

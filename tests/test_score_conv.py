@@ -1,4 +1,4 @@
-"""The score processor's GEMM path (dape_core/score_conv.py) computes the same function as PyTorch's
+"""The score processor's GEMM path (dape_core/processors/score_conv.py) computes the same function as PyTorch's
 convolutions: float64 equality of the logits and of every gradient over kernels, forms, leak, a bidirectional
 model and the block path's row ranges; float32 within rounding, where the summation order differs."""
 
@@ -7,11 +7,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dape_core import score_conv
-from dape_core.processors import ConvScoreProcessor
+from dape_core import ModelConfig
+from dape_core.processors import score_conv
+from dape_core.processors.base import build_processor
 
 CASES = [  # (rows offset, rows, keys): a whole map, a block of rows as attention.attend_rows gives, long maps
     (0, 9, 9), (3, 5, 8), (0, 2, 1), (0, 40, 40), (20, 17, 40)]
+
+
+def _processor(kernel, form, has_bias, leak, causal, d_dape):
+    """DAPE V2 as a model builds it: 4 heads (preset small), Kerple's bias or none (NoPE)."""
+    cfg = ModelConfig(preset="small", pos_encoding="kerple" if has_bias else "nope", processor="dapev2",
+                      kernel_size=kernel, form=form if has_bias else "concat_residual", leak=leak, causal=causal,
+                      d_dape=d_dape)
+    return build_processor(cfg, has_bias)
 
 
 def _run(proc, scores, bias, q_pos, k_pos, grad, gemm: bool) -> list[torch.Tensor]:
@@ -46,7 +55,7 @@ def _inputs(heads, has_bias, offset, rows, keys, dtype, seed=0):
     ((2, 3), "no_bias", False, False, False)])
 def test_gemm_path_equals_the_convolutions_in_float64(kernel, form, has_bias, leak, causal):
     torch.manual_seed(0)
-    proc = ConvScoreProcessor(4, has_bias, 6, kernel, form, leak, causal).double()
+    proc = _processor(kernel, form, has_bias, leak, causal, 6).double()
     with torch.no_grad():  # biases of both signs, so that LeakyReLU(b_in)'s two slopes are exercised
         proc.conv_in.bias.copy_(torch.linspace(-0.5, 0.5, 6, dtype=torch.float64))
     for offset, rows, keys in CASES:
@@ -73,7 +82,7 @@ def test_float32_within_rounding_of_the_convolutions():
     """float32: the same function summed in another order (GEMMs against oneDNN's convolution), so equal
     within float32 rounding, not bit for bit (docs/method.md §4.5)."""
     torch.manual_seed(0)
-    proc = ConvScoreProcessor(4, True, 32, 3, "concat_residual", False)
+    proc = _processor(3, "concat_residual", True, False, True, 32)
     scores, bias, q_pos, k_pos, grad = _inputs(4, True, 0, 64, 64, torch.float32)
     reference = _run(proc, scores, bias, q_pos, k_pos, grad, gemm=False)
     ours = _run(proc, scores, bias, q_pos, k_pos, grad, gemm=True)

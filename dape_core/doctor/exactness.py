@@ -48,7 +48,7 @@ def fused_processor() -> str:
     width is a setting (dape_core/components.py; DAPE V2)."""
     from dape_core.components import processors
 
-    return next(name for name, record in processors.items(discover=False)
+    return next(name for name, record in processors.items()
                 if record.fused and "kernel_size" in record.settings)
 
 
@@ -65,8 +65,8 @@ def check(case: Case, device: torch.device) -> Outcome:
     import dape_core.fused as fused
     from dape_core.attention import CausalSelfAttention
     from dape_core.config import ModelConfig
+    from dape_core.encodings.base import build_position_encoding
     from dape_core.fused import selfcheck
-    from dape_core.position import build_position_encoding
 
     size: dict[str, Any] = dict(SIZES["cuda" if device.type == "cuda" else "cpu"])
     length = size.pop("length")

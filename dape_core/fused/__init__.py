@@ -98,7 +98,7 @@ def unsupported(layer, q: torch.Tensor) -> str | None:
         return f"a {processor.kernel[0]}x{processor.kernel[1]} kernel (taller than one query row)"
     if processor.kernel[1] > MAX_KERNEL_WIDTH:
         return f"a 1x{processor.kernel[1]} kernel (wider than {MAX_KERNEL_WIDTH}: its halo would fill the tiles)"
-    if not encoding.facts.fused:  # dape_core/encodings.py: a bias of more than the distance Δ
+    if not encoding.facts.fused:  # its record (dape_core/encodings/): a bias of more than the distance Δ
         return f"{type(encoding).__name__}'s bias depends on more than the distance"
     if q.dtype not in SUPPORTED_DTYPES:
         return f"dtype {q.dtype}"

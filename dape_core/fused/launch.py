@@ -20,7 +20,7 @@ BACKWARD_CHUNK_BYTES = 2**30
 TILES_ENV = "DAPE_FUSED_TILES"  # "fwd_rows,fwd_cols,bwd_rows,bwd_cols,warps": tile sizes for tuning on a GPU
 TRITON_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32,
                  torch.float64: tl.float64}
-# How the kernels build z (Z_MODE) is each form's `fused_mode` (dape_core/processor_records.py).
+# How the kernels build z (Z_MODE) is each form's `fused_mode` (dape_core/processors/forms.py).
 
 
 def interpreting() -> bool:

@@ -17,16 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dape_core.metric_names as names
-from dape_core.components import PROCESSOR_FIELDS, processors
+from dape_core.components import processors
 
 SHAPE_KEYS = ("model.n_layer", "model.d_model", "model.n_head", "model.mlp_ratio", "model.vocab_size",
               "model.pos_encoding", "model.processor", "model.causal", "model.attention_block_size",
               "train.seq_len", "train.batch_size", "train.precision", "train.grad_accum")
 # The processor fields whose value changes a step's cost, for any processor's run (its records' settings with
 # `step_cost`; a field a processor does not read is logged n/a, so the key is the same for every processor).
-PROCESSOR_KEYS = tuple(f"model.{name}" for name in PROCESSOR_FIELDS
-                       if any(setting.name == name and setting.step_cost
-                              for record in processors.values(discover=False) for setting in record.declared))
+PROCESSOR_KEYS = tuple(sorted({f"model.{setting.name}" for record in processors.values()
+                              for setting in record.declared if setting.field and setting.step_cost}))
 OPTIONS_PREFIX = "model.options."
 CHE_KEYS = ("che.task", "che.form", "che.batch_size", "che.train_max_length")
 
@@ -48,7 +47,7 @@ def shape_key(flat: dict[str, Any], device: str) -> tuple:
     a run's logged params, or a planned trial's params as they will be logged (tracking.params)."""
     kind = device_kind(device)
     keys = list(SHAPE_KEYS)
-    processor = processors.get(str(flat.get("model.processor", "none")), discover=False)
+    processor = processors.get(str(flat.get("model.processor", "none")))
     if processor is None or processor.present:  # a processor (one not registered here: a plugin's run)
         keys += PROCESSOR_KEYS
     keys += sorted(key for key in flat if key.startswith(OPTIONS_PREFIX))

@@ -51,7 +51,7 @@ from tabulate import tabulate
 import model_tables
 from dape_core import ModelConfig
 from dape_core.attention import CausalSelfAttention
-from dape_core.position import build_position_encoding
+from dape_core.encodings.base import build_position_encoding
 from reference_formulation import reference_attention
 
 GIB, MIB = 2**30, 2**20

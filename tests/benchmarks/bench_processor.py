@@ -1,6 +1,6 @@
 """The score processor's share of a DAPE training step against its share of the step's FLOPs, on one thread
 (as in a Ray trial), PyTorch's convolutions (the reference) against dape_core's GEMM path
-(dape_core/score_conv.py), measured in the same run, interleaved.
+(dape_core/processors/score_conv.py), measured in the same run, interleaved.
 
     python tests/benchmarks/bench_processor.py [--kernels 1 3 7] [--reps 15]
 
@@ -21,9 +21,10 @@ import time
 
 import torch
 
-from dape_core import ModelConfig, score_conv
+from dape_core import ModelConfig
 from dape_core.evaluate.flops import forward_flops_per_token
 from dape_core.model import build_model
+from dape_core.processors import score_conv
 
 
 def _timed(fn) -> float:

@@ -1,6 +1,6 @@
 """The score processor's two convolutions as a few large matrix products (CPU), forward and backward.
 
-`ConvScoreProcessor` (processors.py) computes f(z) = Conv_out(LeakyReLU(Conv_in(z))) over the [B, C, Tq, Tk]
+`ConvScoreProcessor` (dape.py) computes f(z) = Conv_out(LeakyReLU(Conv_in(z))) over the [B, C, Tq, Tk]
 score map. PyTorch's CPU convolution runs these narrow shapes (C_in = 2H, D = 32, H output channels) at a
 fraction of its matrix-product speed, slowest in backward and in Conv_out, whose output has only H
 channels (issue 45: 22 GFLOP/s against 80 for the linear layers). Here both run as batched GEMMs over the

@@ -1,0 +1,22 @@
+"""The position encodings of docs/method.md §2, one file each: its record (`dape_core.registry.Encoding`:
+every fact about it that more than its module needs, which the config, the applicability rule, the fused path,
+the estimates and the reports read through the registry) and its torch module (the `rotate` /
+`bias(q_pos, k_pos)` hooks of `base.PositionEncoding`), defined when a model is first built.
+
+Importing this package registers the records, in the order a study's error message lists them in; it loads
+without torch (validating a study reads it). `base.py` (torch) builds a model's encodings from the records.
+"""
+
+from __future__ import annotations
+
+from ..registry import encodings, register_encoding
+from . import alibi, fire, kerple, nope, rope, t5
+
+for _record in (nope.NOPE, rope.ROPE, alibi.ALIBI, kerple.KERPLE, kerple.KERPLE_POWER, fire.FIRE, t5.T5, rope.YARN,
+                rope.ROPE_RANDOM):
+    register_encoding(_record)
+
+FIRE_DEFAULT_WIDTH = fire.FIRE_DEFAULT_WIDTH
+ENCODINGS = encodings  # the registry (dape_core/registry.py): these, contrib's and plugins'
+BUILTIN_ENCODINGS = tuple(record.name for record in encodings.values())
+ENCODING_SETTINGS = frozenset(name for record in encodings.values() for name in record.settings)

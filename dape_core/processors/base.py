@@ -1,0 +1,42 @@
+"""The score processors' common torch module (docs/method.md §3–§4): map the pre-softmax scores S and the
+position bias B to logits A; and the building of a layer's processor from its record.
+
+A processor also states which neighbourhood one query row depends on, so that attention can be computed in
+blocks of rows (see `attention.py`):
+- `key_halo`: columns beyond the last row's diagonal that its logits read.
+- `row_halo`: earlier query rows read by a kernel taller than one row.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torch import nn
+
+if TYPE_CHECKING:
+    from ..config import ModelConfig
+
+
+class ScoreProcessor(nn.Module):
+    """Interface: `forward(scores [B,H,Tq,Tk], bias [H,Tq,Tk] | None, q_pos, k_pos) -> logits [B,H,Tq,Tk]`.
+
+    `q_pos`/`k_pos` are the positions of the rows and columns given; rows and keys are contiguous ranges of
+    the sequence, keys starting at its first token.
+    """
+
+    key_halo = 0
+    row_halo = 0
+    facts = None  # its record (dape_core/registry.py `Processor`), set by `build_processor`
+
+    def forward(self, scores, bias, q_pos, k_pos):  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+def build_processor(cfg: ModelConfig, has_bias: bool) -> ScoreProcessor | None:
+    """The layer's processor, built by its record (None without one); the module keeps its record as `facts`."""
+    facts = cfg.processor_facts
+    if facts.build is None:  # `none`: no processor (what Processor.present reads)
+        return None
+    processor = facts.build(cfg, has_bias)
+    processor.facts = facts
+    return processor
