@@ -59,7 +59,7 @@ def training_flops(study_path: Path) -> dict[str, float]:
 
     flops = {}
     for trial in expand(load_study(study_path)):
-        cfg = ExperimentConfig.model_validate(trial.config)
+        cfg = ExperimentConfig(**trial.config)
         per_token = forward_flops_per_token(build_model(cfg.model), cfg.train.seq_len)
         flops[trial.run_name] = 3 * per_token * cfg.train.steps * cfg.train.batch_size * cfg.train.seq_len
     return flops
