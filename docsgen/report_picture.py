@@ -33,12 +33,12 @@ def synthetic_report(folder: Path):
     import synthetic_store
     from orchestrator import parse_study
     from orchestrator.reporting.build import build_report as build
-    from orchestrator.tracking.store import StudyStore
+    from orchestrator.run_context import RunContext
 
     study = parse_study(yaml.safe_load(STUDY.read_text()))
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     synthetic_store.write_store(study, uri, later=True)  # report.lengths too, as `orchestrator run` scores them
-    return build(study, StudyStore.open(uri, study.name), folder / "reports")
+    return build(RunContext.open(study, uri), folder / "reports")
 
 
 def build_report(folder: Path) -> Path:

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import UserInputError
-from .execution.context import RunContext
 from .execution.runner import StudyOutcome, run_study
 from .reporting.build import build_report
 from .reporting.render_md import summary
 from .run import evaluate_later
+from .run_context import RunContext
 from .study import Decide, Study
 from .study.decide_checks import decide_problems
 from .trial.trials import Trial, distinct, expand
@@ -241,7 +241,7 @@ def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
         active = {row for state in sequence.waiting() for row in state.rows}
         if not active:
             break
-    report = build_report(study, context.store, reports_dir, study_path=context.study_path, trials=planned)
+    report = build_report(replace(context, rows=planned), reports_dir)
     total.trials = distinct(planned)
     total.report_dir, total.claims = report.folder, report.claims
     total.report_summary = summary(report.document) + "\n" + sequence_summary(sequence)

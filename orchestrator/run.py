@@ -11,10 +11,10 @@ from typing import Callable
 
 from .evaluation.request import EvalRequest
 from .evaluation.runner import EvaluationRefused, evaluate_study
-from .execution.context import RunContext
 from .execution.runner import StudyOutcome, run_study
 from .reporting.build import build_report
 from .reporting.render_md import summary
+from .run_context import RunContext
 
 
 def run_and_report(context: RunContext, reports_dir: Path = Path("reports"),
@@ -24,8 +24,7 @@ def run_and_report(context: RunContext, reports_dir: Path = Path("reports"),
     from the context's start."""
     outcome = run_study(context)
     evaluate_later(context, outcome, reports_dir, say)
-    report = build_report(context.study, context.store, reports_dir, study_path=context.study_path,
-                          trials=context.rows)
+    report = build_report(context, reports_dir)
     outcome.report_dir, outcome.claims = report.folder, report.claims
     outcome.report_summary = summary(report.document)
     outcome.wall_seconds = time.monotonic() - context.started
@@ -43,10 +42,8 @@ def evaluate_later(context: RunContext, outcome: StudyOutcome, reports_dir: Path
     study = context.study
     if not study.report.lengths:
         return
-    try:
-        evaluated = evaluate_study(study, context.tracking_uri, EvalRequest(), local=context.local,
-                                   address=context.address, reports_dir=reports_dir, study_path=context.study_path,
-                                   say=say, report=False, trials=context.rows)
+    try:  # in the store the run created (the context's): not opened again
+        evaluated = evaluate_study(context, EvalRequest(), reports_dir=reports_dir, say=say, report=False)
     except EvaluationRefused as error:
         say(f"note: report.lengths not evaluated: {error}")
         return

@@ -67,7 +67,7 @@ class BuiltStudy:
 
 def _run(spec: dict, root: Path) -> BuiltStudy:
     """Run a study for real and write its report, as `orchestrator run` does (orchestrator/run.py)."""
-    from orchestrator.execution.context import RunContext
+    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
 
     root.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ from orchestrator.planning.learned import MeasuredSteps, load_measured, shape_ke
 from orchestrator.planning.plan_view import plan_rows
 from orchestrator.planning.schedule import estimated_seconds, longest_first
 from orchestrator.reporting import build_report, load_results
+from orchestrator.run_context import RunContext
 from orchestrator.tracking.params import flatten
 from orchestrator.tracking.store import StudyStore
 
@@ -94,7 +95,7 @@ def judged(built, tmp_path_factory):
     spec["variants"].append({"label": "DAPE1x5-Kerple", "set": {"model.kernel_size": 5}})
     study = parse_study(spec)
     store = StudyStore.open(built.tracking_uri, study.name)
-    report = build_report(study, store, tmp_path_factory.mktemp("claims_report"))
+    report = build_report(RunContext.of(study, store), tmp_path_factory.mktemp("claims_report"))
     return study, report, {result.claim.id: result for result in report.claims}
 
 

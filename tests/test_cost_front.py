@@ -12,6 +12,7 @@ import pytest
 import synthetic_store
 from orchestrator import parse_study
 from orchestrator.reporting import build_report
+from orchestrator.run_context import RunContext
 from orchestrator.reporting.pareto import pareto_mask
 
 SPEC = {
@@ -54,7 +55,7 @@ def report(tmp_path_factory):
     root = tmp_path_factory.mktemp("cost_front")
     study = parse_study(SPEC)
     store = synthetic_store.write_store(study, f"sqlite:///{root / 'mlflow.db'}")
-    return build_report(study, store, root / "reports", attach=False)
+    return build_report(RunContext.of(study, store), root / "reports", attach=False)
 
 
 @pytest.mark.slow

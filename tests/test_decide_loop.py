@@ -21,7 +21,7 @@ from orchestrator import parse_study
 from orchestrator.decide_loop import (DECIDED, LOOK_SEEDS, LOOKS_FILE, TRIAL_FAILED, WAITING, decide_and_report,
                                       with_decide)
 from orchestrator.errors import UserInputError
-from orchestrator.execution.context import RunContext
+from orchestrator.run_context import RunContext
 from orchestrator.study import StudyError
 from orchestrator.tracking.params import effective_params
 from orchestrator.tracking.store import ROLE_TAG, TRIAL_ID_TAG, StudyStore
@@ -247,12 +247,12 @@ def test_the_report_of_a_study_run_without_decide_says_what_decide_would_add(tmp
 
     study = parse_study(_study(name="noted"))  # one seed: its claims are untested
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    report = build_report(study, write_store(study, uri), tmp_path / "reports", attach=False)
+    report = build_report(RunContext.of(study, write_store(study, uri)), tmp_path / "reports", attach=False)
     assert ("would train about 2 more trial(s): 4 in all" in report.markdown
             and "the minimum (2 seeds) is counted" in report.markdown), report.markdown
     decided = parse_study(_study(name="noted", decide={}))
-    assert "would train about" not in build_report(decided, write_store(decided, uri), tmp_path / "other",
-                                                   attach=False).markdown
+    assert "would train about" not in build_report(RunContext.of(decided, write_store(decided, uri)),
+                                                   tmp_path / "other", attach=False).markdown
 
 
 def test_failed_only_is_refused_with_decide(tmp_path, capsys):

@@ -7,7 +7,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestrator import parse_study
-from orchestrator.execution.context import RunContext
+from orchestrator.run_context import RunContext
 from orchestrator.run import run_and_report
 from orchestrator.tracking.store import TRIAL_ID_TAG
 

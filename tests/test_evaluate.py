@@ -29,7 +29,7 @@ VARIANTS = [{"label": "DAPE", "baseline": True, "set": {"model.kernel_size": 1}}
 
 
 def _train(root: Path, name: str, lengths: list[int], variants=VARIANTS) -> tuple[Path, str]:
-    from orchestrator.execution.context import RunContext
+    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
 
     spec = {"name": name, "base": {**BASE, "eval": {**BASE["eval"], "lengths": lengths}}, "variants": variants,
@@ -156,6 +156,7 @@ def test_an_interrupted_evaluation_resumes_with_what_is_missing(tmp_path, monkey
     path, uri = _train(tmp_path, "resumed", [32])
     from orchestrator.evaluation import runner, worker
     from orchestrator.evaluation.request import EvalRequest
+    from orchestrator.run_context import RunContext
 
     real, calls = worker.evaluate_task, []
 
@@ -168,11 +169,12 @@ def test_an_interrupted_evaluation_resumes_with_what_is_missing(tmp_path, monkey
     monkeypatch.setattr(worker, "evaluate_task", interrupted_second)
     study = parse_study(yaml.safe_load(path.read_text()))
     with pytest.raises(StudyInterrupted, match="1 trial\\(s\\) were evaluated"):
-        runner.evaluate_study(study, uri, EvalRequest(lengths=(64,)), local=True, reports_dir=tmp_path / "reports")
+        runner.evaluate_study(RunContext.open(study, uri, local=True), EvalRequest(lengths=(64,)),
+                              reports_dir=tmp_path / "reports")
     done = [label for label, run in _runs(uri, "resumed").items() if "ppl_64" in run.data.metrics]
     assert len(done) == 1
     monkeypatch.setattr(worker, "evaluate_task", real)
-    outcome = runner.evaluate_study(study, uri, EvalRequest(lengths=(64,)), local=True,
+    outcome = runner.evaluate_study(RunContext.open(study, uri, local=True), EvalRequest(lengths=(64,)),
                                     reports_dir=tmp_path / "reports")
     assert len(outcome.evaluated) == 1 and len(outcome.skipped) == 1
     assert all("ppl_64" in run.data.metrics for run in _runs(uri, "resumed").values())

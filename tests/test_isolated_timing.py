@@ -43,7 +43,7 @@ def test_frame_takes_isolated_timings_where_they_exist_and_says_so():
 
 @pytest.mark.slow
 def test_every_stored_model_is_timed_alone_and_the_report_uses_it(tmp_path, monkeypatch, local_ray):
-    from orchestrator.execution.context import RunContext
+    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
 
     monkeypatch.chdir(tmp_path)

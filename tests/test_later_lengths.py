@@ -72,7 +72,7 @@ def test_bad_report_lengths_are_named_each_with_its_field():
 def test_a_fresh_run_judges_the_claims_at_its_report_lengths(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.execution.context import RunContext
+    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
 
     monkeypatch.chdir(tmp_path)
@@ -144,7 +144,7 @@ def test_che_trials_keep_weights_and_are_scored_at_new_test_lengths(tmp_path, mo
     import torch
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.execution.context import RunContext
+    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
 
     monkeypatch.chdir(tmp_path)

@@ -25,6 +25,7 @@ FLOORS = {
     "orchestrator.trial": 2,  # the shared value types: what a trial is, what a trial reports
     "orchestrator.tracking": 3,
     "orchestrator.planning": 4,
+    "orchestrator.run_context": 4,  # what one command runs with, carried through run, decide, evaluate, report
     "orchestrator.execution": 5, "orchestrator.reporting": 5,
     "orchestrator.evaluation": 6, "orchestrator.slurm": 6, "orchestrator.doctor": 6,
     "orchestrator.run": 7,  # `orchestrator run`: execution, then the report

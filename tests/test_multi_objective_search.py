@@ -44,7 +44,7 @@ def test_malformed_multi_objective_searches_are_refused(search, fragment):
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_a_two_metric_search_ends_with_its_pareto_set_in_the_report_and_mlflow(tmp_path, local_ray):
-    from orchestrator.execution.context import RunContext
+    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
 
     spec = {"name": "two_metric_search",

@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator import parse_study
 from orchestrator.reporting import build_report
+from orchestrator.run_context import RunContext
 from orchestrator.trial.protocol import EVAL_PROTOCOL_TAG, EVALUATION_TAG_PREFIX
 from synthetic_store import write_store
 
@@ -35,7 +36,7 @@ def _captions(report) -> str:
 
 def test_a_store_of_one_protocol_says_it_once(store, tmp_path):
     study, written = store
-    report = build_report(study, written, tmp_path / "reports", attach=False)
+    report = build_report(RunContext.of(study, written), tmp_path / "reports", attach=False)
     assert "Evaluation protocol 2: every length scores the same tail tokens" in _captions(report)
     assert "caution" not in " ".join(check.text for claim in report.claims for check in claim.checks)
     assert all("other text" not in plot.caption for plot in report.document.plots)
@@ -48,7 +49,7 @@ def test_an_old_row_with_a_length_added_later_is_named_where_it_is_read(store, t
     written.client.delete_tag(old, EVAL_PROTOCOL_TAG)
     written.set_tags(old, {f"{EVALUATION_TAG_PREFIX}20250101T000000Z": json.dumps(
         {"lengths": [128], "metric_suffix": "", "visualise": False})})
-    report = build_report(study, written, tmp_path / "reports", attach=False)
+    report = build_report(RunContext.of(study, written), tmp_path / "reports", attach=False)
     captions = _captions(report)
     assert "protocol 1: DAPE; protocol 2: Kerple" in captions
     assert "DAPE at L=128" in captions and "other text" in captions

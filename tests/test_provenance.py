@@ -104,7 +104,7 @@ def test_a_dirty_checkout_is_flagged_with_the_hash_of_its_changes(tmp_path):
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory, local_ray):
-    from orchestrator.execution.context import RunContext
+    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
 
     root = tmp_path_factory.mktemp("provenance_study")

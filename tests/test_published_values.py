@@ -12,6 +12,7 @@ import pytest
 import synthetic_store
 from orchestrator import StudyError, load_study, parse_study
 from orchestrator.reporting import build_report
+from orchestrator.run_context import RunContext
 
 SPEC = {
     "name": "published_values",
@@ -41,8 +42,8 @@ def stores(tmp_path_factory):
     default = parse_study(copy.deepcopy(SPEC))
     store = synthetic_store.write_store(paper, f"sqlite:///{root / 'paper.db'}")
     plain = synthetic_store.write_store(default, f"sqlite:///{root / 'default.db'}")
-    return (build_report(paper, store, root / "paper", attach=False),
-            build_report(default, plain, root / "default", attach=False))
+    return (build_report(RunContext.of(paper, store), root / "paper", attach=False),
+            build_report(RunContext.of(default, plain), root / "default", attach=False))
 
 
 @pytest.mark.slow
@@ -104,7 +105,7 @@ def test_the_catalogue_paper_profile_shows_the_papers_values(tmp_path):
     path = Path(__file__).resolve().parents[1] / "studies" / "position_encoding.yaml"
     study = load_study(path, profile="paper")
     store = synthetic_store.write_store(study, f"sqlite:///{tmp_path / 'mlflow.db'}")
-    report = build_report(study, store, tmp_path / "reports", attach=False)
+    report = build_report(RunContext.of(study, store), tmp_path / "reports", attach=False)
     published = {(line.label, line.published) for line in report.document.published}
     assert published == {("plain (pos_encoding=nope)", 2618.13), ("DAPE1x3 (pos_encoding=nope)", 259.81),
                          ("plain (pos_encoding=rope)", 306.78), ("DAPE1x3 (pos_encoding=rope)", 68.32)}

@@ -20,6 +20,7 @@ import report_study
 from orchestrator import parse_study
 from orchestrator.cli import app
 from orchestrator.reporting import build_report, load_results
+from orchestrator.run_context import RunContext
 from orchestrator.reporting.document import ReportDocument
 from orchestrator.reporting.families import FAMILIES
 from orchestrator.reporting import render_html, render_latex, render_md
@@ -164,7 +165,7 @@ def test_interrupted_and_extended_study_lists_what_is_missing(built, tmp_path):
 
     tracker = StudyStore.open(uri, "tiny_report")
     tracker.parent_run_id = None  # the copy shares the original's artifact folder: attach nothing
-    report = build_report(parse_study(extended), tracker, tmp_path / "reports")
+    report = build_report(RunContext.of(parse_study(extended), tracker), tmp_path / "reports")
     trials = report.document.trials
     assert len(trials) == 8
     assert sorted(trials[trials.status == "MISSING"].label) == sorted(LABELS)
@@ -391,7 +392,7 @@ def test_report_metric_names_the_headline_table(built, tmp_path):
     spec["report"] = {"metric": "delta_p"}
     store = StudyStore.open(built.tracking_uri, "tiny_report")
     store.parent_run_id = None  # attach nothing: the built study's parent run keeps its own report
-    report = build_report(parse_study(spec), store, tmp_path / "reports")
+    report = build_report(RunContext.of(parse_study(spec), store), tmp_path / "reports")
     keys = [table.family.key for table in report.document.tables]
     assert keys[0] == "delta_p" and "perplexity" in keys[1:]
     assert report.markdown.index("## ΔP") < report.markdown.index("## Perplexity")
@@ -449,7 +450,7 @@ def test_report_baseline_names_the_rows_compared_with(grid, tmp_path):
                                              "DAPE (pos_encoding=nope)": "plain (pos_encoding=kerple)",
                                              "DAPE (pos_encoding=kerple)": "plain (pos_encoding=kerple)"})):
         spec = {**report_study.GRID, "report": {"baseline": name}}
-        report = build_report(parse_study(spec), store, tmp_path / name, attach=False)
+        report = build_report(RunContext.of(parse_study(spec), store), tmp_path / name, attach=False)
         table = report.document.tables[0]
         assert {row.label: row.baseline_label for row in table.rows if row.baseline_label} == expected
         assert all(row.is_baseline == (row.label in expected.values()) for row in table.rows)

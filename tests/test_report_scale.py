@@ -8,7 +8,7 @@ import re
 import pytest
 
 from orchestrator import parse_study
-from orchestrator.execution.context import RunContext
+from orchestrator.run_context import RunContext
 from orchestrator.run import run_and_report
 from orchestrator.reporting import build_report, load_results
 from orchestrator.reporting.cells import number
@@ -81,15 +81,15 @@ def test_figures_have_vectors_words_and_a_named_baseline(grid):
 def test_an_unchanged_report_is_kept_and_a_changed_one_rebuilt(grid, tmp_path):
     study, uri, folder = grid
     store = StudyStore.open(uri, study.name)
-    build_report(study, store, tmp_path, attach=False)
+    build_report(RunContext.of(study, store), tmp_path, attach=False)
     written = {path: path.stat().st_mtime_ns for path in (tmp_path / study.name).rglob("*") if path.is_file()}
     assert (tmp_path / study.name / FILE) in written
-    again = build_report(study, store, tmp_path, attach=False)
+    again = build_report(RunContext.of(study, store), tmp_path, attach=False)
     assert {path: path.stat().st_mtime_ns for path in written} == written  # nothing rewritten
     assert again.markdown == (tmp_path / study.name / "report.md").read_text()
     assert [plot.name for plot in again.document.plots] and again.document.tables
     changed = parse_study({**SPEC, "description": "another description"})
-    rebuilt = build_report(changed, store, tmp_path, attach=False)
+    rebuilt = build_report(RunContext.of(changed, store), tmp_path, attach=False)
     assert "another description" in rebuilt.markdown
     assert (tmp_path / study.name / "report.md").stat().st_mtime_ns != written[tmp_path / study.name / "report.md"]
 
@@ -180,7 +180,7 @@ def test_figures_are_laid_out_without_measuring_and_nothing_overlaps(tmp_path, m
 
     monkeypatch.setattr(plots, "_save", keep)
     monkeypatch.setattr(sweeps, "_save", keep)
-    build_report(study, store, tmp_path / "reports", attach=False)
+    build_report(RunContext.of(study, store), tmp_path / "reports", attach=False)
     assert {"perplexity_heatmaps", "perplexity_vs_length", "delta_p_vs_length", "training_curves"} <= set(figures)
     from PIL import Image
 

@@ -78,7 +78,7 @@ def test_plan_and_validate_resolve_each_row_once(study_file, resolutions):
 
 @pytest.mark.slow
 def test_run_resolves_each_row_once_and_evaluate_expands_once(study_file, resolutions, monkeypatch, tmp_path):
-    from orchestrator.evaluation import runner
+    from orchestrator import run_context
     from orchestrator.reporting import results
     from orchestrator.trial import trials
 
@@ -88,7 +88,7 @@ def test_run_resolves_each_row_once_and_evaluate_expands_once(study_file, resolu
         expansions.append(study.name)
         return trials.expand_stored(study, stored)
 
-    monkeypatch.setattr(runner, "expand_stored", counting_expand)
+    monkeypatch.setattr(run_context, "expand_stored", counting_expand)  # evaluate's context (RunContext.open)
     monkeypatch.setattr(results, "expand_stored", counting_expand)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     folders = ["--tracking-uri", uri, "--reports-dir", str(tmp_path / "reports")]

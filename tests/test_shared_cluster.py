@@ -211,6 +211,7 @@ def test_two_evaluations_at_once_score_each_run_and_length_once(tmp_path, monkey
     from orchestrator import parse_study
     from orchestrator.evaluation import runner, worker
     from orchestrator.evaluation.request import EvalRequest
+    from orchestrator.run_context import RunContext
     from test_evaluate import _train
 
     monkeypatch.chdir(tmp_path)
@@ -229,7 +230,7 @@ def test_two_evaluations_at_once_score_each_run_and_length_once(tmp_path, monkey
     outcomes = {}
 
     def evaluate(name):
-        outcomes[name] = runner.evaluate_study(study, uri, EvalRequest(lengths=(64, 128)), local=True,
+        outcomes[name] = runner.evaluate_study(RunContext.open(study, uri, local=True), EvalRequest(lengths=(64, 128)),
                                                reports_dir=tmp_path / "reports", say=said[name].append)
 
     first = threading.Thread(target=evaluate, args=("first",), name="first")

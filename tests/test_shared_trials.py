@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from orchestrator import StudyError, expand, parse_study
 from orchestrator.cli import app
-from orchestrator.execution.context import RunContext
+from orchestrator.run_context import RunContext
 from orchestrator.execution.runner import select_trials
 from orchestrator.run import run_and_report
 from orchestrator.study.identity import legacy_identity

@@ -1,5 +1,5 @@
-"""Validation finds every problem at once: key typos at the top and in `base`, and wrong values, in one run, each
-with its field path and a "did you mean" where a known name is close; an unknown study name lists the studies."""
+"""Validation finds every problem at once: key typos at the top, in `base` and in a variant's `set:`, and wrong
+values, in one run, each with its field path and a "did you mean" where a known name is close; an unknown study name lists the studies."""
 
 from __future__ import annotations
 
@@ -32,6 +32,43 @@ def test_three_typos_and_two_wrong_values_in_one_run(tmp_path, capsys, monkeypat
                      "base.model.processor: unknown score processor 'dapee' (did you mean 'dape'?)", "base.train.steps:"):
         assert fragment in text, fragment
     assert not (tmp_path / "mlruns").exists()
+
+
+TWO_STAGES = """\
+name: two_stages
+base:
+  model: {preset: tiny, kernal_size: 3}
+  train: {steps: 2, batch_size: 2, seq_len: 32}
+variants:
+  - {label: A, baseline: true}
+  - {label: B, set: {model.d_dpae: 8}}
+"""
+
+
+def test_a_typo_in_base_and_one_in_a_variants_set_in_one_validate(tmp_path, capsys, monkeypatch):
+    # Both typos in one report: base's once (not again for each row that inherits it), the variant's with its row.
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "two_stages.yaml"
+    path.write_text(TWO_STAGES)
+    code, output = run_cli(capsys, "validate", path)
+    text = " ".join(output.split())
+    assert code == 2, output
+    assert "2 problem(s)" in text, output
+    assert "base.model.kernal_size: unknown key 'kernal_size' (did you mean 'kernel_size'?)" in text
+    assert "variants[1] (B): model.d_dpae: unknown key 'd_dpae' (did you mean 'd_dape'?)" in text
+    # The same with a typo at the top too: the study's field, base's and the variant's, still one report.
+    path.write_text(TWO_STAGES + "seedz: [0, 1]\n")
+    code, output = run_cli(capsys, "validate", path)
+    text = " ".join(output.split())
+    assert code == 2 and "3 problem(s)" in text, output
+    for fragment in ("study.seedz: unknown key 'seedz' (did you mean 'seeds'?)", "base.model.kernal_size:",
+                     "variants[1] (B): model.d_dpae:"):
+        assert fragment in text, fragment
+    # Once base is fixed, the variant's typo is what is left: nothing else was hiding behind it.
+    path.write_text(TWO_STAGES.replace("kernal_size", "kernel_size"))
+    code, output = run_cli(capsys, "validate", path)
+    text = " ".join(output.split())
+    assert code == 2 and "1 problem(s)" in text and "variants[1] (B): model.d_dpae:" in text, output
 
 
 def test_no_suggestion_where_nothing_is_close(tmp_path, capsys):

@@ -73,7 +73,7 @@ def test_damaged_weights_are_named(tmp_path):
 
 
 def _run_study(tmp_path, name: str, keep: str) -> tuple[str, list]:
-    from orchestrator.execution.context import RunContext
+    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
 
     spec = {"name": name, "base": BASE, "keep_weights": keep,

@@ -45,6 +45,7 @@ def evaluate(invocation: Invocation, lengths: list[int], *, tail_tokens: int | N
              reports_dir: Path | None, local: bool, debug: bool) -> None:
     from ..evaluation.request import EvalRequest
     from ..evaluation.runner import evaluate_study
+    from ..run_context import RunContext
     from ..tracking.lookup import StudyNotFound
 
     study, study_path = invocation.study, invocation.study_path
@@ -59,8 +60,10 @@ def evaluate(invocation: Invocation, lengths: list[int], *, tail_tokens: int | N
     log_file = invocation.folder(None, ".orchestrator") / "logs" / f"{study.name}.log"
     try:
         with library_logs_to(log_file), interrupt.stop_signals():  # Ctrl-C and SIGTERM stop it cleanly (130, 143)
-            outcome = evaluate_study(study, uri, request, local=local, address=address, reports_dir=reports_dir,
-                                     study_path=study_path, say=lambda line: console.print(line, markup=False))
+            # the store opened once, carried through the evaluation and the report
+            context = RunContext.open(study, uri, local=local, address=address, study_path=study_path)
+            outcome = evaluate_study(context, request, reports_dir=reports_dir,
+                                     say=lambda line: console.print(line, markup=False))
     except StudyNotFound as error:
         stop(f"[red]Nothing to evaluate[/red]: {escape(error.describe(TRACKING_FLAG))}", EXIT_INVALID)
     except OrchestratorError as error:  # refused lengths (2), Ctrl-C (130), an unreachable service (3)

@@ -57,8 +57,8 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
 
     log_file = storage_dir / "logs" / f"{study.name}.log"  # MLflow's and Ray's messages, not the console's
     try:
-        from ..execution.context import RunContext
         from ..run import run_and_report
+        from ..run_context import RunContext
 
         # Ctrl-C and SIGTERM stop it cleanly (130, 143), Ray's handlers or not.
         with library_logs_to(log_file), interrupt.stop_signals():

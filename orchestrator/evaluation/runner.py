@@ -25,12 +25,12 @@ import dape_core.metric_names as names
 from dape_core.evaluate.config import PROTOCOL_VERSION
 
 from ..errors import StudyInterrupted, StudyTerminated, UserInputError
+from ..run_context import RunContext
 from ..study import Study
 from ..tracking.leases import LeaseBook
 from ..tracking.relocation import require_artifacts_here
 from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
 from ..trial.protocol import EVAL_PROTOCOL_TAG, EVALUATION_TAG_PREFIX, SERIES, measured_under
-from ..trial.trials import Trial, expand_stored
 from .leasing import lease_tasks, release_task
 from .request import EvalRequest, TrialTask, missing_lengths, timed, weights_path
 
@@ -57,9 +57,10 @@ class EvaluationOutcome:
         return not self.failed
 
 
-def stored_trials(study: Study, store: StudyStore, trials: list[Trial]) -> tuple[list, int]:
-    """(the latest FINISHED, not stopped-early run of each of the study's trials (`trials`: the study
-    expanded), how many trials are not finished). A sampling search: every finished sample of the study."""
+def stored_trials(context: RunContext) -> tuple[list, int]:
+    """(the latest FINISHED, not stopped-early run of each of the study's trials (the context's rows), how many
+    trials are not finished). A sampling search: every finished sample of the study."""
+    study, store, trials = context.study, context.store, context.rows
     finished = [run for run in store.trial_runs()
                 if run.info.status == "FINISHED" and run.data.tags.get(STOPPED_EARLY_TAG) != "true"]
     if study.search.algorithm != "grid":
@@ -72,10 +73,10 @@ def stored_trials(study: Study, store: StudyStore, trials: list[Trial]) -> tuple
     return runs, len(set(ids)) - len(runs)
 
 
-def plan_tasks(study: Study, store: StudyStore, request: EvalRequest, outcome: EvaluationOutcome,
-               trials: list[Trial]) -> list[TrialTask]:
+def plan_tasks(context: RunContext, request: EvalRequest, outcome: EvaluationOutcome) -> list[TrialTask]:
     """What each finished trial still needs; notes trials without weights and those already done."""
-    runs, outcome.not_finished = stored_trials(study, store, trials)
+    study, store = context.study, context.store
+    runs, outcome.not_finished = stored_trials(context)
     tasks = []
     for run in runs:
         tags, metrics, name = run.data.tags, run.data.metrics, run.info.run_name
@@ -240,25 +241,22 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
         store.log_length_table(task.run_id)  # the run's table by length, with the lengths just added
 
 
-def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, local: bool = False,
-                   address: str | None = None, reports_dir: Path = Path("reports"), study_path: Path | None = None,
-                   say: Callable[[str], None] = print, report: bool = True,
-                   trials: list[Trial] | None = None) -> EvaluationOutcome:
+def evaluate_study(context: RunContext, request: EvalRequest, *, reports_dir: Path = Path("reports"),
+                   say: Callable[[str], None] = print, report: bool = True) -> EvaluationOutcome:
     """Evaluate what the study's finished trials lack (see the module's docstring), then build the report
-    (rebuilt where something was evaluated), whose claims the outcome carries. `report`: False where the
-    caller builds it (`orchestrator run`, after evaluating its report.lengths). `trials`: the study expanded,
-    where the caller has it (`orchestrator run`'s rows)."""
+    (rebuilt where something was evaluated), whose claims the outcome carries. The context: the command's
+    study, its rows (the stored runs are matched against these, and the report reads them), its store (opened
+    once by the command: `orchestrator evaluate` opens it, `orchestrator run` evaluates in the store it created),
+    and where the evaluations run (`local`, `address`). `report`: False where the caller builds it
+    (`orchestrator run`, after evaluating its report.lengths)."""
     from ..reporting import build_report, render_md
     from ..tracking.source import code_source
 
     started = time.monotonic()
-    store = StudyStore.open(tracking_uri, study.name)
-    require_artifacts_here(tracking_uri)  # a copied store is evaluated in its own place, never the original's
+    study, store = context.study, context.store
+    require_artifacts_here(store.tracking_uri)  # a copied store is evaluated in its own place, never the original's
     outcome = EvaluationOutcome()
-    if trials is None:  # once: the stored runs are matched against these, and the report reads them (with the
-        # seeds that `run --decide` added)
-        trials = expand_stored(study, {run.data.tags.get(TRIAL_ID_TAG) for run in store.trial_runs()})
-    tasks = plan_tasks(study, store, request, outcome, trials)
+    tasks = plan_tasks(context, request, outcome)
     for note in outcome.without_weights:
         say(f"note: {note}")
     check_memory(study, tasks)
@@ -273,21 +271,20 @@ def evaluate_study(study: Study, tracking_uri: str, request: EvalRequest, *, loc
         tasks = lease_tasks(tasks, leases, store, request, say)
         if tasks or report:
             say(f"Evaluating {len(tasks)} stored trial(s){' one at a time (timing)' if request.time else ''}"
-                f"{' in this process' if local else ' on Ray'}")
-        _evaluate_leased(study, store, tasks, request, outcome, version, leases, local, address, tracking_uri, say)
+                f"{' in this process' if context.local else ' on Ray'}")
+        _evaluate_leased(context, tasks, request, outcome, version, leases, say)
     if report:  # every time, so that the command ends with the claims' verdicts (unchanged inputs: the same files)
-        built = build_report(study, store, reports_dir, study_path=study_path, rebuild=bool(outcome.evaluated),
-                             trials=trials)
+        built = build_report(context, reports_dir, rebuild=bool(outcome.evaluated))
         outcome.report_dir, outcome.report_summary = built.folder, render_md.summary(built.document)
         outcome.claims = built.claims
     outcome.wall_seconds = time.monotonic() - started
     return outcome
 
 
-def _evaluate_leased(study: Study, store: StudyStore, tasks: list[TrialTask], request: EvalRequest,
-                     outcome: EvaluationOutcome, version: str, leases, local: bool, address: str | None,
-                     tracking_uri: str, say: Callable[[str], None]) -> None:
+def _evaluate_leased(context: RunContext, tasks: list[TrialTask], request: EvalRequest, outcome: EvaluationOutcome,
+                     version: str, leases, say: Callable[[str], None]) -> None:
     """Evaluate the leased tasks, each recorded as soon as it arrives and its lease given back."""
+    study, store, tracking_uri = context.study, context.store, context.tracking_uri
     payloads = [{**task.payload(), "tracking_uri": tracking_uri, "launch_dir": str(Path.cwd()),
                  "plugins": list(study.plugin_payloads())} for task in tasks]  # loaded where a task runs
 
@@ -311,10 +308,10 @@ def _evaluate_leased(study: Study, store: StudyStore, tasks: list[TrialTask], re
         say(f"  {task.run_name}: {shown or 'heat maps'} ({result.get('seconds', 0):.1f}s on {result.get('device')})")
 
     try:
-        if local or not tasks:
+        if context.local or not tasks:
             _run_here(tasks, payloads, done)
         else:
-            _run_on_ray(study, tasks, payloads, done, address, one_at_a_time=request.time)
+            _run_on_ray(study, tasks, payloads, done, context.address, one_at_a_time=request.time)
     except KeyboardInterrupt:
         from ..execution import interrupt
 

@@ -1,7 +1,6 @@
 """Running a study's trials (the report is orchestrator/run.py's next step: execution never imports reporting).
 
-- context.py: `RunContext`, what one run runs with (the study, its trials expanded once, the store, Ray, limits);
-- runner.py: `run_study`: skip finished trials, run the rest;
+- runner.py: `run_study` over a run's context (orchestrator/run_context.py): skip finished trials, run the rest;
 - ray_tune.py: Ray start-up, the Tuner, the search algorithm and the scheduler;
 - cluster.py: reaching Ray in bounded time, and whether a node can host a trial at all;
 - leased.py: only the trials this orchestrator leases run here; the others are waited for;

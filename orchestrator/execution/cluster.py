@@ -24,13 +24,12 @@ import threading
 import time
 from typing import Any, Callable
 
-# Ray is imported where it is used: the runner reads the defaults below without loading Ray.
+# Ray is imported where it is used: the runner reads this module without loading Ray.
 from ..errors import RayClusterUnreachable, ResourcesNotArrived, ResourcesUnavailable
 from ..library_logs import reroute
+from ..run_context import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RESOURCE_WAIT_S
 from . import interrupt
 
-DEFAULT_CONNECT_TIMEOUT_S = 30.0
-DEFAULT_RESOURCE_WAIT_S = 600.0
 _POLL_S = 5.0
 
 Bundle = dict[str, float]

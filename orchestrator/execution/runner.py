@@ -14,6 +14,7 @@ from dape_core.plugins import plugin_tags
 from ..errors import StudyInterrupted, StudyTerminated, TrackingServerUnreachable, exception_chain
 from ..planning.learned import load_measured
 from ..planning.schedule import longest_first
+from ..run_context import RunContext
 from ..study import Study
 from ..tracking.console import ConsoleProgress
 from ..tracking.events import Tally, TrialEvents
@@ -25,7 +26,6 @@ from ..tracking.store import StudyStore
 from ..trial.trials import StoredIdentities, Trial, distinct
 from . import interrupt
 from .checkpoints import CheckpointCleanup
-from .context import RunContext
 from .leased import run_leased
 
 
@@ -92,7 +92,7 @@ def run_study(context: RunContext) -> StudyOutcome:
     todo, skipped = select_trials(study, context.rows, store, context.failed_only)
     if todo:  # (the measured durations read every finished run of the store: not for nothing to run)
         # longest first, so that no long trial ends the study alone
-        todo = longest_first(todo, study, load_measured(context.tracking_uri))
+        todo = longest_first(todo, study, load_measured(context.store.reader))
     progress = context.progress or ConsoleProgress(len(todo))
     progress.total = study.search.samples_per_row * len(todo)
     if todo and not context.local:  # before the parent run: an unreachable cluster leaves nothing behind

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dape_core.metric_names as names
 from dape_core.components import processors
+
+if TYPE_CHECKING:
+    from ..tracking.readers import ClientReader, SQLiteReader
 
 SHAPE_KEYS = ("model.n_layer", "model.d_model", "model.n_head", "model.mlp_ratio", "model.vocab_size",
               "model.pos_encoding", "model.processor", "model.causal", "model.attention_block_size",
@@ -83,13 +86,14 @@ class MeasuredSteps:
         return (statistics.median(values), len(values)) if values else None
 
 
-def load_measured(tracking_uri: str) -> MeasuredSteps:
-    """Every finished trial run of every experiment in the store that logged ms_per_step. A SQLite store is
-    read without MLflow (tracking/readers.py), so that `plan` stays quick."""
+def load_measured(store: str | SQLiteReader | ClientReader) -> MeasuredSteps:
+    """Every finished trial run of every experiment in the store (its URI, or the reader of a store the command
+    has open: `orchestrator run` reads through its context's) that logged ms_per_step. A SQLite store is read
+    without MLflow (tracking/readers.py), so that `plan` stays quick."""
     from ..tracking.readers import reader_for
     from ..tracking.store import ROLE_TAG
 
-    reader = reader_for(tracking_uri)
+    reader = reader_for(store) if isinstance(store, str) else store
     measured = MeasuredSteps()
     for experiment_id in reader.experiment_ids():
         for run in reader.runs(experiment_id, ROLE_TAG, "trial"):

@@ -18,12 +18,16 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..study import Decide, Study
 from ..study.claim_checks import Check, claim_checks, study_rows
 from ..tracking.params import effective_params
 from .learned import shape_key
 from .plan_view import trial_duration
+
+if TYPE_CHECKING:
+    from ..tracking.readers import ClientReader, SQLiteReader
 
 POWER_Z = 0.8416  # z(0.8): the expected seeds give the test about 80% power on the measured effect
 IGNORED = ("train.seed", "train.device", "train.precision")  # not a config's identity across seeds (params.py)
@@ -47,12 +51,13 @@ def config_key(params: dict) -> tuple:
     return tuple(sorted((key, str(value)) for key, value in params.items() if key not in IGNORED))
 
 
-def load_seed_runs(tracking_uri: str) -> SeedRuns:
-    """Every finished trial run of every experiment in the store (read without MLflow where it is SQLite)."""
+def load_seed_runs(store: str | SQLiteReader | ClientReader) -> SeedRuns:
+    """Every finished trial run of every experiment in the store (its URI, or the reader of a store the command
+    has open), read without MLflow where it is SQLite."""
     from ..tracking.readers import reader_for
     from ..tracking.store import ROLE_TAG
 
-    reader, runs = reader_for(tracking_uri), SeedRuns()
+    reader, runs = reader_for(store) if isinstance(store, str) else store, SeedRuns()
     for experiment_id in reader.experiment_ids():
         for run in reader.runs(experiment_id, ROLE_TAG, "trial"):
             if run.info.status == "FINISHED":
@@ -220,14 +225,14 @@ def plan_lines(study: Study, runs: SeedRuns, measured=None) -> list[str]:
     return lines
 
 
-def decide_note(study: Study, tracking_uri: str, finished: int) -> str:
+def decide_note(study: Study, store: str | SQLiteReader | ClientReader, finished: int) -> str:
     """What deciding the claims by seeds would add to a study run without it (its report says so): the trials
     beyond the `finished` ones it has, and their training time, as `orchestrator plan` expects them."""
     if not study.expect or study.decide is not None or study.search.sampled:
         return ""
     from .learned import load_measured
 
-    runs, measured = load_seed_runs(tracking_uri), load_measured(tracking_uri)
+    runs, measured = load_seed_runs(store), load_measured(store)
     costs = claim_costs(study, runs, measured)
     trials, hours = study_cost(study, costs, measured)
     per_device = study.resources.gpus or study.resources.cpus

@@ -17,10 +17,10 @@ import pandas as pd
 import dape_core.metric_names as names
 
 from ..folders import folder_lock
+from ..run_context import RunContext
 from ..study import Study
 from ..study.metric_families import TIME
 from ..tracking.store import StudyStore
-from ..trial.trials import Trial
 from . import fingerprint, plots, render_html, render_latex, render_md, sweeps
 from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .cost_front import cost_front
@@ -50,11 +50,11 @@ def _distinct(frame: pd.DataFrame, column: str) -> str:
     return "/".join(str(v) for v in sorted({v for v in frame[column].dropna()}, key=str)) or "?"
 
 
-def build_report(study: Study, store: StudyStore, reports_dir: Path, value: ValueChoice = ValueChoice(),
-                 study_path: Path | None = None, attach: bool = True, rebuild: bool = False,
-                 trials: list[Trial] | None = None) -> Report:
-    """`trials`: the study's expanded rows where the caller has them (`orchestrator run`), else expanded here.
-    `study_path`: the study file, where a search's report compares with its grid profile (search.py).
+def build_report(context: RunContext, reports_dir: Path, value: ValueChoice = ValueChoice(),
+                 attach: bool = True, rebuild: bool = False) -> Report:
+    """The report of the context's study from its store, over its rows (`orchestrator run`: the run's, so that
+    the study is expanded once; `RunContext.of` a store: as the store holds them). Its `study_path`: the study
+    file, where a search's report compares with its grid profile (search.py).
     `attach`: attach the files to the study's parent run and refresh its MLflow dashboard (tracking/
     dashboard.py); `orchestrator run` does, `orchestrator report` only with --attach (it then reads the store
     alone, and a SQLite store without loading MLflow). `rebuild`: even where the fingerprint says nothing changed
@@ -62,20 +62,20 @@ def build_report(study: Study, store: StudyStore, reports_dir: Path, value: Valu
     # One process at a time writes a report folder: two orchestrators of one study end together (leased.py)
     # and each writes the whole report, but one's clearing plots/ must not pull the figures from under the
     # other's writing them. The lock is held until the report is attached.
-    folder = Path(reports_dir) / study.name
+    folder = Path(reports_dir) / context.study.name
     folder.mkdir(parents=True, exist_ok=True)
     with folder_lock(folder):
-        return _build(study, store, folder, value, study_path, attach, rebuild, trials)
+        return _build(context, folder, value, attach, rebuild)
 
 
-def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, study_path: Path | None,
-           attach: bool, rebuild: bool = False, expanded: list[Trial] | None = None) -> Report:
-    frame = study_results(store, study, value, expanded)
+def _build(context: RunContext, folder: Path, value: ValueChoice, attach: bool, rebuild: bool = False) -> Report:
+    study, store, study_path = context.study, context.store, context.study_path
+    frame = study_results(store, study, value, context.rows)
     trials, outside = frame[frame["in_study"]], frame[~frame["in_study"]]
     inputs = fingerprint.of_inputs(study, frame, value)
     kept = None if study.search.sampled or rebuild else fingerprint.unchanged(folder, inputs)
     if kept is not None:  # the same inputs, the same code: the report on disk is this report
-        return _kept(study, store, folder, value, trials, outside, kept, attach, study_path)
+        return _kept(context, folder, value, trials, outside, kept, attach)
     plot_dir = folder / "plots"
     if plot_dir.is_dir():
         shutil.rmtree(plot_dir)  # figures of a previous report may no longer apply
@@ -87,7 +87,7 @@ def _build(study: Study, store: StudyStore, folder: Path, value: ValueChoice, st
         history = metric_history(store, trials, study.search.primary_metric)
         search, figures = search_section(study, study_path, store, trials, history, plot_dir)
         tabled = trials[~trials["stopped_early"].astype(bool)]  # samples ASHA stopped never reached evaluation
-    document = _document(study, store, value, trials, outside, tabled, study_path, plot_dir=plot_dir)
+    document = _document(context, value, trials, outside, tabled, plot_dir=plot_dir)
     document.search = search
     document.plots = figures + _figures(study, document.tables, tabled, store, plot_dir)
     document.plots += stored_heat_maps(store, tabled, plot_dir)  # where eval.visualise / evaluate --visualise drew them
@@ -110,7 +110,7 @@ def _decide_note(study: Study, store: StudyStore, trials: pd.DataFrame, claims: 
         return ""
     from ..planning.seeds_needed import decide_note
 
-    return decide_note(study, store.tracking_uri, int((trials["status"] == "FINISHED").sum()))
+    return decide_note(study, store.reader, int((trials["status"] == "FINISHED").sum()))
 
 
 def _attach(store: StudyStore, folder: Path, claims: list[ClaimResult]) -> None:
@@ -119,11 +119,11 @@ def _attach(store: StudyStore, folder: Path, claims: list[ClaimResult]) -> None:
     _record_claims(store, claims)
 
 
-def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.DataFrame, outside: pd.DataFrame,
-              tabled: pd.DataFrame, study_path: Path | None, figures: list | None = None,
-              plot_dir: Path | None = None) -> ReportDocument:
+def _document(context: RunContext, value: ValueChoice, trials: pd.DataFrame, outside: pd.DataFrame,
+              tabled: pd.DataFrame, figures: list | None = None, plot_dir: Path | None = None) -> ReportDocument:
     """The report's content but a search's section; `tabled`: the trials its tables are made of; `plot_dir`:
     where the cost front is drawn (None: computed, not drawn)."""
+    study, store = context.study, context.store
     value_text = value.describe(_distinct(trials, "config.train.steps"))
     tail_text = (f" Here K = {_distinct(trials, 'config.eval.tail_tokens')} and the training length is "
                  f"{_distinct(trials, 'config.train.seq_len')}.")
@@ -136,7 +136,7 @@ def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.Da
             table.tail_text += timing_note(tabled)
         elif table.family.by_length:
             table.tail_text += protocol
-    claims = evaluate_claims(study, trials, study_path)
+    claims = evaluate_claims(study, trials, context.study_path)
     return ReportDocument(study_name=study.name, description=study.description, tracking_uri=store.tracking_uri,
                           experiment_id=store.experiment_id, value_text=value_text, trials=trials, outside=outside,
                           tables=tables, plots=figures or [], claims=claims,
@@ -146,14 +146,14 @@ def _document(study: Study, store: StudyStore, value: ValueChoice, trials: pd.Da
                           published=published_lines(study, prefer_isolated(tabled)))
 
 
-def _kept(study: Study, store: StudyStore, folder: Path, value: ValueChoice, trials: pd.DataFrame,
-          outside: pd.DataFrame, kept: fingerprint.Kept, attach: bool, study_path: Path | None) -> Report:
+def _kept(context: RunContext, folder: Path, value: ValueChoice, trials: pd.DataFrame, outside: pd.DataFrame,
+          kept: fingerprint.Kept, attach: bool) -> Report:
     """The report of unchanged inputs: its files stay as they are (nothing is drawn or written); its content
     is computed again for the caller (the tables are quick, the figures are what takes the time). Attached
     once: again only when it was not yet."""
-    document = _document(study, store, value, trials, outside, trials, study_path, kept.plots)
+    document = _document(context, value, trials, outside, trials, kept.plots)
     if attach and not kept.attached:
-        _attach(store, folder, document.claims)
+        _attach(context.store, folder, document.claims)
         fingerprint.mark_attached(folder)
     return Report(folder, (folder / "report.md").read_text(encoding="utf-8"), document, kept.files, document.claims)
 

@@ -89,9 +89,18 @@ def study_problems(study: Study) -> tuple[list[str], list[ResolvedTrial]]:
     return problems, trials
 
 
-def _base_problems(raw: dict, known: list[str]) -> list[str]:
-    """The base config's own problems where the study's fields have some too, so that one run reports both
-    (a typo at the top and one in base.model) rather than the base's only once the others are fixed."""
+def _config_problems(raw: dict, error: ValidationError, known: list[str]) -> list[str]:
+    """The trial configs' own problems (base's, and each row's: a variant's `set:`, an axis value) where the
+    study's fields have some too, so that one run reports them all (a typo at the top, one in base.model, one in
+    a variant's `set:`) rather than the configs' only once the others are fixed. The rows are those of the study
+    without its failing fields; where that is no study either, base's alone."""
+    failing = {item["loc"][0] for item in error.errors() if item["loc"]}
+    try:
+        rest = Study.model_validate({key: value for key, value in raw.items() if key not in failing})
+    except ValidationError:
+        rest = None
+    if rest is not None and "base" not in failing:
+        return [problem for problem in resolved_trials(rest)[1] if problem not in known]
     base = raw.get("base")
     if not isinstance(base, dict) or any(problem.startswith("study.base") for problem in known):
         return []
@@ -147,7 +156,7 @@ def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
         study = Study.model_validate(raw)
     except ValidationError as error:
         found = format_pydantic(error, "study", Study)
-        raise StudyError(source, [*problems, *found, *_base_problems(raw, found)]) from None
+        raise StudyError(source, [*problems, *found, *_config_problems(raw, error, found)]) from None
     study._profile = profile
     study._plugins = tuple(plugins)
     found, trials = study_problems(study)

@@ -64,19 +64,21 @@ def row_count(study: "Study") -> int:
 
 
 def resolved_trials(study: "Study") -> tuple[list[ResolvedTrial], list[str]]:
-    """(every valid resolved trial, the problems of the others). Stops at `base` when base itself is invalid,
-    so that its problem is reported once rather than once per row."""
+    """(every valid resolved trial, the problems of the others). Where `base` itself is invalid its problems
+    are reported once, not again for each row that inherits them, and each row's own problems with them (a typo
+    in base and one in a variant's `set:` in one report); no trial is then valid (every row is built on base)."""
     count = row_count(study)
     if count > MAX_ROWS:
         return [], [f"axes/zip/variants: the study expands to {count} rows (before seeds), more than {MAX_ROWS}; "
                     "sweep fewer values, or split it into several studies"]
     problems = _add([], "base", study, {}, None)
-    if problems:
-        return [], problems
+    inherited = {_field_and_message(problem, "base") for problem in problems}  # base's, as a row would say them
     trials: list[ResolvedTrial] = []
     for row, cell in enumerate(study.cells(), 1):
         found = _add(trials, cell.where, study, cell.overrides, cell, row)
-        problems += [p for p in found if p not in problems]
+        problems += [p for p in found if p not in problems and _field_and_message(p, cell.where) not in inherited]
+    if inherited:
+        return [], problems
     failed_values: set[tuple[str, str]] = set()  # a search value is reported at the first row it fails
     for cell in study.cells():
         for key, dist in study.search.space.items():
@@ -92,6 +94,14 @@ def resolved_trials(study: "Study") -> tuple[list[ResolvedTrial], list[str]]:
     if not study.cells():
         problems.append("exclude: every combination is excluded; nothing would run")
     return trials, problems
+
+
+def _field_and_message(problem: str, where: str) -> str:
+    """A problem without the name of the config it was found in (format_pydantic: `base.<path>: ...` for base,
+    `<where>: <path>: ...` for a row): the same field's same problem in base and in a row read alike."""
+    if where == "base" and problem.startswith("base."):
+        return problem.removeprefix("base.")
+    return problem.removeprefix(f"{where}: ")
 
 
 def resolved_rows(study: "Study") -> list[ResolvedTrial]:

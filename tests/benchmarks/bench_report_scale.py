@@ -82,7 +82,7 @@ def measure(trials: int, folder: Path, repeat: int = 1) -> dict:
     from orchestrator.reporting import build as build_module
     from orchestrator.reporting import render_html, render_latex, render_md
     from orchestrator.reporting.results import study_results
-    from orchestrator.execution.context import RunContext
+    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
     from orchestrator.tracking.store import StudyStore
 
@@ -119,7 +119,7 @@ def measure(trials: int, folder: Path, repeat: int = 1) -> dict:
         timed.clear()
         once = {"yardstick": yardstick()}
         begin = time.perf_counter()
-        build_module.build_report(study, store, reports, rebuild=rebuild)
+        build_module.build_report(RunContext.of(study, store), reports, rebuild=rebuild)
         once["total"] = time.perf_counter() - begin
         once.update({name: timed.get(name, 0.0) for name in ("results", "tables", "plots", "render")})
         once["write+attach"] = once["total"] - sum(timed.values())

@@ -44,7 +44,7 @@ def _run(spec: dict, root: Path, reuse: bool) -> tuple[float, list[tuple[int, fl
 
     from orchestrator import parse_study
     from orchestrator.execution import ray_tune
-    from orchestrator.execution.context import RunContext
+    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
 
     real = tune.TuneConfig

@@ -28,11 +28,12 @@ def report(study_name: str, profile: str | None, out: Path) -> None:
     import synthetic_store
     from orchestrator import load_study
     from orchestrator.reporting import build_report
+    from orchestrator.run_context import RunContext
 
     study = load_study(ROOT / "studies" / f"{study_name}.yaml", profile=profile, check_data=False)
     with tempfile.TemporaryDirectory(prefix="compare_tables_") as folder:
         store = synthetic_store.write_store(study, f"sqlite:///{folder}/mlflow.db")
-        build_report(study, store, out, attach=False)
+        build_report(RunContext.of(study, store), out, attach=False)
 
 
 def run(code: Path, out: Path) -> None:
