@@ -61,7 +61,8 @@ def conv_pair(keep: torch.Tensor | None, batch: int, conv_in: torch.nn.Conv2d, c
 
     `parts`: [B, h, Tq, Tk] maps, or a batch-free [h, Tq, Tk] one (the bias), concatenated over channels;
     `keep`: the float lower-triangle mask [Tq, Tk], or None (no `tril`)."""
-    return ConvPair.apply(keep, batch, conv_in.weight, conv_in.bias, conv_out.weight, conv_out.bias, *parts)
+    saves = torch.is_grad_enabled() and any(t.requires_grad for t in (conv_in.weight, conv_out.weight, *parts))
+    return ConvPair.apply(keep, batch, saves, conv_in.weight, conv_in.bias, conv_out.weight, conv_out.bias, *parts)
 
 
 def _shift(offset: int, size: int) -> tuple[slice, slice]:
@@ -150,7 +151,8 @@ class ConvPair(torch.autograd.Function):
     """f(tril(concat(parts))) with its backward, as batched GEMMs by row block (see the module doc)."""
 
     @staticmethod
-    def forward(ctx, keep, batch, w_in, b_in, w_out, b_out, *parts):
+    def forward(ctx, keep, batch, saves, w_in, b_in, w_out, b_out, *parts):
+        """`saves`: keep each block's maps for the backward (without gradients each block's go at once)."""
         first = parts[0]
         length, keys = first.shape[-2:]
         hidden_channels, channels, rows, width = w_in.shape
@@ -160,7 +162,7 @@ class ConvPair(torch.autograd.Function):
         weight_out = w_out.permute(2, 3, 0, 1).reshape(rows * width * heads, hidden_channels)
         out = first.new_empty((batch, heads, length, keys))
         far = None
-        saved = []
+        saved: list[torch.Tensor] = []
         for block in blocks:
             cols = _im2col(parts, keep, batch, block, (rows, width), channels)
             hidden = torch.bmm(weight_in.expand(batch, -1, -1), cols)  # [B, D, R·W]
@@ -170,7 +172,8 @@ class ConvPair(torch.autograd.Function):
             if block.exact < keys:
                 far = _far_logits(b_in, w_out, b_out, keys) if far is None else far
                 out[:, :, block.start : block.stop, block.exact :] = far[:, None, block.exact :]
-            saved += [cols, hidden]
+            if saves:
+                saved += [cols, hidden]
         ctx.save_for_backward(keep, weight_in, weight_out, b_in, w_out, *saved)
         ctx.blocks = blocks
         ctx.geometry = (batch, channels, rows, width, heads, length, keys)
@@ -183,8 +186,8 @@ class ConvPair(torch.autograd.Function):
         batch, channels, rows, width, heads, length, keys = ctx.geometry
         hidden_channels = weight_in.shape[0]
         grad = grad.contiguous()
-        want_in = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
-        want_parts = any(ctx.needs_input_grad[6:])
+        want_in = ctx.needs_input_grad[3] or ctx.needs_input_grad[4]
+        want_parts = any(ctx.needs_input_grad[7:])
         grad_weight_in = weight_in.new_zeros(weight_in.shape)
         grad_weight_out = weight_out.new_zeros(weight_out.shape)
         grad_z = grad.new_empty((batch, channels, length, keys)) if want_parts else None
@@ -220,11 +223,11 @@ class ConvPair(torch.autograd.Function):
         if grad_z is not None:
             offset = 0
             for index, shape in enumerate(ctx.shapes):
-                if ctx.needs_input_grad[index + 6]:
+                if ctx.needs_input_grad[index + 7]:
                     part = grad_z[:, offset : offset + shape[-3]]
                     grads[index] = part.sum(0) if len(shape) == 3 else part.contiguous()
                 offset += shape[-3]
-        return (None, None, grad_w_in.contiguous(), grad_b_in, grad_w_out, grad.sum((0, 2, 3)), *grads)
+        return (None, None, None, grad_w_in.contiguous(), grad_b_in, grad_w_out, grad.sum((0, 2, 3)), *grads)
 
 
 def _im2col(parts, keep, batch: int, block: Block, kernel: tuple[int, int], channels: int) -> torch.Tensor:
