@@ -18,10 +18,15 @@ channels-first map, N = Tq·Tk entries per sequence, in the one autograd functio
   two GEMMs for Conv_in's weight and cols gradients, and the cols gradient summed back over the taps (col2im)
   into the gradient of each part of z, masked by the `tril`.
 
+A causal 1 x k map (the `tril`) is computed in row blocks (`_blocks`), each over its keys up to 3·(kk//2)
+past its last non-zero key: beyond, z is zero, the hidden map LeakyReLU(b_in) and the output one value per
+head and key (`_far_logits`), filled in, and its gradient reaches b_out, W_out and b_in only (`backward`).
+On a training map (T = 64, 1x3) that skips about a third of the multiply-adds.
+
 Kernel geometry, as `ConvScoreProcessor` states it: a tap (r, c) of a kq x kk kernel reads row i − (kq − 1) + r
 and key j − kk//2 + c of its input (rows padded on the past side only, keys centred). Same function as the
-convolutions; only the float32 summation order differs (docs/method.md §3: float64 agrees with the papers'
-formulation to rounding, tests/test_score_conv.py).
+convolutions; only the float32 summation order differs (docs/method.md §4.5: float64 agrees with the
+convolutions to rounding, tests/test_score_conv.py).
 """
 
 from __future__ import annotations
