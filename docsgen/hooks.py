@@ -23,7 +23,7 @@ def _checkout_importable() -> None:
 def generated_pages() -> dict[str, str]:
     """The site's generated pages: path under docs/ -> Markdown."""
     _checkout_importable()
-    from docsgen import benchmarks, cli_reference, metrics_reference, study_reference
+    from docsgen import benchmarks, cli_reference, metrics_reference, papers_catalogue, study_reference
 
     return {
         "index.md": home_page(),
@@ -31,6 +31,7 @@ def generated_pages() -> dict[str, str]:
         "reference/cli.md": cli_reference.render(),
         "reference/metrics.md": metrics_reference.render(),
         "benchmarks.md": benchmarks.render(),
+        "papers_catalogue.md": papers_catalogue.render(),
     }
 
 

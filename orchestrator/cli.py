@@ -116,7 +116,7 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     """Show the expanded trial table with costs and what is already finished; launches nothing."""
     from .commands.plan import plan as command
 
-    command(Invocation.load(study_path, profile, overrides, tracking_uri, check_data=True))
+    command(Invocation.load(study_path, profile, overrides, tracking_uri, check_data=True, data_note=True))
 
 
 @app.command()
@@ -245,7 +245,12 @@ def slurm(
                                                          "study's largest trial.")] = None,
     cpus_per_node: Annotated[Optional[int], typer.Option(min=1, help="CPUs per node; default: the trial workers "
                                                          "the study runs at once (resources.max_concurrent), spread "
-                                                         "over the nodes, plus one for the driver.")] = None,
+                                                         "over the nodes, plus one for the driver, at most a node's "
+                                                         "cores.")] = None,
+    node_cores: Annotated[Optional[int], typer.Option(min=1, help="CPU cores of a node of the partition, the most "
+                                                      "CPUs per node the job asks for; default: sinfo's (the "
+                                                      "smallest of the partition's nodes) where sinfo answers, "
+                                                      "else 64.")] = None,
     partition: Annotated[Optional[str], typer.Option(help="SLURM partition (sbatch --partition).")] = None,
     account: Annotated[Optional[str], typer.Option(help="SLURM account (sbatch --account).")] = None,
     time_limit: Annotated[Optional[str], typer.Option("--time", help="Time limit, e.g. 1-00:00:00 (sbatch --time); "
@@ -271,11 +276,11 @@ def slurm(
     """Write (and with --submit, submit) a SLURM batch job that runs the study on Ray across its nodes."""
     from .commands.slurm import slurm as command
 
-    command(Invocation.load(study_path, profile, overrides, tracking_uri, check_data=True), reports_dir=reports_dir,
-            storage_dir=storage_dir, nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_node=cpus_per_node,
-            partition=partition, account=account, time_limit=time_limit, sbatch=sbatch, setup=setup,
-            join_timeout=join_timeout, signal_grace=signal_grace, requeue=requeue, script=script, submit=submit,
-            dry_run=dry_run, decide=decide)
+    command(Invocation.load(study_path, profile, overrides, tracking_uri, check_data=True, data_note=dry_run),
+            reports_dir=reports_dir, storage_dir=storage_dir, nodes=nodes, gpus_per_node=gpus_per_node,
+            cpus_per_node=cpus_per_node, partition=partition, account=account, time_limit=time_limit, sbatch=sbatch,
+            setup=setup, join_timeout=join_timeout, signal_grace=signal_grace, requeue=requeue, script=script,
+            submit=submit, dry_run=dry_run, decide=decide, node_cores=node_cores)
 
 
 from .data_cli import data_app  # noqa: E402  (the `data` sub-commands: prepare, verify)

@@ -76,7 +76,8 @@ def test_grid_rows_are_addressed_by_variant_and_where():
     assert check.left.label == "plain (pos_encoding=rope)" and check.left.column == "ppl_256" and check.left.over == "ppl_32"
     dape = next(c for c in study.expect if c.id == "dape_lowers_every_encoding")
     pairs = {(c.left.label, c.right.label) for c in claim_checks(study, dape)}
-    assert ("DAPE (pos_encoding=t5)", "plain (pos_encoding=t5)") in pairs and len(pairs) == 8  # each with its own baseline
+    # each with its own baseline, at the encodings its `where` names (not RoPE: DAPE V2 says DAPE-RoPE does not gain)
+    assert ("DAPE (pos_encoding=fire)", "plain (pos_encoding=fire)") in pairs and len(pairs) == 4
 
 
 # --- verdicts on a real study ---------------------------------------------------------------------------------

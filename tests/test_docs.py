@@ -191,7 +191,7 @@ def test_home_page_is_readme_with_links_into_the_site():
     assert "](benchmarks/)" in page
     pages = hooks.generated_pages()
     assert set(pages) == {"index.md", "reference/study-file.md", "reference/cli.md", "reference/metrics.md",
-                          "benchmarks.md"}
+                          "benchmarks.md", "papers_catalogue.md"}
 
 
 def test_readme_picture_of_a_report_is_a_small_png():

@@ -58,9 +58,9 @@ SHRINK = {
     "search": LM + BUDGET + ["search.num_samples=2", "scheduler.grace_period=1"],
     # The sizes are this profile's point (125M..6.7B): shrunk to one tiny row, only its path runs here.
     "model_size": LM + BUDGET + ["zip={model.preset: [tiny], train.lr: [6.0e-4]}"],
-    # two of its three training lengths (its K is 128, to fit the shortest)
+    # two of its three training lengths, each with its K (the papers' 256, and 128 at 128, the longest that fits)
     "training_length": LM + BUDGET + ["zip={train.seq_len: [128, 256], train.batch_size: [2, 1], "
-                                      "eval.lengths: [[128, 256], [256, 512]]}"],
+                                      "eval.tail_tokens: [128, 256], eval.lengths: [[128, 256], [256, 512]]}"],
     "che": CHE + ["axes={che.task: [parity_check]}"],  # one task of fourteen
     "associative_recall": CHE,
 }
@@ -113,7 +113,8 @@ def test_paper_profile_runs_at_tiny_cost(study, prepared_dir, local_ray, monkeyp
         if run in stopped:
             continue
         assert params["data.path"] == "data/paper/tokens.bin" and params["data.tokenizer"] == "data/paper/tokenizer.json"
-        assert params["eval.tail_tokens"] == ("128" if study == "training_length" else "256")  # the paper's K
+        # the papers' K = 256, and at a training length below it (training_length's 128) the length itself
+        assert params["eval.tail_tokens"] == str(min(256, int(params["train.seq_len"])))
         assert params["train.precision"] == "bf16" and run.data.tags["device"] == "cpu"  # bf16 autocast on the CPU
         assert "ppl_256" in metrics and 1 < metrics["ppl_256"] < 10 * VOCAB
 

@@ -27,11 +27,14 @@ SPEC = {
     "profiles": {"paper": {"base.eval.lengths": [16, 32, 64]}},
     "published": {"paper": [
         {"variant": "plain", "where": {"model.pos_encoding": "nope"}, "metric": "ppl", "length": 64,
-         "value": 2618.13, "source": "DAPE V2 Table 2"},
+         "value": 2618.13, "location": {"paper": "DAPE V2", "table": "rebuttal, kernel-size table", "row": "DAPE-NoPE",
+                                        "setting": "Arxiv, training length 512", "column": "8192"}},
         {"variant": "DAPE1x3", "where": {"model.pos_encoding": "nope"}, "metric": "ppl", "length": 64,
-         "value": 259.81, "source": "DAPE V2 Table 2"},
+         "value": 259.81, "location": {"paper": "DAPE V2", "table": "rebuttal, kernel-size table", "row": "DAPE1x3-NoPE",
+                                       "setting": "Arxiv, training length 512", "column": "8192"}},
         {"variant": "DAPE1x3 (pos_encoding=rope)", "metric": "ms_per_step", "value": 252.84,
-         "source": "DAPE V2 §4.9 (350M)"}]},
+         "location": {"paper": "DAPE V2", "table": "§4.9", "row": "DAPE1x3-Kerple", "setting": "350M",
+                      "column": "350M"}, "note": "what was timed is not stated"}]},
 }
 
 
@@ -62,7 +65,11 @@ def test_the_papers_values_stand_beside_the_measured_cells_at_the_paper_profile(
         assert line.difference == pytest.approx(measured.mean() - line.published)
         row = next(text for text in section.splitlines() if text.startswith(f"| {label}") and
                    (column == "ms_per_step") == ("ms_per_step" in text))
-        assert f"{line.published:g}" in row and f"{line.difference:+.3f}" in row and line.source in row
+        assert f"{line.published:g}" in row and f"{line.difference:+.3f}" in row
+        assert line.paper_row in row and line.location in row  # the paper's name and where it gives it, beside it
+    rows = {line.label: line for line in report.document.published}
+    assert rows["plain (pos_encoding=nope)"].paper_row == "DAPE-NoPE (Arxiv, training length 512)"
+    assert "(what was timed is not stated)" in next(text for text in section.splitlines() if "ms_per_step" in text)
     assert 'id="published-values"' in (report.folder / "report.html").read_text()
 
 
@@ -97,18 +104,51 @@ def test_published_values_belong_to_a_profile():
         parse_study(spec)
 
 
+@pytest.mark.parametrize("field", ["location", "location.row", "location.table", "location.column"])
+def test_a_value_without_its_place_in_the_paper_is_refused(field):
+    """A number a reader cannot find in the paper is not shown: its location (and each part of it) is required."""
+    spec = copy.deepcopy(SPEC)
+    entry = spec["published"]["paper"][0]
+    if "." in field:
+        del entry["location"][field.split(".")[1]]
+    else:
+        del entry["location"]
+    with pytest.raises(StudyError) as error:
+        parse_study(spec)
+    assert f"published.paper.0.{field}: Field required" in str(error.value)
+
+
+def test_unpublished_says_why_a_profile_has_none_and_belongs_to_a_profile():
+    spec = copy.deepcopy(SPEC)
+    spec["published"] = {}
+    spec["unpublished"] = {"paper": "the paper gives this setting as a figure"}
+    study = parse_study(copy.deepcopy(spec), profile="paper")
+    assert study.unpublished_here() == "the paper gives this setting as a figure"
+    assert parse_study(copy.deepcopy(spec)).unpublished_here() is None
+    from orchestrator.reporting.published import published_notes
+
+    notes = published_notes(study)
+    assert notes[0] == "No published value: the paper gives this setting as a figure"
+    # its rows score the last 8 tokens, not the papers' 256: the report says so, and with how many rows
+    assert "the last 8 tokens at training length 16 (4 row(s))" in notes[1]
+    spec["unpublished"] = {"papr": "x"}
+    with pytest.raises(StudyError, match=r"unpublished: 'papr' is not a profile"):
+        parse_study(spec)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_catalogue_paper_profile_shows_the_papers_values(tmp_path):
     """studies/position_encoding.yaml at its `paper` profile (a synthetic store of its 24 rows: no training, no
-    corpus needed to report): DAPE V2's NoPE and RoPE numbers at 8192 beside the cells of those rows."""
+    corpus needed to report): DAPE V2's numbers at 8192 beside the cells of those rows: 2618.13 and 306.78 are
+    the original DAPE's (DAPE-NoPE, DAPE-RoPE), on the DAPE rows, under the paper's own names."""
     path = Path(__file__).resolve().parents[1] / "studies" / "position_encoding.yaml"
     study = load_study(path, profile="paper")
     store = synthetic_store.write_store(study, f"sqlite:///{tmp_path / 'mlflow.db'}")
     report = build_report(RunContext.of(study, store), tmp_path / "reports", attach=False)
     published = {(line.label, line.published) for line in report.document.published}
-    assert published == {("plain (pos_encoding=nope)", 2618.13), ("DAPE1x3 (pos_encoding=nope)", 259.81),
-                         ("plain (pos_encoding=rope)", 306.78), ("DAPE1x3 (pos_encoding=rope)", 68.32)}
+    assert published == {("DAPE (pos_encoding=nope)", 2618.13), ("DAPE1x3 (pos_encoding=nope)", 259.81),
+                         ("DAPE (pos_encoding=rope)", 306.78), ("DAPE1x3 (pos_encoding=rope)", 68.32)}
     assert all(line.metric == "ppl_8192" and line.seeds == 1 for line in report.document.published)
-    assert "DAPE V2, kernel-size table (Arxiv, train 512): NoPE at 8192" in report.markdown
+    assert "DAPE-NoPE (Arxiv, training length 512" in report.markdown and "rebuttal to Reviewer UyHR" in report.markdown
     assert load_study(path).published_here() == []  # the CPU default: none applies

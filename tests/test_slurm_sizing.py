@@ -118,3 +118,62 @@ def test_finished_trials_leave_the_estimate_and_the_schedule_is_longest_first(tm
                                            ("UNLIMITED", None)])
 def test_slurm_time_limits_are_read_in_every_format_sbatch_takes(text, seconds):
     assert sizing.time_limit_seconds(text) == seconds
+
+
+def sixteen_gpu_trials(folder):
+    """16 one-GPU trials of 8 CPUs each: two 8-GPU nodes run 8 each, 8 x 8 + 1 for the driver = 65 CPUs wanted."""
+    import yaml
+
+    path = five_trials(folder, {"cpus": 8, "gpus": 1}, name="sixteen")
+    spec = yaml.safe_load(path.read_text())
+    spec["seeds"] = list(range(16))
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def test_cpus_per_node_never_exceed_the_nodes_cores(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    study = sixteen_gpu_trials(tmp_path)
+    # No sinfo here: a node's cores are the documented default, 64, and the job asks no more (65 never schedules).
+    assumed = slurm(str(study), "--dry-run", "--nodes", "2", "--gpus-per-node", "8")
+    assert assumed.exit_code == 0, assumed.output
+    assert "--cpus-per-task=64" in sbatch_lines(assumed.stdout)
+    text = said(assumed)
+    assert "Job: 2 node(s) x (64 CPUs, 8 GPU(s)): 16 trial(s) at once, 8 trial worker(s) per node" in text
+    assert "64 cores, assumed (sinfo did not answer; give the nodes' cores with --node-cores, default 64)" in text
+    assert "not the 65 its trial workers and the driver would take" in text
+    # The nodes' cores given: the default CPUs fit them, and the trials at once follow.
+    given = slurm(str(study), "--dry-run", "--nodes", "2", "--gpus-per-node", "8", "--node-cores", "48")
+    assert given.exit_code == 0, given.output
+    assert "--cpus-per-task=48" in sbatch_lines(given.stdout)
+    assert "(48 CPUs, 8 GPU(s)): 12 trial(s) at once, 6 trial worker(s) per node" in said(given)
+    # Asking a node for more CPUs than it has is refused before anything is written...
+    refused = slurm(str(study), "--dry-run", "--nodes", "2", "--gpus-per-node", "8", "--node-cores", "64",
+                    "--cpus-per-node", "80")
+    assert refused.exit_code == 2 and "asks for 80 CPUs per node, but its nodes have 64 cores (--node-cores)" in \
+        " ".join(refused.output.split())
+    # ...and warned about where the cores are only assumed.
+    warned = slurm(str(study), "--dry-run", "--nodes", "2", "--gpus-per-node", "8", "--cpus-per-node", "80")
+    assert warned.exit_code == 0 and "more than the 64 cores assumed of a node" in said(warned)
+
+
+def test_a_nodes_cores_come_from_sinfo_where_it_answers():
+    import subprocess
+
+    from orchestrator.slurm.cores import DEFAULT_NODE_CORES, NodeCores, node_cores, sinfo_cores
+
+    assert sinfo_cores("  64\n128+\n") == 64 and sinfo_cores("") is None
+    asked = []
+
+    def sinfo(command, **_):  # SLURM's answer for a partition of 32- and 96-core nodes
+        asked.append(command)
+        return subprocess.CompletedProcess(command, 0, stdout="32\n96\n", stderr="")
+
+    assert node_cores(None, "gpu", sinfo) == NodeCores(32, "sinfo --partition gpu")
+    assert asked == [["sinfo", "--noheader", "--format=%c", "--partition", "gpu"]]
+    assert node_cores(48, "gpu", sinfo) == NodeCores(48, "--node-cores")  # the flag wins
+
+    def unreachable(command, **_):
+        raise subprocess.TimeoutExpired(command, 10)
+
+    assert node_cores(None, None, unreachable) == NodeCores(DEFAULT_NODE_CORES, "default")

@@ -77,10 +77,13 @@ def test_shipped_studies_validate_and_plan_in_both_profiles(path, tmp_path, monk
     result = CliRunner().invoke(app, ["plan", str(path)])
     assert result.exit_code == 0, result.output
     needed = _data_files(paper)
-    if needed:  # here, without the paper's corpus: refused with what to do, by plan as by validate
-        for command in ("plan", "validate"):
-            result = CliRunner().invoke(app, [command, str(path), "--profile", "paper"])
-            assert result.exit_code == 2 and "orchestrator data prepare CORPUS --output" in result.output
+    if needed:  # here, without the paper's corpus: validate refuses with what to do; plan sizes it and says so
+        result = CliRunner().invoke(app, ["validate", str(path), "--profile", "paper"])
+        assert result.exit_code == 2 and "orchestrator data prepare CORPUS --output" in result.output
+        result = CliRunner().invoke(app, ["plan", str(path), "--profile", "paper"])
+        assert result.exit_code == 0 and "to run" in result.stdout
+        assert "The data is not prepared" in result.stderr and "orchestrator data prepare CORPUS --output" in \
+            result.stderr
         for file in needed:  # stand-ins where the profile reads its corpus (validation reads no data)
             (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / file).write_bytes(b"{}")
@@ -205,8 +208,11 @@ def test_missing_data_of_a_profile_not_run_is_a_note(tmp_path, monkeypatch):
     assert "note: profiles.corpus: base.data.path: corpus (relative to" in result.output
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "a.txt").write_text("")
-    result = CliRunner().invoke(app, ["plan", "s.yaml", "--profile", "corpus"])
+    result = CliRunner().invoke(app, ["validate", "s.yaml", "--profile", "corpus"])
     assert result.exit_code == 2 and "every file matched in corpus" in result.output
+    result = CliRunner().invoke(app, ["plan", "s.yaml", "--profile", "corpus"])  # sizes it, saying what is missing
+    assert result.exit_code == 0 and "The data is not prepared: base.data.path: every file matched in corpus" in \
+        " ".join(result.stderr.split())
     (tmp_path / "corpus" / "b.txt").write_text("some text " * 100)
     for command in ("validate", "plan"):
         result = CliRunner().invoke(app, [command, "s.yaml", "--profile", "corpus"])

@@ -71,9 +71,19 @@ class Invocation:
 
     @classmethod
     def load(cls, argument: str, profile: str | None = None, overrides: list[str] | None = None,
-             tracking_uri: str | None = None, check_data: bool = False) -> Invocation:
-        """Locate the study, then load it (exit 2 with every problem where either fails)."""
-        return cls.at(locate(argument), profile, overrides, tracking_uri, check_data)
+             tracking_uri: str | None = None, check_data: bool = False, data_note: bool = False) -> Invocation:
+        """Locate the study, then load it (exit 2 with every problem where either fails). `data_note` (plan,
+        slurm --dry-run: commands that size the study without reading its data): data not prepared yet is said
+        in one line on stderr instead of refused."""
+        invocation = cls.at(locate(argument), profile, overrides, tracking_uri, check_data and not data_note)
+        if data_note:
+            from ..study.data_paths import unprepared_data, unprepared_line
+            from .output import err
+
+            problems = unprepared_data(invocation.study)
+            if problems:
+                err.print(f"[yellow]Note[/yellow]: {escape(unprepared_line(problems))}")
+        return invocation
 
     @classmethod
     def at(cls, path: Path, profile: str | None = None, overrides: list[str] | None = None,

@@ -15,10 +15,11 @@ def slurm(invocation: Invocation, *, reports_dir: Path | None, storage_dir: Path
           gpus_per_node: int | None, cpus_per_node: int | None, partition: str | None, account: str | None,
           time_limit: str | None, sbatch: list[str] | None, setup: list[str] | None, join_timeout: float,
           signal_grace: int, requeue: bool, script: Path | None, submit: bool, dry_run: bool,
-          decide: bool = False) -> None:
+          decide: bool = False, node_cores: int | None = None) -> None:
     """`decide` (--decide), or a study's `decide:` section: the job's `orchestrator run` adds seeds until the
     claims are decided; refused here (exit 2, nothing written) where seeds cannot decide them, and sized for its
     first look."""
+    from ..slurm.cores import node_cores as find_node_cores
     from ..slurm.job import JobRequest, problems
     from ..slurm.script import JobTarget, render
     from ..slurm.sizing import TimeLimitError, size_job
@@ -29,7 +30,9 @@ def slurm(invocation: Invocation, *, reports_dir: Path | None, storage_dir: Path
         request, largest, sized = size_job(sized_study, JobRequest(nodes, gpus_per_node, cpus_per_node, partition,
                                                                    account, time_limit, list(sbatch or []),
                                                                    list(setup) if setup else None, join_timeout,
-                                                                   signal_grace, requeue), invocation.uri)
+                                                                   signal_grace, requeue,
+                                                                   find_node_cores(node_cores, partition)),
+                                   invocation.uri)
     except TimeLimitError as error:
         stop(f"[red]Invalid option[/red]: {escape(str(error))}. Nothing was submitted.", EXIT_INVALID)
     for line in [*sized.lines, *deciding_lines]:

@@ -27,7 +27,7 @@ from .cost_front import cost_front
 from .document import ReportDocument
 from .heat_maps import stored_heat_maps
 from .protocol_note import protocol_note
-from .published import published_lines
+from .published import published_lines, published_notes
 from .results import ValueChoice, metric_history, study_results
 from .search import SearchSection, search_section
 from .tables import build_tables
@@ -143,7 +143,8 @@ def _document(context: RunContext, value: ValueChoice, trials: pd.DataFrame, out
                           decide_note=_decide_note(study, store, trials, claims),
                           best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None,
                           cost=cost_front(study, tables, tabled, plot_dir),
-                          published=published_lines(study, prefer_isolated(tabled)))
+                          published=published_lines(study, prefer_isolated(tabled)),
+                          published_notes=published_notes(study))
 
 
 def _kept(context: RunContext, folder: Path, value: ValueChoice, trials: pd.DataFrame, outside: pd.DataFrame,

@@ -46,6 +46,7 @@ class ReportDocument:
     best_points: "BestPoints | None" = None  # a grid over 2+ axes: each variant's best grid point (sweeps.py)
     cost: "CostFront | None" = None  # quality against cost with the Pareto front (cost_front.py)
     published: "list[PublishedLine]" = field(default_factory=list)  # the papers' values beside ours (published.py)
+    published_notes: list[str] = field(default_factory=list)  # why none, a shorter tail than the papers' (published.py)
     _facts: dict = field(default_factory=dict, repr=False, compare=False)  # setup and provenance, read once
 
     def unfinished(self) -> list[str]:

@@ -40,7 +40,8 @@ SECTIONS: tuple[Section, ...] = (
     Section("claims", shown=lambda document: bool(document.claims)),  # headed by render_claims
     Section("search", shown=lambda document: document.search is not None),  # headed by render_search
     Section("tables", shown=lambda document: len(document.tables) > 1),  # the other families' tables, each headed
-    Section("published", "Published values beside ours", lambda document: bool(document.published)),
+    Section("published", "Published values beside ours",
+            lambda document: bool(document.published or document.published_notes)),
     Section("cost", "Cost and quality", lambda document: document.cost is not None),
     Section("best_points", "Best grid point per variant", lambda document: bool(document.best_points)),
     Section("plots", "Plots", lambda document: bool(document.plots)),

@@ -174,8 +174,10 @@ def _grid_html(header: list[str], body: list[list[str]], css_id: str, caption: s
 def _published(document: ReportDocument, title: str) -> list[str]:
     from .published import CAPTION, HEADER
 
-    return [f"<h2>{escape(title)}</h2>" + _grid_html(HEADER, [line.texts() for line in document.published],
-                                                     "published-values", CAPTION)]
+    table = (_grid_html(HEADER, [line.texts() for line in document.published], "published-values", CAPTION)
+             if document.published else "")
+    notes = "".join(f"<p>{escape(note)}</p>" for note in document.published_notes)
+    return [f"<h2>{escape(title)}</h2>" + table + notes]
 
 
 def _cost(document: ReportDocument, title: str) -> list[str]:

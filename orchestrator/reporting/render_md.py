@@ -131,8 +131,11 @@ def _plots(document: ReportDocument, title: str) -> list[str]:
 def _published(document: ReportDocument, title: str) -> list[str]:
     from .published import CAPTION, HEADER
 
-    body = [[_escape(text) for text in line.texts()] for line in document.published]
-    return [f"## {title}", "", f"*{_escape(CAPTION)}*", "", _grid(HEADER, body, numbers=False), ""]
+    out = [f"## {title}", ""]
+    if document.published:
+        body = [[_escape(text) for text in line.texts()] for line in document.published]
+        out += [f"*{_escape(CAPTION)}*", "", _grid(HEADER, body, numbers=False), ""]
+    return out + [line for note in document.published_notes for line in (_escape(note), "")]
 
 
 def _cost(document: ReportDocument, title: str) -> list[str]:

@@ -5,8 +5,10 @@ workers x gpus GPUs at once (Ray Train reserves them together, on as few nodes a
 its workers one node with `resources.gpus` GPUs and `resources.cpus` CPUs. The default job is one node with
 enough GPUs for that trial, and CPUs for the trial workers the study runs at once (all its trials, or
 `resources.max_concurrent` of them: sizing.py), as many as the node's GPUs hold, plus one for the driver (Ray
-Tune and the MLflow server on the first node). Asking for more GPUs runs more trials at once. What the job
-asks for is checked against the largest trial before anything is submitted (`problems`).
+Tune and the MLflow server on the first node), never more than a node's cores (cores.py: --node-cores, else
+sinfo, else 64; where capped, the driver shares the cores with the trial workers). Asking for more GPUs runs
+more trials at once. What the job asks for is checked against the largest trial and the nodes' cores before
+anything is submitted (`problems`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .cores import NodeCores
 
 DEFAULT_JOIN_TIMEOUT_S = 300.0
 DEFAULT_SIGNAL_GRACE_S = 120  # SIGTERM this long before the time limit (sbatch --signal)
@@ -57,6 +63,8 @@ class JobRequest:
     join_timeout: float = DEFAULT_JOIN_TIMEOUT_S
     signal_grace: int = DEFAULT_SIGNAL_GRACE_S
     requeue: bool = False
+    node_cores: "NodeCores | None" = None  # a node's CPU cores (cores.py): the default CPUs never exceed them
+    wanted_cpus: int | None = None  # set by `complete` where the node's cores capped the default CPUs: what it wanted
 
     def complete(self, largest: LargestTrial, workers_at_once: int | None = None) -> "JobRequest":
         """This request with every default filled in: GPUs for the largest trial; CPUs for the trial workers
@@ -67,16 +75,18 @@ class JobRequest:
         if gpus is None:
             gpus = max(math.ceil(largest.gpus / self.nodes), math.ceil(largest.gpus_per_worker)) \
                 if largest.gpus_per_worker else 0
-        cpus = self.cpus_per_node
+        cpus, wanted = self.cpus_per_node, None
         if cpus is None:
             per_node = math.ceil(max(workers_at_once or largest.workers, 1) / self.nodes)
             if largest.gpus_per_worker:
                 per_node = min(per_node, math.floor(gpus / largest.gpus_per_worker))
             per_node = max(per_node, math.ceil(largest.workers / self.nodes), 1)
             cpus = math.ceil(largest.cpus_per_worker * per_node) + 1  # + the driver on the first node
+            if self.node_cores is not None and cpus > self.node_cores.count:  # never more than a node has
+                cpus, wanted = self.node_cores.count, cpus
         setup = self.setup if self.setup is not None else default_setup()
         return JobRequest(self.nodes, gpus, cpus, self.partition, self.account, self.time, list(self.sbatch_lines),
-                          setup, self.join_timeout, self.signal_grace, self.requeue)
+                          setup, self.join_timeout, self.signal_grace, self.requeue, self.node_cores, wanted)
 
 
 def problems(request: JobRequest, largest: LargestTrial) -> list[str]:
@@ -92,7 +102,11 @@ def problems(request: JobRequest, largest: LargestTrial) -> list[str]:
     if largest.gpus_per_worker > (request.gpus_per_node or 0) and largest.gpus <= total:
         found.append(f"each worker needs {largest.gpus_per_worker:g} GPU(s) on one node, but a node of the job has "
                      f"{request.gpus_per_node}")
-    if largest.cpus_per_worker > (request.cpus_per_node or 0):
+    cores = request.node_cores
+    if cores is not None and cores.known and (request.cpus_per_node or 0) > cores.count:
+        found.append(f"the job asks for {request.cpus_per_node} CPUs per node, but its nodes have {cores.words()}: "
+                     f"SLURM would never schedule it; ask for --cpus-per-node {cores.count} or fewer")
+    elif largest.cpus_per_worker > (request.cpus_per_node or 0):
         found.append(f"each worker needs {largest.cpus_per_worker:g} CPU(s) on one node (resources.cpus), but a "
                      f"node of the job has {request.cpus_per_node}: ask for --cpus-per-node "
                      f"{math.ceil(largest.cpus_per_worker)}")

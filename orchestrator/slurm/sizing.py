@@ -137,6 +137,13 @@ def summary(request: JobRequest, work: StudyWork, study_name: str) -> Summary:
     lines.append(f"Job: {request.nodes} node(s) x ({request.cpus_per_node} CPUs, {node_gpus}): {at_once} trial(s) at "
                  f"once, {slots} trial worker(s) per node"
                  + (f" (resources.max_concurrent: {work.max_concurrent})" if work.max_concurrent else ""))
+    cores = request.node_cores
+    if request.wanted_cpus is not None and cores is not None:
+        lines.append(f"CPUs per node: {request.cpus_per_node}, a node's {cores.words()}, not the "
+                     f"{request.wanted_cpus} its trial workers and the driver would take: the driver shares them")
+    if cores is not None and not cores.known and (request.cpus_per_node or 0) > cores.count:
+        warnings.append(f"the job asks for {request.cpus_per_node} CPUs per node, more than the {cores.count} cores "
+                        "assumed of a node: SLURM holds it pending where its nodes have fewer; give --node-cores")
     total_gpus = request.nodes * (request.gpus_per_node or 0)
     if total_gpus and not work.gpus_per_worker:
         warnings.append(f"the job asks for {total_gpus} GPU(s) but the study's trials use none (resources.gpus is 0): "

@@ -50,3 +50,25 @@ def study_data_problems(base: DataConfig, trials: list["ResolvedTrial"], launch_
         found = section_problems(data, launch_dir)
         problems += [f"base.{problem}" if data == base else f"{trial.where}: {problem}" for problem in found]
     return problems
+
+
+def unprepared_data(study) -> list[str]:
+    """The data problems of the study's rows (what `check_data` refuses), for a command that sizes the study
+    without reading its data (`plan`, `slurm --dry-run`): [] where the data is there, or no row is valid."""
+    from dape_core import ExperimentConfig
+
+    from .trial_checks import resolved_rows
+
+    try:
+        rows = resolved_rows(study)
+    except ValueError:  # the rows' own problems are the validation's
+        return []
+    return study_data_problems(ExperimentConfig(**study.base).data, rows)
+
+
+def unprepared_line(problems: list[str]) -> str:
+    """One line on data not prepared yet: the first problem (with how to prepare it), what else is missing, and
+    what the command did without it."""
+    more = f" (and {len(problems) - 1} more: `orchestrator validate` lists them)" if len(problems) > 1 else ""
+    return (f"The data is not prepared: {problems[0]}{more}. Sized from the study's declared model (its "
+            "vocabulary and lengths), without it; `orchestrator run` refuses until it is there.")

@@ -15,8 +15,9 @@ the ways it is varied:
 - `resources`: what one trial takes: CPUs and GPUs per worker, and its size (workers, parallelism), which
   a row's own `distributed.*` overrides;
 - `expect`: the paper's claims about the results, checked by the report (expect.py).
-- `published`: the papers' numbers for a profile's setting, shown beside the measured cells by that
-  profile's report (resolved against its rows in published_checks.py).
+- `published`: the papers' numbers for a profile's setting, each with where the paper gives it (its table or
+  section, its own name for the row and setting, the column), shown beside the measured cells by that
+  profile's report (resolved against its rows in published_checks.py); `unpublished`: why a profile has none.
 The rows these make are in `rows.py`; loading and profiles in `load.py`, the checks that need every resolved
 trial in `trial_checks.py`, `sweeps.py` and `search_checks.py`, the claims' in `claim_checks.py`. Constraints
 on single fields are in the types.
@@ -256,6 +257,25 @@ class ReportSpec(_Strict):
         return sorted(length for length in tokens if length >= train_length and length not in own)
 
 
+class PaperLocation(_Strict):
+    """Where a paper gives a published value, in the paper's own words, so that a reader finds it in minutes:
+    the paper, its table or section (or the authors' rebuttal where the number is only there), the paper's own
+    name for the row (which may differ from this study's label: "DAPE-NoPE" beside our DAPE row) and the
+    setting it was measured in, and the column."""
+
+    paper: NonEmptyStr = Field(description="The paper: 'DAPE' or 'DAPE V2'.")
+    table: NonEmptyStr = Field(description="The table, figure or section that gives the number, as the source names "
+                               "it; 'rebuttal (...)' where it is given only in the authors' rebuttal.")
+    row: NonEmptyStr = Field(description="The paper's own name for the row: 'DAPE-NoPE', 'Kerple', ...")
+    setting: NonEmptyStr = Field(description="The paper's setting of the number: dataset, model size, training "
+                                 "length, ... as far as the source states them.")
+    column: NonEmptyStr = Field(description="The column (an evaluation length, a model size, a task), with what the "
+                                "source leaves implicit said so.")
+
+    def text(self) -> str:
+        return f"{self.paper}, {self.table}: row {self.row} ({self.setting}), column {self.column}"
+
+
 class PublishedValue(_Strict):
     """One number a paper reports for a row of this study at a profile (docs: "Cost, fronts and the papers'
     numbers"): the report of that profile shows it beside the measured cell, with the difference. Validated
@@ -270,7 +290,15 @@ class PublishedValue(_Strict):
     length: PositiveInt | None = Field(None, description="The evaluation length (tokens) of a per-length metric.")
     value: FiniteFloat = Field(description="The published number, in the unit the report shows (perplexity; "
                                "ms; accuracy as a fraction 0..1).")
-    source: NonEmptyStr = Field(description="Where it is published: 'DAPE V2 Table 2', 'DAPE Table 1', ...")
+    location: PaperLocation = Field(description="Where the paper gives it and under which name: paper, table or "
+                                    "section ('rebuttal ...' where it is only there), the paper's row and setting, "
+                                    "column. Required: a number no reader can find in the paper is not shown.")
+    note: NonEmptyStr | None = Field(None, description="What is known and what is assumed in reading the number "
+                                     "as this metric (its unit, what was timed), shown beside it in the report.")
+
+    def where_text(self) -> str:
+        """The location as the report and the docs show it: 'DAPE V2, rebuttal (...), row DAPE-NoPE, column 8192'."""
+        return self.location.text()
 
 
 class Decide(_Strict):
@@ -352,6 +380,9 @@ class Study(_Strict):
     published: dict[str, list[PublishedValue]] = Field(default_factory=dict, description="The papers' numbers for "
                                                         "a profile: profile name -> values; the report of that "
                                                         "profile shows each beside the measured cell.")
+    unpublished: dict[str, NonEmptyStr] = Field(default_factory=dict, description="Profile name -> one line on why "
+                                                "the papers give no number for that profile's setting; its report "
+                                                "says it where the published values would stand.")
     decide: Decide | None = Field(None, description="Add seeds until the claims are decided (min_seeds to "
                                   "max_seeds, a batch at a time, within an optional budget); `run --decide` "
                                   "applies the defaults to a study without this section.")
@@ -397,11 +428,16 @@ class Study(_Strict):
             if self.report.baseline not in labels + variants:
                 raise ValueError(f"report.baseline {self.report.baseline!r} is neither a variant nor a row of this "
                                  f"study; variants: {variants}; rows: {labels}")
-        unknown = [name for name in self.published if name not in self.profiles]
-        if unknown:
-            raise ValueError(f"published: {unknown[0]!r} is not a profile of this study (profiles: "
-                             f"{', '.join(self.profiles) or 'none'}); published values belong to the profile "
-                             "whose setting they match")
+        for section in ("published", "unpublished"):
+            unknown = [name for name in getattr(self, section) if name not in self.profiles]
+            if unknown:
+                raise ValueError(f"{section}: {unknown[0]!r} is not a profile of this study (profiles: "
+                                 f"{', '.join(self.profiles) or 'none'}); published values belong to the profile "
+                                 "whose setting they match")
+        both = [name for name in self.unpublished if self.published.get(name)]
+        if both:
+            raise ValueError(f"unpublished: profile {both[0]!r} has published values too; say why a profile has "
+                             "none only where it has none")
         overlap = set(self.axes) & set(self.zip)
         if overlap:
             raise ValueError(f"keys {sorted(overlap)} appear in both 'axes' and 'zip'; use one")
@@ -424,6 +460,10 @@ class Study(_Strict):
     def published_here(self) -> list[PublishedValue]:
         """The published values of the profile this study was loaded with (none for the file as written)."""
         return list(self.published.get(self._profile, [])) if self._profile is not None else []
+
+    def unpublished_here(self) -> str | None:
+        """Why the papers give no number for the profile this study was loaded with (None: not said, or none)."""
+        return self.unpublished.get(self._profile) if self._profile is not None else None
 
     def trial_config(self, overrides: dict[str, Any]) -> dict:
         """The trial config of a row (or a search sample): base, its overrides, and the trial size."""
