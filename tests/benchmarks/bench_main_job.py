@@ -65,8 +65,8 @@ def training_flops(study_path: Path) -> dict[str, float]:
     return flops
 
 
-def stored_runs(uri: str, study: str) -> tuple[float | None, dict[str, dict[str, float]]]:
-    """(the study run's wall seconds, or None; each trial run's ppl metrics by run name)."""
+def stored_runs(uri: str, study: str) -> tuple[float | None, dict[str, dict[int, float]]]:
+    """(the study run's wall seconds, or None; each trial run's perplexity by length, by run name)."""
     from mlflow.tracking import MlflowClient
 
     from orchestrator.tracking import ROLE_TAG
@@ -83,7 +83,8 @@ def stored_runs(uri: str, study: str) -> tuple[float | None, dict[str, dict[str,
         if role == "study" and run.info.end_time:
             wall = (run.info.end_time - run.info.start_time) / 1e3
         elif role == "trial":
-            trials[run.info.run_name] = {k: v for k, v in run.data.metrics.items() if k.startswith("ppl_")}
+            trials[run.info.run_name] = {int(key[4:]): value for key, value in run.data.metrics.items()
+                                         if key.startswith("ppl_") and key[4:].isdigit()}  # by length
     return wall, trials
 
 
@@ -139,9 +140,7 @@ def main() -> None:
           f"{cores} cores")
     print(f"compute limit {limit:.0f} s; wall {wall:.0f} s ({source}); wall / limit {wall / limit:.2f} (goal 2.4)")
     for run in sorted(trials):
-        print(f"  {run}: " + ", ".join(f"{key} {value:.4f}" for key, value in sorted(
-            trials[run].items(), key=lambda item: int(item[0].split("_")[1]) if item[0].split("_")[1].isdigit()
-            else 0)))
+        print(f"  {run}: " + ", ".join(f"ppl_{length} {value:.4f}" for length, value in sorted(trials[run].items())))
     if folder is not None:
         if args.keep:
             print(f"project folder kept: {folder}")
