@@ -8,8 +8,8 @@ of `dape_core/contrib/`, each registering its components as their owner.
 A record carries: its settings (the `model:` fields it reads, and the new settings it declares, which a study
 gives under `model.options`), its builder (the torch module), its label in reports, its cost per score-map
 entry (so that `orchestrator plan` estimates it), whether the fused Triton kernels take it, and the causality
-it promises (causal; a processor may leak only when `model.leak` is on, which the causality audit,
-`dape_core/audit.py`, checks before a study's first trial).
+it promises (causal; a processor may leak only when `model.leak` is on and it declares the `leak` setting),
+which the component contract, `dape_core/contract.py`, checks before a study's first trial.
 
 It loads without torch: validating a study reads it.
 """

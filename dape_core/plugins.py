@@ -10,9 +10,9 @@ A study names them under `plugins:` (docs/extending.md):
   `orchestrator run` asks one Ray worker to load every plugin before the first trial launches.
 
 Either way a plugin is loaded before the study is validated, so that its names, options and costs are
-checked, planned and reported like a built-in's; what it registers is audited for causality (audit.py);
-and the SHA-256 of its source tags every trial run (`plugin_tags`), so that a stored result names the code
-that produced it.
+checked, planned and reported like a built-in's; what it registers is checked against the component
+contract (contract.py); and the SHA-256 of its source tags every trial run (`plugin_tags`), so that a
+stored result names the code that produced it.
 
 Faults, each a PluginError naming the plugin and the problem: a module that does not import (or whose
 import raises), a component whose name is taken or whose record misses a required part (a

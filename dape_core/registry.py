@@ -204,7 +204,7 @@ class Processor(_Described):
         without a bias encoding).
     kernel: `ModelConfig -> (query rows, key columns)` of a convolutional processor, None otherwise.
     fused: the fused Triton kernels compute it (a convolution of the DAPE family).
-    causal: its row i reads no score of a later key unless `model.leak` is on (the audit checks it); False: it
+    causal: its row i reads no score of a later key unless `model.leak` is on (contract.py checks it); False: it
         reads later keys by design, so a model may use it only as a bidirectional encoder (`causal: false`).
     """
 

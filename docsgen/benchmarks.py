@@ -92,8 +92,8 @@ def render(folder: Path = RECORDS) -> str:
     lines = ["# Benchmarks", "",
              "Every measured figure of this documentation, in one place, with the command that printed it and the "
              "machine it ran on. The page is generated from the recorded outputs in `docs/benchmarks/` at each "
-             "build: to update a figure, rerun its command (`python -m docsgen record NAME` reruns a record's commands and "
-             "writes their output as the record). The benchmark scripts live in "
+             "build: to update a figure, rerun its command (`python -m docsgen record NAME` reruns a record's "
+             "commands and writes their output as the record). The benchmark scripts live in "
              "`tests/benchmarks/` and print ratios against a reference taken in the same run, the figures to "
              "compare across machines. Nothing here has been measured on a GPU yet: "
              "`tests/benchmarks/gpu_check.sh all` measures the GPU figures ([GPUs and doctor](guides/gpus.md)).", "",
@@ -129,7 +129,8 @@ def record(name: str, folder: Path = RECORDS, machine: str | None = None, cwd: P
         if done.returncode != 0:
             raise RecordError(f"`{command}` exited {done.returncode}: {done.stderr[-2000:]}")
         parts.append(f"`$ {command}`\n\n```text\n{done.stdout.rstrip()}\n```")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True,
+                            text=True).stdout.strip()
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     header = {"title": old.title, "command": old.commands if len(old.commands) > 1 else old.commands[0],
               "machine": machine, "order": old.order}

@@ -4,13 +4,17 @@ every command, its usage line, its help and each argument and option with its de
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import click
 
 
 @dataclass(frozen=True)
 class Command:
     path: str  # "orchestrator data prepare"
-    command: object  # the click command
-    context: object  # its click context (for usage and help records)
+    command: click.Command
+    context: click.Context  # its click context (for usage and help records)
 
 
 def root_command():

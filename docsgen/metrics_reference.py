@@ -32,14 +32,15 @@ def entries() -> list[tuple[list[str], str]]:
         while row >= 0 and lines[row].lstrip().startswith("#"):
             comment.insert(0, lines[row].strip().lstrip("#").strip())
             row -= 1
-        tail = lines[node.end_lineno - 1]
+        end = node.end_lineno or node.lineno  # ast.parse always sets end_lineno
+        tail = lines[end - 1]
         if "#" in tail and not tail.lstrip().startswith("#"):
             comment.append(tail.split("#", 1)[1].strip())
         text = " ".join(comment)
         if not comment and node.lineno == previous_end + 1:
             text = previous_comment  # a line of the block the comment above it describes
         found.append((names, text))
-        previous_end, previous_comment = node.end_lineno, text
+        previous_end, previous_comment = end, text
     return found
 
 

@@ -28,9 +28,9 @@ def synthetic_report(folder: Path):
     """The main job's study recorded into a store in `folder` (synthetic results: no training) and its report
     built there as `orchestrator report` builds it; the built report (its `document`, its `folder`)."""
     sys.path.insert(0, str(ROOT / "tests"))
+    import synthetic_store
     import yaml
 
-    import synthetic_store
     from orchestrator import parse_study
     from orchestrator.reporting.build import build_report as build
     from orchestrator.run_context import RunContext
@@ -81,7 +81,7 @@ def reduce(shot: Path, output: Path) -> None:
         raise SystemExit(f"{shot}: Chromium drew a blank page")
     image = image.crop((0, max(box[1] - 24, 0), image.width, min(box[3] + 24, image.height)))
     height = round(image.height * WIDTH / image.width)
-    small = image.resize((WIDTH, height), Image.LANCZOS).quantize(colors=COLOURS)
+    small = image.resize((WIDTH, height), Image.Resampling.LANCZOS).quantize(colors=COLOURS)
     output.parent.mkdir(parents=True, exist_ok=True)
     small.save(output, optimize=True)
 

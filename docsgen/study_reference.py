@@ -115,7 +115,8 @@ def where(document: dict) -> dict[str, str]:
     while queue:
         path, node = queue.pop(0)
         for field, spec in node.get("properties", {}).items():
-            is_list = spec.get("type") == "array" or any(option.get("type") == "array" for option in spec.get("anyOf", []))
+            is_list = spec.get("type") == "array" or any(option.get("type") == "array"
+                                                         for option in spec.get("anyOf", []))
             is_map = isinstance(spec.get("additionalProperties"), dict) and bool(_refs(spec["additionalProperties"]))
             child = f"{path}.{field}".lstrip(".") + ("[]" if is_list else "") + (".<key>" if is_map else "")
             for ref in _refs(spec):

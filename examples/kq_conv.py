@@ -61,7 +61,7 @@ register_processor(Processor(
     cost=_cost,
     settings=(Setting("kq_rows", Width, 2, label="KQ-conv query rows"),
               Setting("kq_cols", Width, 3, label="KQ-conv key columns"),
-              Setting("attention_block_size", label="attention block size", step_cost=False)),
+              Setting("attention_block_size", label="attention block size", step_cost=False, field=True)),
 ))
 
 if __name__ == "__main__":  # a quick look: python examples/kq_conv.py

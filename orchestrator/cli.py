@@ -99,6 +99,13 @@ def run(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     strict_claims: StrictClaimsOpt = False,
     decide: DecideOpt = False,
+    new_sequence: Annotated[bool, typer.Option("--new-sequence", help="With --decide: start a new sequence of looks "
+                                               "under a design other than the one the store's sequence ran with "
+                                               "(the report says so); without it, another design is refused.")] = False,
+    retrain_stale: Annotated[bool, typer.Option("--retrain-stale", help="Train again the finished trials computed "
+                                                "by other code than the current (default: refuse to run).")] = False,
+    keep_stale: Annotated[bool, typer.Option("--keep-stale", help="Keep the finished trials computed by other code "
+                                             "than the current: reused, and marked in the report.")] = False,
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
     from .commands.running import on_cluster
@@ -107,7 +114,8 @@ def run(
     invocation = Invocation.load(study_path, profile, overrides, tracking_uri, check_data=not on_cluster(address))
     command(invocation, address=address, reports_dir=reports_dir, storage_dir=storage_dir, local=local,
             connect_timeout=connect_timeout, resource_wait=resource_wait, failed_only=failed_only, debug=debug,
-            strict_claims=strict_claims, decide=decide)
+            strict_claims=strict_claims, decide=decide, new_sequence=new_sequence, retrain_stale=retrain_stale,
+            keep_stale=keep_stale)
 
 
 @app.command()
@@ -159,6 +167,23 @@ def report(
 
     command(Invocation.load(study_path, profile, overrides, tracking_uri), reports_dir=reports_dir, value=value,
             full=full, attach=attach, strict_claims=strict_claims)
+
+
+@app.command()
+def diff(
+    study_path: StudyArg,
+    against: Annotated[str, typer.Option("--against", help="The other version: a code fingerprint or a git ref whose "
+                                         "trials are in the store, or another store holding the study.")],
+    overrides: OverridesArg = None,
+    profile: ProfileOpt = None,
+    tracking_uri: TrackingOpt = None,
+    reports_dir: ReportsDirOpt = None,
+) -> None:
+    """Compare the study's results at the current code with another code version: per cell both values, the
+    difference with its seed interval, and whether it moved beyond seed noise."""
+    from .commands.diff import diff as command
+
+    command(Invocation.load(study_path, profile, overrides, tracking_uri), against=against, reports_dir=reports_dir)
 
 
 @app.command()

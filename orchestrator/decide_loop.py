@@ -27,13 +27,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import UserInputError
+from . import decide_design
+from .errors import StaleTrials, UserInputError
 from .execution.runner import StudyOutcome, run_study
 from .reporting.build import build_report
 from .reporting.render_md import summary
 from .run import evaluate_later
 from .run_context import RunContext
 from .study import Decide, Study
+from .study.code_identity import changed_since, code_fingerprint
 from .study.decide_checks import decide_problems
 from .trial.trials import Trial, distinct, expand
 
@@ -47,6 +49,10 @@ LOOK_METRICS = (LOOK_SEEDS, LOOK_TRIALS, LOOK_GPU_HOURS, LOOK_DECIDED, LOOK_WAIT
 DECIDED, WAITING, NOT_DECIDABLE, TRIAL_FAILED = "decided", "waiting on more seeds", "not decidable by seeds", "stopped"
 MAX_REACHED, BUDGET_SPENT = "undecided at max_seeds", "undecided: budget spent"
 NOT_BY_SEEDS = "undecided: waiting on something seeds do not give"  # its reason says what (orchestrator evaluate ...)
+
+
+class CodeChangedDuringSequence(StaleTrials):
+    """The code changed on disk between two looks of a sequence (exit 2)."""
 
 
 # --- the decision rule, as the loop reads it (reporting/claims.py) ---------------------------------------------
@@ -139,12 +145,19 @@ class Sequence:
     decide: Decide
     looks: list[Look] = field(default_factory=list)
     claims: dict[str, ClaimState] = field(default_factory=dict)
+    note: str = ""  # a new sequence started with --new-sequence (decide_design.py)
+    planned: tuple[int, int] = (0, 0)  # `plan`'s expected and ceiling trials before the first look
+
+    def plan_versus_used(self) -> str:
+        used = self.looks[-1].trials if self.looks else 0
+        return f"plan said expected {self.planned[0]} trials (ceiling {self.planned[1]}); used {used}"
 
     def waiting(self) -> list[ClaimState]:
         return [state for state in self.claims.values() if state.status == WAITING]
 
     def record(self) -> dict:
-        return {"decide": self.decide.model_dump(), "looks": [asdict(look) for look in self.looks],
+        planned = {"expected_trials": self.planned[0], "ceiling_trials": self.planned[1]}
+        return {"decide": self.decide.model_dump(), "planned": planned, "looks": [asdict(look) for look in self.looks],
                 "claims": [asdict(state) for state in self.claims.values()]}
 
 
@@ -187,16 +200,24 @@ def trial_gpu_hours(study: Study, trial: Trial) -> float:
 
 
 def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
-                      say: Callable[[str], None] = print) -> StudyOutcome:
+                      say: Callable[[str], None] = print, new_sequence: bool = False) -> StudyOutcome:
     """Run the sequence of looks (module docstring), then write the study's report over every trial it planned.
     `context.study` has its `decide` section (`with_decide`). The outcome sums the looks' runs; its
-    `report_summary` ends with the sequence's own summary (seeds and trials per claim)."""
+    `report_summary` ends with the sequence's own summary (seeds and trials per claim). The design is checked
+    against the one the store's sequence ran with (decide_design.py: another one is refused, exit 2, unless
+    `new_sequence`)."""
     study, decide = context.study, context.study.decide
     assert decide is not None, "the caller gives the study its decide section (with_decide)"
+    lines, note = decide_design.check(context.store, decide, new_sequence)
+    for line in lines:
+        say(line)
     order = decide.seed_order(study.seeds)
     every = expand(study.model_copy(update={"seeds": order}))  # every row at every seed it may train
     labels = list(dict.fromkeys(trial.label for trial in every))
-    sequence = Sequence(decide)
+    from .planning.seeds_needed import planned_trials
+
+    sequence = Sequence(decide, note=note, planned=decide_design.planned(
+        context.store, lambda: planned_trials(study, context.store.tracking_uri)))
     for claim in study.expect:
         reason = not_decidable(study, claim)
         sequence.claims[claim.id] = ClaimState(claim.id, NOT_DECIDABLE if reason else WAITING,
@@ -209,6 +230,7 @@ def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
     planned: list[Trial] = []
     hours = {trial.trial_id: trial_gpu_hours(study, trial) for trial in distinct(every)}
     plan = decide.looks()
+    started_code = code_fingerprint(study.plugin_payloads())  # what the first look runs
     active = set(labels)  # the first look trains every row
     for index, seeds in enumerate(plan):
         grown = {label: seeds if label in active else counts[label] for label in labels}
@@ -222,6 +244,13 @@ def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
             break
         counts, planned = grown, candidate
         say(f"Look {index + 1} of at most {len(plan)}: {seeds} seeds for {_rows_words(active, labels)}")
+        changed = changed_since(started_code, study.plugin_payloads()) if index else []
+        if changed:  # a look's trials would run other code than the earlier looks': one claim, one code
+            raise CodeChangedDuringSequence(
+                f"the code changed on disk between look {index} and look {index + 1} of the sequence (files that "
+                f"differ: {', '.join(changed)}): it stops rather than mixing code versions inside one claim. The "
+                f"trials of the {index} look(s) done are in the store; run again to start the sequence at the "
+                "current code (`run` then names the trials of the earlier code: --retrain-stale or --keep-stale).")
         look_context = replace(context, rows=planned, progress=None)
         outcome = run_study(look_context)
         evaluate_later(look_context, outcome, reports_dir, say)  # the look's report.lengths, as `run` scores them
@@ -321,6 +350,7 @@ def _record(context: RunContext, sequence: Sequence) -> None:
     store, look = context.store, sequence.looks[-1]
     if not store.parent_run_id:
         return
+    decide_design.record(store, sequence.decide, sequence.note, sequence.planned)  # the design, locked
     if not any(point.step == look.index for point in store.metric_history(store.parent_run_id, LOOK_SEEDS)):
         counts = [state.status for state in look.claims]
         metrics = {LOOK_SEEDS: look.seeds, LOOK_TRIALS: look.trials, LOOK_GPU_HOURS: look.gpu_hours,
@@ -354,7 +384,8 @@ def sequence_summary(sequence: Sequence) -> str:
     last = sequence.looks[-1] if sequence.looks else None
     lines = [f"Seeds added until decided: {len(sequence.looks)} look(s), {last.trials if last else 0} trials"
              + (f" ({last.gpu_hours:g} GPU-hours estimated)" if last and last.gpu_hours else "")
-             + (f"; stopped: {last.stopped}" if last and last.stopped else "")]
+             + (f"; stopped: {last.stopped}" if last and last.stopped else "")
+             + (f"; {sequence.plan_versus_used()}" if sequence.planned[1] else "")]
     for state in sequence.claims.values():
         at = f" at {state.seeds} seeds" if state.seeds else ""
         verdict = f": {state.verdict}" if state.verdict and state.status != NOT_DECIDABLE else ""

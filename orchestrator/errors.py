@@ -42,6 +42,13 @@ class ForeignExperiment(StoreUnusable):
     """The store has an experiment of the study's name that this tool did not create."""
 
 
+class StaleTrials(UserInputError):
+    """Finished trials of the study were computed by other code than the current (tracking/code_check.py): `run`
+    neither reuses nor retrains them without being told which (--retrain-stale, --keep-stale)."""
+
+    title = "Code changed:"
+
+
 class ServiceUnreachable(OrchestratorError):
     exit_code = 3  # interrupted, resumable
     title = "Study interrupted"

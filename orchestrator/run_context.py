@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .study import Study
+from .tracking.code_check import StalePolicy
 from .tracking.console import ConsoleProgress
 from .tracking.store import TRIAL_ID_TAG, StudyStore
 from .trial.trials import Trial, expand, expand_stored
@@ -33,6 +34,7 @@ class RunContext:
     address: str | None = None  # the Ray cluster; None: a private local Ray
     local: bool = False  # the trials (or evaluations) in this process, one by one, without Ray
     failed_only: bool = False  # only the trials whose latest run FAILED
+    stale: StalePolicy = StalePolicy.REFUSE  # finished trials of other code: refused, retrained or kept
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S
     resource_wait: float = DEFAULT_RESOURCE_WAIT_S
     study_path: Path | None = None  # the study file (mlflow.source tags; the report's parts that read it again)

@@ -1,13 +1,15 @@
 """The suite's shared fixtures, and how to run it.
 
-    python -m pytest -m "not slow"    # the inner loop (docs/guides/testing.md; its count and time: docs/benchmarks/tests.md)
+    python -m pytest -m "not slow"    # the inner loop (docs/guides/testing.md)
     python -m pytest                  # the whole suite: what CI and README's `bash .ci/run` run
 
-The inner loop leaves out the tests marked `slow` (pyproject's marker says which kind): real studies (through
-Ray Tune and Ray Train, or in-process), the evaluate command on stored trials, two-worker DDP/FSDP training
-and other whole training runs, the doctor's checks, killed processes, SLURM, the two-node cluster, a browser, and every test that uses `local_ray` below, so that
-the inner loop starts no Ray. Every change still has to pass the whole suite (CI runs it). Each test is bounded by pyproject's `timeout` (a hung test dumps every thread's stack and ends the
-run); a long end-to-end test sets its own with `@pytest.mark.timeout(N)`. New tests stay fast: tiny models,
+The inner loop's count and time: docs/benchmarks/tests.md. It leaves out the tests marked `slow` (pyproject's
+marker says which kind): real studies (through Ray Tune and Ray Train, or in-process), the evaluate command on
+stored trials, two-worker DDP/FSDP training and other whole training runs, the doctor's checks, killed processes,
+SLURM, the two-node cluster, a browser, and every test that uses `local_ray` below, so that the inner loop starts
+no Ray. Every change still has to pass the whole suite (CI runs it). Each test is bounded by pyproject's `timeout`
+(a hung test dumps every thread's stack and ends the run); a long end-to-end test sets its own with
+`@pytest.mark.timeout(N)`. New tests stay fast: tiny models,
 few steps, the session's `local_ray` and a module's `one_torch_thread` below; a long end-to-end one is
 marked `@pytest.mark.slow`.
 """

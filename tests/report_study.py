@@ -67,15 +67,16 @@ class BuiltStudy:
 
 def _run(spec: dict, root: Path) -> BuiltStudy:
     """Run a study for real and write its report, as `orchestrator run` does (orchestrator/run.py)."""
-    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
+    from orchestrator.run_context import RunContext
 
     root.mkdir(parents=True, exist_ok=True)
     study_file = root / f"{spec['name']}.yaml"
     study_file.write_text(yaml.safe_dump(spec, sort_keys=False))
     study = parse_study(spec)
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    outcome = run_and_report(RunContext.create(study, uri, storage_dir=root / "state", study_path=study_file), root / "reports")
+    context = RunContext.create(study, uri, storage_dir=root / "state", study_path=study_file)
+    outcome = run_and_report(context, root / "reports")
     assert outcome.ok, outcome.failed
     return BuiltStudy(study, study_file, uri, root / "reports")
 

@@ -30,14 +30,16 @@ def synthetic_result(trial, later: tuple[int, ...] = ()) -> dict:
 
     config = trial.config
     key = repr(sorted((k, repr(v)) for k, v in effective_params(config).items() if not k.startswith("distributed.")))
-    train_length = config["model"]["train_length"] if config["model"].get("train_length") else config["train"]["seq_len"]
+    train_length = (config["model"]["train_length"] if config["model"].get("train_length")
+                    else config["train"]["seq_len"])
     lengths = [int(length) for length in [*config["eval"]["lengths"], *later]] if not config.get("che") else []
     quality = 1.0 + 0.1 * _noise(key, "quality")
     ppl = {length: 30.0 * quality * (1 + 0.4 * math.log2(max(length / train_length, 1.0)) ** 2)
            for length in lengths}
     at_train = ppl.get(train_length, min(ppl.values()) if ppl else 1.0)
     result = {"done_flag": 1, "train_loss": math.log(30.0 * quality), "train_seconds": 100 + 10 * _noise(key, "t"),
-              "eval_seconds": 5.0, "tokens_seen": config["train"]["steps"] * config["train"]["batch_size"] * config["train"]["seq_len"],
+              "eval_seconds": 5.0,
+              "tokens_seen": config["train"]["steps"] * config["train"]["batch_size"] * config["train"]["seq_len"],
               "num_parameters": 1_000_000 + 1000 * config["model"].get("d_dape", 0), "flops_per_token": 6e6,
               "peak_memory_mb": 900.0, "ms_per_step": 20.0 + _noise(key, "ms")}
     result.update({f"ppl_{length}": value for length, value in ppl.items()})
@@ -56,11 +58,11 @@ def write_store(study: Study, tracking_uri: str, later: bool = False) -> StudySt
     calls), the per-length series as the recorder logs them."""
     from mlflow.entities import Metric
 
-    from dape_core.metric_names import by_length as series
     from dape_core.evaluate.config import PROTOCOL_VERSION
-    from orchestrator.trial.protocol import EVAL_PROTOCOL_TAG, SERIES
+    from dape_core.metric_names import by_length as series
     from orchestrator.tracking.events import TrialStarted
     from orchestrator.tracking.params import resolved_params
+    from orchestrator.trial.protocol import EVAL_PROTOCOL_TAG, SERIES
 
     store = StudyStore.create(tracking_uri, study.name)
     store.start_parent({"description": study.description[:4000], "code_version": "synthetic"})

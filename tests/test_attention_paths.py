@@ -144,7 +144,8 @@ def test_two_dimensional_block_without_the_row_halo_is_wrong():
 
 
 def test_long_evaluation_switches_to_blocks_automatically(monkeypatch):
-    model = build_model(ModelConfig(preset="tiny", processor="dapev2", kernel_size=3, d_dape=8, eval_block_size=16)).eval()
+    model = build_model(ModelConfig(preset="tiny", processor="dapev2", kernel_size=3, d_dape=8,
+                                    eval_block_size=16)).eval()
     calls = []
     layer = model.blocks[0].attn
     original = layer.attend_rows

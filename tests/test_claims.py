@@ -8,6 +8,7 @@ import math
 import re
 import statistics
 
+import numpy as np
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
@@ -113,22 +114,24 @@ def test_verdicts_hold_fail_and_inconclusive(judged):
 
 @pytest.mark.slow
 def test_the_paired_test_and_holm_match_scipy(judged, built):
-    """One look at 3 seeds (no `decide:`): each claim's p is scipy's two-sided t-test of its check, its
-    effect and interval scipy's mean and t-interval, and Holm runs over the two claims that have a test."""
+    """One look at 3 seeds (no `decide:`): each claim's p is scipy's two-sided t-test of its check (on the log
+    scale: a bound and a ratio of perplexities), its effect and interval scipy's mean and t-interval
+    (exponentiated: a geometric mean), and Holm runs over the two claims that have a test."""
     _, _, results = judged
     frame = load_results(built.study, built.tracking_uri)
     rows = frame[frame.label == "DAPE-Kerple"].set_index("seed").sort_index()
-    ratio = (rows["ppl_128"] / rows["ppl_32"]).to_numpy()
+    logs = np.log((rows["ppl_128"] / rows["ppl_32"]).to_numpy())
     holds = results["dape_flat_to_4x"]
-    assert holds.seeds == 3 and holds.p == pytest.approx(stats.ttest_1samp(ratio, 1.5).pvalue, rel=1e-6)
+    assert holds.seeds == 3 and holds.p == pytest.approx(stats.ttest_1samp(logs, math.log(1.5)).pvalue, rel=1e-6)
     effect = holds.deciding.evidence
-    assert effect.kind == "value" and effect.effect == pytest.approx(ratio.mean())
-    interval = stats.t.interval(0.95, 2, loc=ratio.mean(), scale=stats.sem(ratio))
-    assert (effect.low, effect.high) == pytest.approx(interval, rel=1e-6)
+    assert effect.kind == "value" and effect.log and effect.effect == pytest.approx(math.exp(logs.mean()))
+    interval = stats.t.interval(0.95, 2, loc=logs.mean(), scale=stats.sem(logs))
+    assert (effect.low, effect.high) == pytest.approx(tuple(np.exp(interval)), rel=1e-6)
     one_x3 = frame[frame.label == "DAPE1x3-Kerple"].set_index("seed").sort_index()["ppl_32"].to_numpy()
     one_x1 = rows["ppl_32"].to_numpy()
     fails = results["dape1x3_tenfold_lower"]
-    assert fails.p == pytest.approx(stats.ttest_1samp(one_x3 - 0.1 * one_x1, 0.0).pvalue, rel=1e-6)
+    assert fails.p == pytest.approx(stats.ttest_1samp(np.log(one_x3) - np.log(one_x1), math.log(0.1)).pvalue,
+                                    rel=1e-6)
     assert fails.deciding.evidence.kind == "ratio" and fails.deciding.evidence.low > 0.1  # wholly above 0.1
     # Holm over the two tested claims: the smaller p doubled, the larger one at least that.
     smaller, larger = sorted([holds.p, fails.p])
@@ -144,7 +147,7 @@ def test_claims_section_follows_the_headline_table_with_measured_values(judged):
     # Table 1, the claims one line each, Table 2, then each claim's checks after the tables
     assert text.index("## Perplexity") < text.index("## Claims") < text.index("## ΔP") < text.index("## Claims in detail")
     # One line per claim: verdict, effect with its interval and the claimed side, seeds, source.
-    assert re.search(r"\| dape_flat_to_4x\s.*\| \*\*holds\*\*\s*\| value [0-9.]+ \[[0-9.]+, [0-9.]+\], "
+    assert re.search(r"\| dape_flat_to_4x\s.*\| \*\*holds\*\*\s*\| geometric-mean value [0-9.]+ \[[0-9.]+, [0-9.]+\], "
                      r"claimed < 1\.5\s*\| 3\s*\| test\s*\|", text)
     ratio = results["dape_flat_to_4x"].checks[0]
     assert ratio.holds and ratio.text.startswith("DAPE-Kerple: ppl_128/ppl_32 = ")
@@ -152,7 +155,7 @@ def test_claims_section_follows_the_headline_table_with_measured_values(judged):
     assert html.index('id="table-perplexity"') < html.index('id="claims"') < html.index('id="table-delta_p"')
     assert '<tr class="claim-fails">' in html
     assert html.index('id="table-perplexity"') < html.index('id="claim-details"')
-    assert '<details class="claim-holds"><summary>dape_flat_to_4x: holds, value ' in html
+    assert '<details class="claim-holds"><summary>dape_flat_to_4x: holds, geometric-mean value ' in html
 
 
 @pytest.mark.slow
@@ -169,7 +172,7 @@ def test_verdicts_are_tags_and_metrics_of_the_parent_run(judged, built):
     assert parent.data.metrics["claim.dape_flat_to_4x.seeds"] == 3
     low, high = (parent.data.metrics[f"claim.dape_flat_to_4x.effect_{end}"] for end in ("low", "high"))
     assert low < parent.data.metrics["claim.dape_flat_to_4x.effect"] < high < 1.5
-    assert parent.data.tags["claim.dape_flat_to_4x.effect"].startswith("value ")
+    assert parent.data.tags["claim.dape_flat_to_4x.effect"].startswith("geometric-mean value ")
 
 
 @pytest.mark.slow

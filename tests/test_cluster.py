@@ -22,9 +22,8 @@ from pathlib import Path
 import psycopg2
 import pytest
 import yaml
-from mlflow.tracking import MlflowClient
-
 from cluster_support import BIN, MlflowServer, Postgres, RayNode, cluster_env, loopback_network_namespace
+from mlflow.tracking import MlflowClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # PostgreSQL and two Ray nodes start in the first
 

@@ -41,7 +41,7 @@ READERS = {
 # ...and the ones that read a record through the model config or the built module, not the registry itself:
 # attention.py (Cost.working for the CUDA block budget), evaluate/flops.py (Cost.macs), fused/__init__.py (the
 # processor's `fused`, its form's `fused_mode` and `adds_bias`), doctor/benchmark.py (exactness.fused_processor),
-# audit.py (builds the model of a trial's components), orchestrator/study/plugin_checks.py (the records' owners).
+# contract.py (builds the model of a trial's components), orchestrator/study/contract_checks.py (the records' owners).
 
 
 def _sources(*folders: str):
@@ -177,33 +177,3 @@ def test_the_schema_lists_the_registered_names():
     assert model["form"]["enum"] == [name for name, form in forms.items() if form.choice]
 
 
-def _audit_cases():
-    cases = [{"pos_encoding": name, "processor": "dapev2", "kernel_size": (2, 3)} for name in encodings.names()]
-    cases += [{"pos_encoding": "kerple", "processor": name} for name in processors.names()]
-    cases += [{"pos_encoding": "alibi", "processor": "dapev2", "form": name}
-              for name, form in forms.items() if form.choice]
-    return cases
-
-
-@pytest.mark.parametrize("fields", _audit_cases(), ids=lambda fields: "-".join(map(str, fields.values())))
-def test_every_builtin_component_passes_the_causality_audit(fields):
-    from dape_core.audit import future_leak
-
-    assert future_leak(ModelConfig(**fields)) is None
-
-
-def test_the_audit_finds_the_leakage_experiment_leaking():
-    """`leak: true` is the one way a built-in reads the future: the audit, made to look, finds it."""
-    from dape_core import audit
-
-    leaking = ModelConfig(pos_encoding="kerple", processor="dapev2", kernel_size=5, leak=True)
-    assert audit.audited(leaking) is None  # a leak the study asks for is not audited...
-    small = ModelConfig(**{**leaking.to_dict(), "leak": False}).to_dict()
-    audited = audit.audited(ModelConfig(**small))
-    forced = ModelConfig(**{**audited.to_dict(), "leak": True})
-    original = audit.audited
-    try:
-        audit.audited = lambda model: forced
-        assert "(a later one) changed" in audit.future_leak(leaking)  # ...but it would be found
-    finally:
-        audit.audited = original

@@ -70,7 +70,8 @@ def test_optimizer_settings_are_sane():
     assert only_problem(TrainConfig, beta2=1.0) == ("beta2", "Input should be less than 1")
     assert only_problem(TrainConfig, beta1=-0.1) == ("beta1", "Input should be greater than or equal to 0")
     assert TrainConfig(beta1=0.0, beta2=0.999).beta2 == 0.999
-    assert only_problem(TrainConfig, weight_decay=-0.1) == ("weight_decay", "Input should be greater than or equal to 0")
+    assert only_problem(TrainConfig, weight_decay=-0.1) == ("weight_decay",
+                                                            "Input should be greater than or equal to 0")
     assert only_problem(TrainConfig, grad_clip=0) == ("grad_clip", "Input should be greater than 0")
     assert only_problem(TrainConfig, eps=0) == ("eps", "Input should be greater than 0")
     assert TrainConfig(weight_decay=0.0).weight_decay == 0.0
@@ -79,7 +80,8 @@ def test_optimizer_settings_are_sane():
 @pytest.mark.parametrize("build,field", [(TrainConfig, "seed"), (DataConfig, "split_seed"), (EvalConfig, "seed")])
 def test_seeds_are_32_bit_and_not_negative(build, field):
     extra = {"lengths": [64]} if build is EvalConfig else {}
-    assert only_problem(build, **extra, **{field: SEED_MAX + 1}) == (field, f"Input should be less than or equal to {SEED_MAX}")
+    assert only_problem(build, **extra, **{field: SEED_MAX + 1}) == (
+        field, f"Input should be less than or equal to {SEED_MAX}")
     assert only_problem(build, **extra, **{field: -1}) == (field, "Input should be greater than or equal to 0")
     assert getattr(build(**extra, **{field: SEED_MAX}), field) == SEED_MAX
 

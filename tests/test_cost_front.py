@@ -8,12 +8,12 @@ from __future__ import annotations
 import random
 
 import pytest
-
 import synthetic_store
+
 from orchestrator import parse_study
 from orchestrator.reporting import build_report
-from orchestrator.run_context import RunContext
 from orchestrator.reporting.pareto import pareto_mask
+from orchestrator.run_context import RunContext
 
 SPEC = {
     "name": "cost_front",

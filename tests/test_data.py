@@ -10,8 +10,15 @@ import pytest
 from pydantic import ValidationError
 
 from dape_core import ExperimentConfig, run_experiment
-from dape_core.data import (DOC_SEPARATOR, DataConfig, TrainStream, evaluation_windows, load_corpus, load_tokenizer,
-                            stdlib_files)
+from dape_core.data import (
+    DOC_SEPARATOR,
+    DataConfig,
+    TrainStream,
+    evaluation_windows,
+    load_corpus,
+    load_tokenizer,
+    stdlib_files,
+)
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +147,9 @@ def test_empty_folder_and_missing_path_are_clear_errors(tmp_path):
         load_corpus(DataConfig(source="text", path=str(tmp_path / "nope")))
     with pytest.raises(ValidationError, match="data.path is required"):
         DataConfig(source="text")
-    with pytest.raises(ValidationError, match=r"source\n  Input should be 'stdlib', 'text', 'tokens' or 'hf_disk' .*input_value='the_pile'"):
+    with pytest.raises(ValidationError,
+                       match=r"source\n  Input should be 'stdlib', 'text', 'tokens' or 'hf_disk' "
+                             r".*input_value='the_pile'"):
         DataConfig(source="the_pile")
 
 

@@ -17,8 +17,18 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from dape_core.data import (DataConfig, PrepareConfig, TokenFileChanged, anchored, data_problems, load_corpus,
-                            load_tokenizer, prepare_corpus, stdlib_files, verify_token_file)
+from dape_core.data import (
+    DataConfig,
+    PrepareConfig,
+    TokenFileChanged,
+    anchored,
+    data_problems,
+    load_corpus,
+    load_tokenizer,
+    prepare_corpus,
+    stdlib_files,
+    verify_token_file,
+)
 from dape_core.data.splits import document_split
 from dape_core.data.token_meta import SAMPLE_BLOCKS, SAMPLE_BYTES, metadata_path
 
@@ -344,7 +354,8 @@ def test_data_problems_are_found_without_reading_the_corpus(tmp_path, texts):
     assert data_problems(data) == []
     assert data_problems(anchored(relative, tmp_path / "nowhere")) == [
         f"data.path: no token file at {tmp_path / 'nowhere/data/paper/tokens.bin'}",
-        f"data.tokenizer: no tokenizer file at {tmp_path / 'nowhere/data/paper/tokenizer.json'} (it is never downloaded)"]
+        f"data.tokenizer: no tokenizer file at {tmp_path / 'nowhere/data/paper/tokenizer.json'} "
+        "(it is never downloaded)"]
     wrong = data_problems(anchored(DataConfig(source="tokens", path="data/paper/tokens.bin"), tmp_path))
     assert len(wrong) == 2 and "set data.val_fraction: 0.3" in wrong[0] and "set data.tokenizer:" in wrong[1]
     assert data_problems(DataConfig(source="text", path=str(tmp_path / "corpus" / "**" / "*.txt"))) == []

@@ -127,13 +127,18 @@ def test_plan_shows_the_seeds_and_cost_each_claim_is_expected_to_need(tmp_path, 
     code, output = run_cli(capsys, "plan", path, "--tracking-uri", uri)
     assert code == 0, output
     lines = {line.split(":")[0].strip(): line for line in output.splitlines() if line.startswith("  ")}
-    assert "longer_is_lower: 2 seeds; 4 trials of 2 rows" in lines["longer_is_lower"]
+    assert "longer_is_lower: expected 2 seeds; 4 trials of 2 rows" in lines["longer_is_lower"]
+    assert "first look 4 trials, ceiling 12 trials" in lines["longer_is_lower"]
     assert "these rows' own seeds" in lines["longer_is_lower"]
-    assert "near_is_lower: 6 seeds; 12 trials of 2 rows" in lines["near_is_lower"]
+    assert "near_is_lower: expected 6 seeds; 12 trials of 2 rows" in lines["near_is_lower"]
     assert "more than max_seeds" in lines["near_is_lower"]
-    assert "unseen_is_lower: unknown, 2 seeds (the minimum); 4 trials" in lines["unseen_is_lower"]
-    # the whole study: short and unseen at 2, long and near at 6 (near_is_lower reads them)
-    assert "whole study with --decide: about 16 trials" in output
+    # unseen: no spread in the store, the stated default effect (2 seed SDs) at alpha / 3: 6 seeds
+    assert "unseen_is_lower: expected 6 seeds by default; 12 trials" in lines["unseen_is_lower"]
+    assert "a default effect of 2 seed SDs is assumed" in lines["unseen_is_lower"]
+    # the whole study: every row at 2 first, every row at 6 expected (near_is_lower and unseen_is_lower read
+    # them all) and at most
+    assert "whole study with --decide: first look 8 trials" in output
+    assert "expected 24 trials" in output and "ceiling 24 trials" in output
 
 
 # --- real tiny studies ------------------------------------------------------------------------------------------
@@ -248,8 +253,8 @@ def test_the_report_of_a_study_run_without_decide_says_what_decide_would_add(tmp
     study = parse_study(_study(name="noted"))  # one seed: its claims are untested
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     report = build_report(RunContext.of(study, write_store(study, uri)), tmp_path / "reports", attach=False)
-    assert ("would train about 2 more trial(s): 4 in all" in report.markdown
-            and "the minimum (2 seeds) is counted" in report.markdown), report.markdown
+    assert ("would train about 6 more trial(s) (at most 18): 8 in all" in report.markdown
+            and "a default effect of 2 seed SDs is counted" in report.markdown), report.markdown
     decided = parse_study(_study(name="noted", decide={}))
     assert "would train about" not in build_report(RunContext.of(decided, write_store(decided, uri)),
                                                    tmp_path / "other", attach=False).markdown

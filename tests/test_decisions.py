@@ -88,13 +88,31 @@ def test_one_look_is_the_paired_t_test_with_its_interval():
     assert check.kind == "difference" and check.effect == pytest.approx((a - b).mean())
 
 
-def test_a_ratio_interval_is_the_set_of_ratios_the_test_does_not_reject():
-    """Fieller's interval: at each end, the paired t-test of a - r b sits exactly at the nominal level."""
+def test_a_ratio_of_positive_values_is_tested_on_the_log_scale():
+    """Perplexities are positive: the ratio check is the paired t-test of log a - log b against log 0.95, its
+    effect the geometric mean of the per-seed ratios, its interval the log scale's t-interval exponentiated."""
     rng = np.random.default_rng(4)
     a, b = rng.normal(5.8, 0.04, 5), rng.normal(6.0, 0.04, 5)
+    check = evidence(Design((5,), ALPHA), a, b, "<", scale=0.95)
+    logs = np.log(a) - np.log(b)
+    assert check.kind == "ratio" and check.log and check.bound == 0.95
+    assert check.effect == pytest.approx(math.exp(logs.mean()), rel=1e-12)
+    assert check.p_right == pytest.approx(stats.ttest_1samp(logs - math.log(0.95), 0.0, alternative="less").pvalue)
+    interval = stats.t.interval(1 - ALPHA, 4, loc=logs.mean(), scale=stats.sem(logs))
+    assert (check.low, check.high) == pytest.approx(tuple(np.exp(interval)), rel=1e-9)
+    bound = evidence(Design((5,), ALPHA), a, None, "<", shift=6.0)  # a bound: the geometric mean against 6
+    assert bound.log and bound.p_right == pytest.approx(
+        stats.ttest_1samp(np.log(a), math.log(6.0), alternative="less").pvalue)
+
+
+def test_a_ratio_interval_is_the_set_of_ratios_the_test_does_not_reject():
+    """Values that are not all positive (no log scale): Fieller's interval, at each end of which the paired
+    t-test of a - r b sits exactly at the nominal level."""
+    rng = np.random.default_rng(4)
+    a, b = -rng.normal(5.8, 0.04, 5), -rng.normal(6.0, 0.04, 5)
     design = Design((5,), ALPHA)
-    check = evidence(design, a, b, "<", scale=0.95)
-    assert check.kind == "ratio" and check.bound == 0.95 and check.low < a.mean() / b.mean() < check.high
+    check = evidence(design, a, b, ">", scale=0.95)
+    assert check.kind == "ratio" and not check.log and check.low < a.mean() / b.mean() < check.high
     for end in (check.low, check.high):
         up, down = one_sided_p(a - end * b)
         assert min(up, down) == pytest.approx(ALPHA / 2, rel=1e-6)
@@ -113,10 +131,16 @@ def test_the_sequential_p_is_valid_whatever_looks_are_taken():
     assert (first <= 0.05).mean() < 0.05  # one look of a five-look design is judged at its share
 
 
-def test_zero_spread_is_decided_on_its_sign():
+def test_zero_spread_is_no_test_never_a_p_of_zero():
+    """Identical differences (exactly, or up to the rounding of the values they are made of) give no p."""
     design = Design(LOOKS, ALPHA)
     same = evidence(design, np.full(2, 3.0), np.full(2, 2.0), ">")
-    assert same.p_right < 1e-4 and same.p_wrong == 1.0 and same.low == same.high == 1.0
+    assert same.tie and same.p_right == same.p_wrong == 1.0 and (same.low, same.high) == (-math.inf, math.inf)
+    base = 30.0 + np.arange(4.0)
+    rounded = evidence(design, base - 1e-9, base, "<")  # 1e-9 below on every seed: rounding noise only
+    assert rounded.tie and rounded.p_right == 1.0
+    spread = evidence(design, base - 1e-6 * np.arange(1.0, 5.0) ** 2, base, "<")  # a real (if tiny) spread
+    assert not spread.tie
 
 
 # --- claims of a study, judged on per-seed results ------------------------------------------------------------

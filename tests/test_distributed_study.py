@@ -28,7 +28,8 @@ BASE = {
 def test_the_trial_size_comes_from_resources_unless_a_row_sets_its_own():
     study = parse_study({"name": "sizes", "base": BASE, "resources": {"workers": 2, "parallelism": "fsdp"},
                          "variants": [{"label": "Kerple", "set": {"model.processor": "none"}},
-                                      {"label": "DAPE", "set": {"model.processor": "dapev2", "distributed.workers": 1}}]})
+                                      {"label": "DAPE",
+                                       "set": {"model.processor": "dapev2", "distributed.workers": 1}}]})
     kerple, dape = expand(study)
     assert kerple.config["distributed"] == {"workers": 2, "parallelism": "fsdp"}
     assert dape.config["distributed"] == {"workers": 1, "parallelism": "fsdp"}
@@ -52,7 +53,8 @@ def test_local_mode_refuses_multi_worker_trials_and_runs_nothing(tmp_path, monke
 
 def test_memory_per_worker_follows_the_parallelism():
     def memory(workers: int, parallelism: str) -> float:
-        cfg = ExperimentConfig(model={"preset": "350M", "pos_encoding": "kerple"}, train={"batch_size": 32, "seq_len": 512},
+        cfg = ExperimentConfig(model={"preset": "350M", "pos_encoding": "kerple"},
+                               train={"batch_size": 32, "seq_len": 512},
                                eval={"lengths": [512]}, distributed={"workers": workers, "parallelism": parallelism})
         return estimate(cfg, gpus=1, cpus=8).peak_memory_bytes
 
@@ -81,7 +83,8 @@ def test_plan_of_the_paper_model_sizes_fits_every_size_with_its_workers(tmp_path
     assert len(rows) == 8
     for row in rows:
         cells = [cell.strip() for cell in row.strip("│").split("│")]
-        preset, workers, memory, fits = re.search(r"preset=([\d.]+[MB])", cells[1]).group(1), cells[5], cells[6], cells[7]
+        preset = re.search(r"preset=([\d.]+[MB])", cells[1]).group(1)
+        workers, memory, fits = cells[5], cells[6], cells[7]
         assert fits == "yes" and float(memory.split()[0]) <= 80, row
         assert workers == {"125M": "1", "350M": "4 x fsdp", "2.7B": "8 x fsdp", "6.7B": "8 x fsdp"}[preset], row
     assert "do not fit" not in result.output
@@ -98,7 +101,8 @@ def test_a_study_mixes_one_and_two_worker_trials(tmp_path, local_ray, monkeypatc
     path = tmp_path / "mixed_sizes.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    result = CliRunner().invoke(app, ["run", str(path), "--tracking-uri", uri, "--reports-dir", str(tmp_path / "reports"),
+    result = CliRunner().invoke(app, ["run", str(path), "--tracking-uri", uri,
+                                      "--reports-dir", str(tmp_path / "reports"),
                                       "--storage-dir", str(tmp_path / "state")])
     assert result.exit_code == 0, result.output
 

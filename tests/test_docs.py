@@ -118,7 +118,8 @@ def test_every_benchmark_record_names_a_real_command_and_a_known_machine():
 
 
 def test_a_named_figure_stated_twice_with_different_values_is_refused(tmp_path):
-    header = "---\ntitle: {title}\ncommand: orchestrator run studies/kernel_size.yaml\nmachine: dev-cpu\nfigures: {{x: {value}}}\n---\nbody\n"
+    header = ("---\ntitle: {title}\ncommand: orchestrator run studies/kernel_size.yaml\nmachine: dev-cpu\n"
+              "figures: {{x: {value}}}\n---\nbody\n")
     tmp_path.joinpath("a.md").write_text(header.format(title="A", value=1.5))
     tmp_path.joinpath("b.md").write_text(header.format(title="B", value=1.5))
     assert benchmarks.figures(benchmarks.records(tmp_path)) == {"x": 1.5}  # the same value twice is one figure
@@ -143,7 +144,8 @@ def test_recording_a_benchmark_writes_its_output_as_the_record(tmp_path):
 
 # A measured figure: a number with a unit of time or throughput, in a sentence that says it was measured.
 _FIGURE = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|min|minutes|seconds|hours|MB/s|GB/s)\b")
-_MEASURED = re.compile(r"\b(?:measured|took|timed|wall time|load average|load \d|in \d+(?:\.\d+)? (?:min|minutes|s|seconds)\b)", re.I)
+_MEASURED = re.compile(r"\b(?:measured|took|timed|wall time|load average|load \d"
+                       r"|in \d+(?:\.\d+)? (?:min|minutes|s|seconds)\b)", re.I)
 # Every hand-written page: README and docs/ but the benchmark records. docs/cluster.md is left out while another
 # change rewrites it; its test timings belong on the benchmarks page (docs/benchmarks/slurm-test.md).
 HAND_WRITTEN = ["README.md", *sorted(
@@ -153,7 +155,8 @@ HAND_WRITTEN = ["README.md", *sorted(
 
 def measured_figures(text: str) -> list[str]:
     sentences = re.split(r"(?<=[.;:])\s+|\n\n", text)
-    return [" ".join(sentence.split()) for sentence in sentences if _FIGURE.search(sentence) and _MEASURED.search(sentence)]
+    return [" ".join(sentence.split()) for sentence in sentences
+            if _FIGURE.search(sentence) and _MEASURED.search(sentence)]
 
 
 def test_the_figure_check_sees_a_measured_figure():

@@ -146,7 +146,8 @@ def test_reaching_stores_is_bounded_and_says_what_failed(tmp_path):
     store = tmp_path / "store" / "mlflow.db"
     store.parent.mkdir()
     MlflowClient(f"sqlite:///{store}").create_experiment("doctor-test")
-    found = reach.tracking_store(f"sqlite:///{store}", timeout=60)  # opening a store runs its migrations: slow on a busy machine
+    # opening a store runs its migrations: slow on a busy machine
+    found = reach.tracking_store(f"sqlite:///{store}", timeout=60)
     assert found.status == PASS and found.detail == "2 experiment(s)", found  # MLflow's Default and ours
     assert Outcome(PASS, "x", "y").line() == "PASS x: y"
     # An unreachable Ray cluster fails: test_doctor_on_this_cpu_machine, in a fresh process (this one may hold the

@@ -1,15 +1,13 @@
 """A real study through Ray Tune and MLflow (SQLite in a temp dir): runs, metrics, report, resume, failure."""
 
-from pathlib import Path
 
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestrator import parse_study
-from orchestrator.run_context import RunContext
 from orchestrator.run import run_and_report
-from orchestrator.tracking.store import TRIAL_ID_TAG
+from orchestrator.run_context import RunContext
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -81,7 +79,8 @@ def test_failing_trial_is_recorded_and_the_study_goes_on(tmp_path, local_ray):
     # Valid config, but the held-out text is shorter than one window: the trial fails at evaluation time.
     spec["variants"].append({"label": "TooLong", "set": {"eval.lengths": [32, 10_000_000]}})
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    outcome = run_and_report(RunContext.create(parse_study(spec), uri, storage_dir=tmp_path / "state"), tmp_path / "reports")
+    context = RunContext.create(parse_study(spec), uri, storage_dir=tmp_path / "state")
+    outcome = run_and_report(context, tmp_path / "reports")
     assert len(outcome.failed) == 1
     client = MlflowClient(uri)
     by_label = {run.data.tags["label"]: run for run in _trial_runs(client, "tiny_failure")}
@@ -103,7 +102,8 @@ def test_optuna_search_with_asha_logs_every_sample_and_reports_the_search(tmp_pa
                       "space": {"train.lr": {"type": "loguniform", "low": 1e-4, "high": 3e-3},
                                 "model.d_dape": {"type": "choice", "values": [4, 8]}}}
     spec["scheduler"] = {"type": "asha", "grace_period": 10, "reduction_factor": 2}
-    spec["profiles"] = {"grid": {"name": "tiny_search_grid", "search": {"algorithm": "grid"}, "scheduler": {"type": "none"},
+    spec["profiles"] = {"grid": {"name": "tiny_search_grid", "search": {"algorithm": "grid"},
+                                 "scheduler": {"type": "none"},
                                  "axes": {"train.lr": [1e-4, 1e-3], "model.d_dape": [4, 8]}}}
     study_file = tmp_path / "tiny_search.yaml"
     study_file.write_text(yaml.safe_dump(spec))
@@ -132,7 +132,8 @@ def test_optuna_search_with_asha_logs_every_sample_and_reports_the_search(tmp_pa
     assert f"with val_loss = {best.data.metrics['val_loss']:.4f} (run {best.info.run_name})" in report
     assert "## Search: optuna over train.lr, model.d_dape with ASHA early stopping" in report
     samples = report.split("Every sample in the order it was drawn", 1)[1].split("\n## ", 1)[0]  # that table alone
-    states = [line.split("|")[-3].strip() for line in samples.splitlines() if line.startswith("| ") and "state" not in line]
+    states = [line.split("|")[-3].strip() for line in samples.splitlines()
+              if line.startswith("| ") and "state" not in line]
     assert sorted(states) == sorted("stopped by ASHA" if run.data.tags.get("stopped_early") == "true" else "completed"
                                     for run in runs)
     plots = tmp_path / "reports" / "tiny_search" / "plots"

@@ -19,7 +19,8 @@ def test_input_channels_are_those_of_the_built_processor(form, encoding):
     cfg = ModelConfig(preset="tiny", pos_encoding=encoding, processor="dapev2", form=form, kernel_size=3, d_dape=8)
     built = next(m for m in build_model(cfg).modules() if isinstance(m, dape_modules().ConvScoreProcessor))
     assert processor_in_channels(cfg) == built.conv_in.in_channels
-    expected = 2 * cfg.n_head if form in ("concat_residual", "concat") and encoding in ("kerple", "alibi") else cfg.n_head
+    concatenated = form in ("concat_residual", "concat") and encoding in ("kerple", "alibi")
+    expected = 2 * cfg.n_head if concatenated else cfg.n_head
     assert processor_in_channels(cfg) == expected
 
 

@@ -12,9 +12,18 @@ from torch.nn import functional as F
 from dape_core import ExperimentConfig, build_model, run_experiment
 from dape_core.config import ModelConfig
 from dape_core.data import DataConfig, evaluation_windows, load_corpus
-from dape_core.evaluate import (EvalConfig, attention_rows, delta_p, forward_flops_per_token, forward_ms_by_length,
-                                forward_ms_from_evaluation, measured_forward_flops, perplexity_by_length,
-                                save_heat_maps, tail_loss)
+from dape_core.evaluate import (
+    EvalConfig,
+    attention_rows,
+    delta_p,
+    forward_flops_per_token,
+    forward_ms_by_length,
+    forward_ms_from_evaluation,
+    measured_forward_flops,
+    perplexity_by_length,
+    save_heat_maps,
+    tail_loss,
+)
 
 TINY = {"preset": "tiny", "d_dape": 8}
 

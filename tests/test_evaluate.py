@@ -29,15 +29,16 @@ VARIANTS = [{"label": "DAPE", "baseline": True, "set": {"model.kernel_size": 1}}
 
 
 def _train(root: Path, name: str, lengths: list[int], variants=VARIANTS) -> tuple[Path, str]:
-    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
+    from orchestrator.run_context import RunContext
 
     spec = {"name": name, "base": {**BASE, "eval": {**BASE["eval"], "lengths": lengths}}, "variants": variants,
             "resources": {"cpus": 1, "max_retries": 0}}
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    outcome = run_and_report(RunContext.create(parse_study(spec), uri, storage_dir=root / "state", local=True), root / "reports")
+    context = RunContext.create(parse_study(spec), uri, storage_dir=root / "state", local=True)
+    outcome = run_and_report(context, root / "reports")
     assert outcome.ok, outcome.failed
     return path, uri
 

@@ -24,12 +24,12 @@ from torch.nn import functional as F
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[test]'): the fused path is untested")
 
-from dape_core import ModelConfig, build_model  # noqa: E402
-from dape_core import fused  # noqa: E402
-from dape_core.attention import CausalSelfAttention  # noqa: E402
-from dape_core.fused import launch  # noqa: E402
-from dape_core.encodings.base import build_position_encoding  # noqa: E402
 from triton.runtime.errors import OutOfResources  # noqa: E402
+
+from dape_core import ModelConfig, build_model, fused  # noqa: E402
+from dape_core.attention import CausalSelfAttention  # noqa: E402
+from dape_core.encodings.base import build_position_encoding  # noqa: E402
+from dape_core.fused import launch  # noqa: E402
 
 ON_CUDA = bool(os.environ.get("DAPE_FUSED_TESTS_ON_CUDA"))
 DEVICE = torch.device("cuda" if ON_CUDA else "cpu")
@@ -256,8 +256,8 @@ def test_a_training_step_of_a_model_matches_the_direct_path():
 
 def test_which_layers_take_the_fused_path(monkeypatch):
     """Forced on: 1 x k processors with per-distance biases take it; taller kernels, kernels wider than 7 and
-    FIRE keep the other paths (and stay exact); automatic on CPU never takes it; forced on where the kernels cannot run is an
-    error that says why."""
+    FIRE keep the other paths (and stay exact); automatic on CPU never takes it; forced on where the kernels cannot
+    run is an error that says why."""
     calls = []
     real = fused.fused_attention
     monkeypatch.setattr(fused, "fused_attention",

@@ -14,7 +14,8 @@ def _loaded(code: str, watched: tuple[str, ...] = ("torch", "mlflow", "ray", "pa
 
 
 def test_config_sections_load_without_torch():
-    code = ("from dape_core import CheConfig, DataConfig, EvalConfig, ExperimentConfig, ModelConfig, TrainConfig, PRESETS\n"
+    code = ("from dape_core import CheConfig, DataConfig, EvalConfig, ExperimentConfig, ModelConfig, TrainConfig, "
+            "PRESETS\n"
             "cfg = ExperimentConfig(model={'preset': 'tiny', 'pos_encoding': 'rope_random'}, train={'seq_len': 32},\n"
             "                       eval={'lengths': [32, 64, 128]})\n"
             "assert cfg.model.train_length == 32 and cfg.model.rope_random_max == 128\n"

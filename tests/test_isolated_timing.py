@@ -43,15 +43,16 @@ def test_frame_takes_isolated_timings_where_they_exist_and_says_so():
 
 @pytest.mark.slow
 def test_every_stored_model_is_timed_alone_and_the_report_uses_it(tmp_path, monkeypatch, local_ray):
-    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
+    from orchestrator.run_context import RunContext
 
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "timed.yaml"
     path.write_text(yaml.safe_dump(SPEC, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # on the local Ray: the two trials train at once
     outcome = run_and_report(RunContext.create(parse_study(SPEC), uri, storage_dir=tmp_path / "state",
-                                               study_path=path), tmp_path / "reports")  # on the local Ray: the two trials train at once
+                                               study_path=path), tmp_path / "reports")
     assert outcome.ok, outcome.failed
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("timed")

@@ -72,8 +72,8 @@ def test_bad_report_lengths_are_named_each_with_its_field():
 def test_a_fresh_run_judges_the_claims_at_its_report_lengths(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
+    from orchestrator.run_context import RunContext
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -144,8 +144,8 @@ def test_che_trials_keep_weights_and_are_scored_at_new_test_lengths(tmp_path, mo
     import torch
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
+    from orchestrator.run_context import RunContext
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

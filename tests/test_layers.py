@@ -26,6 +26,7 @@ FLOORS = {
     "orchestrator.tracking": 3,
     "orchestrator.planning": 4,
     "orchestrator.run_context": 4,  # what one command runs with, carried through run, decide, evaluate, report
+    "orchestrator.decide_design": 4,  # the --decide design recorded on the study's run, read by the loop and report
     "orchestrator.execution": 5, "orchestrator.reporting": 5,
     "orchestrator.evaluation": 6, "orchestrator.slurm": 6, "orchestrator.doctor": 6,
     "orchestrator.run": 7,  # `orchestrator run`: execution, then the report
@@ -70,7 +71,8 @@ def import_graph(root: Path, packages: tuple[str, ...]) -> tuple[dict[str, set[s
     own_package_names: dict[str, set[str]] = {name: set() for name in known}
     for name, (path, is_package) in known.items():
         package = name if is_package else name.rpartition(".")[0]
-        ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)} | ({name} if is_package else set())
+        ancestors = ({".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+                     | ({name} if is_package else set()))
         tree = ast.parse(path.read_text(), str(path))
         skipped = _type_checking_only(tree)
         for node in ast.walk(tree):
@@ -270,7 +272,8 @@ def test_the_graph_sees_cycles_floors_and_package_names(tmp_path):
     assert edges["orchestrator.study.model"] == {"orchestrator.study.problems"}  # TYPE_CHECKING left out
     assert edges["orchestrator.tracking.store"] == {"orchestrator.study", "orchestrator.study.rows"}
     assert cycles(edges) == [
-        ["orchestrator.study.rows", "orchestrator.tracking.uri", "orchestrator.tracking.store", "orchestrator.study.rows"]]
+        ["orchestrator.study.rows", "orchestrator.tracking.uri", "orchestrator.tracking.store",
+         "orchestrator.study.rows"]]
     assert upward_imports(edges) == ["orchestrator.study.rows (floor 1) imports orchestrator.tracking (floor 3)",
                                      "orchestrator.study.rows (floor 1) imports orchestrator.tracking.uri (floor 3)"]
     assert names["orchestrator.study.locate"] == {"from orchestrator.study import Study"}

@@ -12,7 +12,8 @@ from dape_core.config import POS_ENCODINGS
 ENCODINGS = list(POS_ENCODINGS)
 BIAS_ENCODINGS = ["alibi", "kerple", "kerple_power", "fire", "t5"]
 # (processor, kernel): 1xk kernels and 2-D kernels kq x kk (causal on the query axis).
-PROCESSORS = [("none", 1), ("dape", 1), ("dapev2", 3), ("dapev2", 5), ("dapev2", (2, 3)), ("dapev2", (3, 1)), ("dapev2", (3, 5))]
+PROCESSORS = [("none", 1), ("dape", 1), ("dapev2", 3), ("dapev2", 5), ("dapev2", (2, 3)), ("dapev2", (3, 1)),
+              ("dapev2", (3, 5))]
 WIDE_KERNELS = [3, 5, (2, 3), (3, 5)]  # wider than one key: leak without the tril
 NARROW_KERNELS = [1, (3, 1)]  # one key wide: nothing to the right of the diagonal is read
 
@@ -42,7 +43,8 @@ def _max_past_change(cfg: ModelConfig, length: int = 24, t: int = 11, train: boo
 
 
 def test_public_api_returns_logits():
-    cfg = ModelConfig(preset="tiny", vocab_size=256, pos_encoding="kerple", processor="dapev2", kernel_size=3, d_dape=32, leak=False)
+    cfg = ModelConfig(preset="tiny", vocab_size=256, pos_encoding="kerple", processor="dapev2", kernel_size=3,
+                      d_dape=32, leak=False)
     tokens = torch.randint(0, 256, (3, 17))
     logits = build_model(cfg)(tokens)
     assert logits.shape == (3, 17, 256)
@@ -77,8 +79,8 @@ def test_every_output_form_is_causal(form, encoding):
 @pytest.mark.parametrize("encoding", ENCODINGS)
 @pytest.mark.parametrize("kernel", WIDE_KERNELS, ids=str)
 def test_dropping_tril_leaks_future_tokens(encoding, kernel):
-    cfg = ModelConfig(preset="tiny", pos_encoding=encoding, processor="dapev2", kernel_size=kernel, d_dape=16, leak=True,
-                      train_length=16)
+    cfg = ModelConfig(preset="tiny", pos_encoding=encoding, processor="dapev2", kernel_size=kernel, d_dape=16,
+                      leak=True, train_length=16)
     assert _max_past_change(cfg) > 1e-4  # ten times the causality tolerance
 
 
@@ -86,7 +88,8 @@ def test_dropping_tril_leaks_future_tokens(encoding, kernel):
 @pytest.mark.parametrize("kernel", NARROW_KERNELS, ids=str)
 def test_dropping_tril_is_harmless_for_kernels_one_key_wide(encoding, kernel):
     """Only a kernel wider than one key reads right of the diagonal; the leak test is not trivially true."""
-    cfg = ModelConfig(preset="tiny", pos_encoding=encoding, processor="dapev2", kernel_size=kernel, d_dape=16, leak=True)
+    cfg = ModelConfig(preset="tiny", pos_encoding=encoding, processor="dapev2", kernel_size=kernel, d_dape=16,
+                      leak=True)
     assert _max_past_change(cfg) <= 1e-5
 
 
@@ -143,7 +146,8 @@ def test_every_encoding_evaluates_at_eight_times_its_training_length(encoding, p
                                                    ("dapev2", (2, 5), "concat_residual"), ("dapev2", 3, "concat"),
                                                    ("dapev2", 3, "add_residual")], ids=str)
 def test_parameter_count_matches_the_analytic_count(encoding, processor, kernel, form):
-    cfg = ModelConfig(preset="tiny", pos_encoding=encoding, processor=processor, kernel_size=kernel, form=form, d_dape=12)
+    cfg = ModelConfig(preset="tiny", pos_encoding=encoding, processor=processor, kernel_size=kernel, form=form,
+                      d_dape=12)
     assert build_model(cfg).num_parameters() == cfg.num_parameters()
 
 

@@ -44,8 +44,8 @@ def test_malformed_multi_objective_searches_are_refused(search, fragment):
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_a_two_metric_search_ends_with_its_pareto_set_in_the_report_and_mlflow(tmp_path, local_ray):
-    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
+    from orchestrator.run_context import RunContext
 
     spec = {"name": "two_metric_search",
             "base": {"model": {"preset": "tiny", "pos_encoding": "kerple", "processor": "dapev2", "d_dape": 4},
@@ -74,4 +74,5 @@ def test_a_two_metric_search_ends_with_its_pareto_set_in_the_report_and_mlflow(t
     parent = client.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'study'")[0]
     assert parent.data.tags["search.pareto_size"] == str(len(front))
     assert set(json.loads(parent.data.tags["search.pareto_runs"])) == front
-    assert {run.info.run_name for run in client.search_runs([experiment.experiment_id], "tags.`search.pareto` = 'true'")} == front
+    on_front = client.search_runs([experiment.experiment_id], "tags.`search.pareto` = 'true'")
+    assert {run.info.run_name for run in on_front} == front

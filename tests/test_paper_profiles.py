@@ -35,7 +35,8 @@ CORPUS = Path(sysconfig.get_paths()["stdlib"]) / "email"  # 28 files, 380 KB of 
 
 # The language-model profiles: a tiny model cut to one layer, 4 steps of batch 2 (bf16 on a CPU without bf16
 # arithmetic costs 4-5x float32: a 1x7 DAPE layer's step at T = 256 took 4.3 s at two layers and batch 4),
-# training length 256 (K = 256 needs at least that), lengths 256 and 512, 512 scored tokens per length (2 windows of K = 256), validation every 2 steps.
+# training length 256 (K = 256 needs at least that), lengths 256 and 512, 512 scored tokens per length (2 windows
+# of K = 256), validation every 2 steps.
 LM = ["model.preset=tiny", "model.n_layer=1", f"model.vocab_size={VOCAB}", "train.steps=4", "train.batch_size=2",
       "train.seq_len=256", "train.eval_every=2", "train.val_tokens=512", "eval.lengths=[256,512]", "eval.batch_size=2",
       "resources.gpus=0", "resources.cpus=1", "resources.gpu_memory_gb=null", "seeds=[0]", "expect=[]",
@@ -112,7 +113,8 @@ def test_paper_profile_runs_at_tiny_cost(study, prepared_dir, local_ray, monkeyp
             continue
         if run in stopped:
             continue
-        assert params["data.path"] == "data/paper/tokens.bin" and params["data.tokenizer"] == "data/paper/tokenizer.json"
+        assert params["data.path"] == "data/paper/tokens.bin"
+        assert params["data.tokenizer"] == "data/paper/tokenizer.json"
         # the papers' K = 256, and at a training length below it (training_length's 128) the length itself
         assert params["eval.tail_tokens"] == str(min(256, int(params["train.seq_len"])))
         assert params["train.precision"] == "bf16" and run.data.tags["device"] == "cpu"  # bf16 autocast on the CPU

@@ -162,7 +162,8 @@ def test_randomized_rope_positions():
     enc.train()
     with pytest.raises(ValueError, match="rope_random_max"):
         enc.sequence_positions(129, torch.device("cpu"))
-    assert build_position_encoding(ModelConfig(preset="tiny", pos_encoding="rope_random", rope_random_max=999)).max_position == 999
+    cfg = ModelConfig(preset="tiny", pos_encoding="rope_random", rope_random_max=999)
+    assert build_position_encoding(cfg).max_position == 999
 
 
 def test_every_encoding_the_config_accepts_has_a_builder():

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from synthetic_store import write_store
 
 from orchestrator import parse_study
 from orchestrator.reporting import build_report
 from orchestrator.run_context import RunContext
 from orchestrator.trial.protocol import EVAL_PROTOCOL_TAG, EVALUATION_TAG_PREFIX
-from synthetic_store import write_store
 
 SPEC = {"name": "protocols", "base": {"model": {"preset": "tiny", "pos_encoding": "kerple", "d_dape": 8},
                                       "train": {"steps": 10, "batch_size": 2, "seq_len": 32},

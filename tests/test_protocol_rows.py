@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 from mlflow.tracking import MlflowClient
+from test_evaluate import _evaluate, _runs, _train
 
 from orchestrator.trial.protocol import EVAL_PROTOCOL_TAG
-from test_evaluate import _evaluate, _runs, _train
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow, pytest.mark.timeout(300)]
 

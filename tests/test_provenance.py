@@ -104,8 +104,8 @@ def test_a_dirty_checkout_is_flagged_with_the_hash_of_its_changes(tmp_path):
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory, local_ray):
-    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
+    from orchestrator.run_context import RunContext
 
     root = tmp_path_factory.mktemp("provenance_study")
     study_file = root / "tiny_provenance.yaml"
@@ -158,7 +158,8 @@ def test_every_environment_field_is_on_the_trial_run_as_the_trial_used_it(ran):
     assert setup.count("- device: ") == 1 and f"- device: cpu: {here['device_model']}" in setup
     section = report[report.index("## Provenance"):]
     assert report.index("## Perplexity") < report.index("## Provenance")
-    for name, key in (("torch", "torch"), ("Ray", "ray"), ("MLflow", "mlflow"), ("Optuna", "optuna"), ("Triton", "triton")):
+    for name, key in (("torch", "torch"), ("Ray", "ray"), ("MLflow", "mlflow"), ("Optuna", "optuna"),
+                      ("Triton", "triton")):
         assert f"{name} {here[key]}" in section, name
     assert "torch threads per trial: 1" in section and "- device" not in section
     assert f"code version: {code_source().version}" in section

@@ -8,8 +8,8 @@ import copy
 from pathlib import Path
 
 import pytest
-
 import synthetic_store
+
 from orchestrator import StudyError, load_study, parse_study
 from orchestrator.reporting import build_report
 from orchestrator.run_context import RunContext
@@ -30,8 +30,9 @@ SPEC = {
          "value": 2618.13, "location": {"paper": "DAPE V2", "table": "rebuttal, kernel-size table", "row": "DAPE-NoPE",
                                         "setting": "Arxiv, training length 512", "column": "8192"}},
         {"variant": "DAPE1x3", "where": {"model.pos_encoding": "nope"}, "metric": "ppl", "length": 64,
-         "value": 259.81, "location": {"paper": "DAPE V2", "table": "rebuttal, kernel-size table", "row": "DAPE1x3-NoPE",
-                                       "setting": "Arxiv, training length 512", "column": "8192"}},
+         "value": 259.81, "location": {"paper": "DAPE V2", "table": "rebuttal, kernel-size table",
+                                       "row": "DAPE1x3-NoPE", "setting": "Arxiv, training length 512",
+                                       "column": "8192"}},
         {"variant": "DAPE1x3 (pos_encoding=rope)", "metric": "ms_per_step", "value": 252.84,
          "location": {"paper": "DAPE V2", "table": "§4.9", "row": "DAPE1x3-Kerple", "setting": "350M",
                       "column": "350M"}, "note": "what was timed is not stated"}]},

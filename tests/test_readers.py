@@ -11,15 +11,15 @@ import sqlite3
 from contextlib import closing
 
 import pytest
+from cli_support import run_cli
 from mlflow.tracking import MlflowClient
+from synthetic_store import write_store
 
 from orchestrator import load_study
 from orchestrator.errors import StoreUnusable
 from orchestrator.tracking import StudyStore, readers
 from orchestrator.tracking.readers import ClientReader, SQLiteReader, reader_for
 from orchestrator.tracking.store import ROLE_TAG, TRIAL_ID_TAG
-from synthetic_store import write_store
-from cli_support import run_cli
 
 STUDY = "studies/leakage.yaml"  # four trials (two encodings, the tril on and off)
 PREVIOUS_REVISION = "75868b020152"  # the down_revision of MLflow 3.17's head (dc11669786a5) in its migrations

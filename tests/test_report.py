@@ -11,25 +11,24 @@ import typing
 
 import pandas as pd
 import pytest
+import report_study
 import yaml
 from mlflow.tracking import MlflowClient
+from report_study import BASELINE, LABELS, LENGTHS
 from scipy import stats
 from typer.testing import CliRunner
 
-import report_study
 from orchestrator import parse_study
 from orchestrator.cli import app
-from orchestrator.reporting import build_report, load_results
-from orchestrator.run_context import RunContext
+from orchestrator.reporting import build_report, load_results, render_html, render_latex, render_md
 from orchestrator.reporting.document import ReportDocument
 from orchestrator.reporting.families import FAMILIES
-from orchestrator.reporting import render_html, render_latex, render_md
 from orchestrator.reporting.stats import compare, holm
 from orchestrator.reporting.tables import build_table
+from orchestrator.run_context import RunContext
 from orchestrator.study.model import ReportMetric
 from orchestrator.tracking.lookup import StudyNotFound
 from orchestrator.tracking.store import StudyStore
-from report_study import BASELINE, LABELS, LENGTHS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the first test runs the module's study
 
@@ -207,7 +206,8 @@ def test_a_significant_difference_is_marked_in_every_format(built):
                               frame.iloc[0:0], tables=[table])
     assert re.search(r"\*\*[0-9.]+ ± [0-9.]+\*\*" + re.escape(marker.replace("*", "\\*")), render_md.render(document))
     assert f"<sup class=\"sig\">{marker}</sup>" in render_html.render(document)
-    assert re.search(r"\$\\mathbf\{[0-9.]+\}_\{\\pm [0-9.]+\}\^\{" + re.escape(marker) + r"\}\$", render_latex.render(document))
+    latex_cell = r"\$\\mathbf\{[0-9.]+\}_\{\\pm [0-9.]+\}\^\{" + re.escape(marker) + r"\}\$"
+    assert re.search(latex_cell, render_latex.render(document))
 
 
 def test_results_dataframe_has_config_swept_and_metric_columns(built):
@@ -469,7 +469,11 @@ def test_legends_are_outside_the_axes(built, tmp_path):
     captured = []
     original = plots._save
     try:  # look at the figure by_length draws just before it is written
-        plots._save = lambda fig, folder, name, panels=False: captured.append(fig) or original(fig, folder, name, panels)
+        def capture(fig, folder, name, panels=False):
+            captured.append(fig)
+            return original(fig, folder, name, panels)
+
+        plots._save = capture
         plots.by_length(table, frame, tmp_path)
     finally:
         plots._save = original

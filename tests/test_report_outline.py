@@ -26,7 +26,8 @@ def test_every_format_renders_every_section():
     keys = {section.key for section in outline.SECTIONS}
     assert len(keys) == len(outline.SECTIONS)
     assert set(render_md.BLOCKS) == keys and set(render_html.BLOCKS) == keys
-    assert set(render_latex.BLOCKS) | render_latex.LEFT_OUT == keys and not set(render_latex.BLOCKS) & render_latex.LEFT_OUT
+    assert set(render_latex.BLOCKS) | render_latex.LEFT_OUT == keys
+    assert not set(render_latex.BLOCKS) & render_latex.LEFT_OUT
 
 
 def test_section_titles_are_spelt_in_the_outline_alone():
@@ -34,7 +35,8 @@ def test_section_titles_are_spelt_in_the_outline_alone():
     assert len(titles) >= 5
     for renderer in ("render_md.py", "render_html.py", "render_latex.py"):
         text = (REPORTING / renderer).read_text()
-        spelt = [title for title in titles if any(form in text for form in (f"## {title}", f"<h2>{title}", f'"{title}"'))]
+        spelt = [title for title in titles
+                 if any(form in text for form in (f"## {title}", f"<h2>{title}", f'"{title}"'))]
         assert spelt == [], renderer
 
 
@@ -48,5 +50,6 @@ def test_reordering_the_outline_reorders_the_report(monkeypatch):
     positions = [markdown.index(heading) for heading in order]
     assert positions == sorted(positions, reverse=True)
     assert markdown.index("# Ablation report: outlined") > positions[0]  # the header section last
-    html_order = [html.index(f"<h2>{title}") for title in ("Trials not finished", "Runs this study file", "Trials</h2>")]
+    html_order = [html.index(f"<h2>{title}")
+                  for title in ("Trials not finished", "Runs this study file", "Trials</h2>")]
     assert html_order == sorted(html_order, reverse=True)

@@ -8,12 +8,12 @@ import re
 import pytest
 
 from orchestrator import parse_study
-from orchestrator.run_context import RunContext
-from orchestrator.run import run_and_report
 from orchestrator.reporting import build_report, load_results
 from orchestrator.reporting.cells import number
 from orchestrator.reporting.fingerprint import FILE
 from orchestrator.reporting.render_latex import _number
+from orchestrator.run import run_and_report
+from orchestrator.run_context import RunContext
 from orchestrator.tracking.store import StudyStore
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -108,7 +108,8 @@ def test_saved_view_has_per_length_columns():
                                     ["model.kernel_size"], "ppl_128"))
     columns = state["selectedColumns"]
     assert columns[0] == "params.`model.kernel_size`"
-    assert [c for c in columns if c.startswith("metrics.")] == ["metrics.`ppl_32`", "metrics.`ppl_64`", "metrics.`ppl_128`"]
+    assert [c for c in columns if c.startswith("metrics.")] == [
+        "metrics.`ppl_32`", "metrics.`ppl_64`", "metrics.`ppl_128`"]
 
 
 def test_a_resumed_trial_says_from_which_step():
@@ -117,9 +118,9 @@ def test_a_resumed_trial_says_from_which_step():
     from rich.console import Console
 
     from orchestrator import expand
-    from orchestrator.trial.protocol import FINAL_FLAG
     from orchestrator.tracking.console import ConsoleProgress
     from orchestrator.tracking.events import TrialEvents
+    from orchestrator.trial.protocol import FINAL_FLAG
 
     trial = expand(parse_study(SPEC))[0]
     out = io.StringIO()
@@ -207,7 +208,8 @@ def test_figures_are_laid_out_without_measuring_and_nothing_overlaps(tmp_path, m
     assert not [text for text in legends if "nan" in text or re.search(r"\d\.0\b", text)]  # no unset value, no "5.0"
     legend = figures["perplexity_vs_length"].legends[0]
     assert [t.get_text() for t in legend.get_texts()][0] == "Kerple (baseline)"
-    assert "Only the first 8 of the 9 grid points are drawn" in (tmp_path / "reports" / study.name / "report.md").read_text()
+    report = (tmp_path / "reports" / study.name / "report.md").read_text()
+    assert "Only the first 8 of the 9 grid points are drawn" in report
 
 
 def _listing_document(tracking_uri: str):
@@ -240,7 +242,8 @@ def test_run_ids_link_to_the_runs_page_in_the_mlflow_ui(uri, address):
     markdown = render_md.render(document)
     assert f"[{run_id}]({address}{run_id}{classic})" in markdown
     server = uri.startswith("http")
-    assert ("orchestrator ui STUDY" in markdown) is not server and ("<code>orchestrator ui STUDY</code>" in html) is not server
+    assert ("orchestrator ui STUDY" in markdown) is not server
+    assert ("<code>orchestrator ui STUDY</code>" in html) is not server
     assert ("tracking server" in markdown) is server
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from cli_support import run_cli
 from test_evaluate import BASE, VARIANTS
 

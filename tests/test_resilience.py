@@ -192,7 +192,8 @@ def test_ctrl_c_stops_the_study_with_130_and_the_rerun_resumes_it(tmp_path):
     finally:
         _kill_group(proc)
     assert proc.returncode == 130, output
-    assert "Interrupted by Ctrl-C" in output and "1 running trial(s) were stopped and their runs closed as KILLED" in output
+    assert "Interrupted by Ctrl-C" in output
+    assert "1 running trial(s) were stopped and their runs closed as KILLED" in output
     assert "Tuner.restore" not in output and "Traceback" not in output
     client, runs = _runs(tmp_path, "ctrl_c")
     (finished,) = [r for r in runs if r.info.status == "FINISHED"]

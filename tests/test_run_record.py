@@ -6,14 +6,14 @@ carries the dashboard the UI opens; the SQLite reader returns what MLflow's clie
 
 import json
 import math
-import sys
 import subprocess
+import sys
 
 import pytest
+import report_study
 import yaml
 from mlflow.tracking import MlflowClient
 
-import report_study
 from dape_core import ExperimentConfig, build_model
 from dape_core.applicability import unused_settings
 from orchestrator import expand, parse_study
@@ -83,7 +83,8 @@ def test_every_logged_param_is_the_value_the_trial_used(grid):
         # What the trial measured while running says the same as the params.
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")]
         assert max(steps) == int(params["train.steps"]) == 20
-        assert metrics["tokens_seen"] == int(params["train.steps"]) * int(params["train.batch_size"]) * int(params["train.seq_len"])
+        assert metrics["tokens_seen"] == (int(params["train.steps"]) * int(params["train.batch_size"])
+                                          * int(params["train.seq_len"]))
         assert params["model.train_length"] == params["train.seq_len"] == "32"  # the effective training length
         lengths = sorted(m.step for m in client.get_metric_history(run.info.run_id, "ppl_by_length"))
         assert str(lengths) == params["eval.lengths"]
@@ -170,7 +171,8 @@ def test_reading_commands_do_not_load_mlflow_or_torch(grid):
     code = ("import sys; from orchestrator.cli import main; sys.argv = ['orchestrator', *sys.argv[1:]]\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             "print('LOADED', sorted(m for m in ('mlflow', 'torch', 'ray', 'scipy.stats') if m in sys.modules))")
-    for command in (["validate", str(grid.study_file)], ["status", str(grid.study_file), "--tracking-uri", grid.tracking_uri],
+    for command in (["validate", str(grid.study_file)],
+                    ["status", str(grid.study_file), "--tracking-uri", grid.tracking_uri],
                     ["plan", str(grid.study_file), "--tracking-uri", grid.tracking_uri],
                     ["report", str(grid.study_file), "--tracking-uri", grid.tracking_uri, "--reports-dir",
                      str(grid.report_dir.parent.parent / "report_again")]):

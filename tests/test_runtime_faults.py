@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_support import run_cli
 from mlflow.tracking import MlflowClient
 
 from orchestrator import expand, parse_study
+from orchestrator.errors import ForeignExperiment, ResourcesUnavailable
 from orchestrator.execution.cluster import fits, one_worker_bundles, require_placeable
 from orchestrator.execution.leased import run_leased
 from orchestrator.execution.runner import select_trials
-from orchestrator.errors import ForeignExperiment, ResourcesUnavailable
 from orchestrator.tracking import StudyStore
 from orchestrator.tracking.leases import HEARTBEAT_TAG, LeaseBook
-from cli_support import run_cli
 
 BASE = {
     "model": {"preset": "tiny", "pos_encoding": "alibi", "processor": "none"},
@@ -189,7 +189,8 @@ def test_resources_no_node_has_are_refused_before_launch(override, advice, tmp_p
                         override)
     text = " ".join(output.split())
     assert code == 2, output
-    assert "No node of the local Ray (this machine) can host a trial" in text and advice.format(cpus=cpus) in text, output
+    assert "No node of the local Ray (this machine) can host a trial" in text, output
+    assert advice.format(cpus=cpus) in text, output
     assert "No trial was run" in text and "Traceback" not in output
     # Before, the trial waited in Ray Tune for ever (or --resource-wait, 600 s by default); now it is refused at once.
     assert time.monotonic() - started < 60
@@ -275,7 +276,8 @@ def test_a_trial_finished_and_given_back_before_the_claim_is_not_run_again(tmp_p
 
     ran = []
     with LeaseBook(second, heartbeat_s=1) as second_leases:
-        shared = run_leased(study, expand(study), todo, second, second_leases, lambda batch: ran.extend(batch) or 1, print)
+        shared = run_leased(study, expand(study), todo, second, second_leases,
+                            lambda batch: ran.extend(batch) or 1, print)
     assert ran == [left]
     assert shared.by_others == [done_by_first]
 

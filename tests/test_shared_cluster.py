@@ -9,7 +9,6 @@ import time
 
 import pytest
 import yaml
-
 from test_resilience import BASE, _by_identity, _kill_group, _runs, _start, _step_reached, _wait_for
 
 
@@ -89,9 +88,9 @@ def test_a_first_sigterm_stops_the_tuner_a_second_ends_at_once_and_ray_cannot_ke
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_stop_before_the_result_is_recorded_costs_no_retraining(tmp_path, monkeypatch, capsys):
+    from cli_support import run_cli
     from mlflow.tracking import MlflowClient
 
-    from cli_support import run_cli
     from orchestrator.tracking.store import StudyStore
 
     path = tmp_path / "window.yaml"
@@ -126,9 +125,10 @@ def test_a_stop_before_the_result_is_recorded_costs_no_retraining(tmp_path, monk
 def test_stored_weights_follow_the_users_umask(umask, mode, tmp_path):
     import stat
 
+    from test_weights import BASE as WEIGHTS_BASE
+
     from dape_core import ExperimentConfig, build_model
     from dape_core.stored import save_model
-    from test_weights import BASE as WEIGHTS_BASE
 
     cfg = ExperimentConfig(**WEIGHTS_BASE)
     previous = os.umask(umask)
@@ -151,7 +151,6 @@ def test_a_copied_store_evaluates_in_its_own_place_and_one_without_artifacts_say
     import stat
 
     from mlflow.tracking import MlflowClient
-
     from test_evaluate import VARIANTS, _train
 
     def _evaluate(study, uri, *args):  # its own process, as a colleague's command (MLflow caches a run's place)
@@ -208,11 +207,12 @@ def _values_per_pair(uri, name, metrics):
 def test_two_evaluations_at_once_score_each_run_and_length_once(tmp_path, monkeypatch):
     import threading
 
+    from test_evaluate import _train
+
     from orchestrator import parse_study
     from orchestrator.evaluation import runner, worker
     from orchestrator.evaluation.request import EvalRequest
     from orchestrator.run_context import RunContext
-    from test_evaluate import _train
 
     monkeypatch.chdir(tmp_path)
     path, uri = _train(tmp_path, "twice", [32])
@@ -252,7 +252,6 @@ def test_two_evaluations_at_once_score_each_run_and_length_once(tmp_path, monkey
 @pytest.mark.timeout(300)
 def test_a_killed_evaluation_leaves_nothing_half_written_and_the_rerun_scores_what_is_missing(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
-
     from test_evaluate import _train
 
     monkeypatch.chdir(tmp_path)
@@ -343,7 +342,8 @@ def test_a_moved_store_keeps_the_layout_below_its_artifacts_folder(tmp_path):
     def recorded(database):
         connection = sqlite3.connect(database)
         try:
-            return connection.execute("SELECT e.artifact_location, r.artifact_uri FROM experiments e, runs r").fetchone()
+            query = "SELECT e.artifact_location, r.artifact_uri FROM experiments e, runs r"
+            return connection.execute(query).fetchone()
         finally:
             connection.close()
 

@@ -9,13 +9,13 @@ from typer.testing import CliRunner
 
 from orchestrator import StudyError, expand, parse_study
 from orchestrator.cli import app
-from orchestrator.run_context import RunContext
 from orchestrator.execution.runner import select_trials
-from orchestrator.run import run_and_report
-from orchestrator.study.identity import legacy_identity
-from orchestrator.trial.trials import distinct, shared_rows
 from orchestrator.reporting import load_results
+from orchestrator.run import run_and_report
+from orchestrator.run_context import RunContext
+from orchestrator.study.identity import legacy_identity
 from orchestrator.tracking.store import TRIAL_ID_TAG, StudyStore
+from orchestrator.trial.trials import distinct, shared_rows
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -97,7 +97,8 @@ def test_help_reflows_and_flags_have_no_type():
 def test_the_shared_baseline_trains_once_and_old_stores_resume(tmp_path):
     study = parse_study(SPEC)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    outcome = run_and_report(RunContext.create(study, uri, storage_dir=tmp_path / "state", local=True), tmp_path / "reports")
+    context = RunContext.create(study, uri, storage_dir=tmp_path / "state", local=True)
+    outcome = run_and_report(context, tmp_path / "reports")
     assert outcome.ok, outcome.failed
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(study.name)
@@ -162,7 +163,8 @@ def test_a_run_of_the_older_identity_left_running_is_closed_as_stale(tmp_path):
     victim = next(trial for trial in trials if trial.variant == "DAPE")
     client.update_run(run_of[victim.trial_id], status="RUNNING")  # its orchestrator was killed
 
-    outcome = run_and_report(RunContext.create(study, uri, storage_dir=tmp_path / "state", local=True), tmp_path / "reports")
+    context = RunContext.create(study, uri, storage_dir=tmp_path / "state", local=True)
+    outcome = run_and_report(context, tmp_path / "reports")
     assert outcome.ok, outcome.failed
     assert [trial.trial_id for trial in outcome.trials if trial not in outcome.skipped] == [victim.trial_id]
     left = client.get_run(run_of[victim.trial_id])

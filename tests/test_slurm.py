@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-
 from cluster_support import BIN, loopback_network_namespace, processes_in_namespace
-from orchestrator.slurm import server as server_login
 from slurm_support import Slurm
+
+from orchestrator.slurm import server as server_login
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # 94-130 s a test here, daemons' start-up included
 
@@ -239,7 +239,8 @@ def test_a_decide_job_adds_seeds_in_the_job_and_records_its_looks(slurm, tmp_pat
 def test_the_time_limit_stops_the_study_cleanly_and_the_job_requeues_itself(slurm, tmp_path):
     name = "slurm_time_limit"
     spec = {"name": name, "base": BASE,
-            "variants": [{"label": "Kerple", "set": {}}], "seeds": [0, 1, 2], "resources": {"cpus": 1, "max_retries": 0}}
+            "variants": [{"label": "Kerple", "set": {}}], "seeds": [0, 1, 2],
+            "resources": {"cpus": 1, "max_retries": 0}}
     study = write_study(tmp_path, spec)
     job = submitted_job(orchestrator_slurm(slurm, study, "--submit", "--requeue", "--nodes", "1"))
     deadline = time.monotonic() + 300

@@ -212,6 +212,8 @@ def test_decide_runs_the_sequence_in_the_job_sized_for_its_first_look_or_is_refu
     said = " ".join(result.stderr.split())
     assert "Study deciding: 6 trial(s) to run" in said  # 2 rows x min_seeds 3, not the study's one seed
     assert "every row at min_seeds 3" in said and "up to max_seeds 7 (14 trials at most" in said
+    # the same range as `orchestrator plan` (no store yet: the stated default effect of 2 seed SDs)
+    assert "Its trials and device-hours: first look 6 trials" in said and "ceiling 14 trials" in said
     # Without the flag the study's decide: section still decides (run reads it), and the job is sized alike.
     plain = slurm(str(study), "--dry-run")
     assert "--decide" not in plain.stdout and "Study deciding: 6 trial(s) to run" in " ".join(plain.stderr.split())

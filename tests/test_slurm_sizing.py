@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from test_slurm_job import sbatch_lines, write_study
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
@@ -15,8 +16,6 @@ from orchestrator.slurm import sizing
 from orchestrator.slurm.job import JobRequest, largest_trial
 from orchestrator.study.load import load_study
 from orchestrator.trial.trials import expand
-
-from test_slurm_job import sbatch_lines, write_study
 
 FIVE = {"label": "Five", "set": {}}
 

@@ -18,7 +18,8 @@ def test_leakage_study_runs_end_to_end_and_shows_the_leak(tmp_path):
     # The shipped file, run from elsewhere: its reports and Ray state would go to the project folder (the
     # repository) by default, so they are sent to this test's folder.
     proc = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(STUDY), "--tracking-uri", uri,
-                           "--reports-dir", str(tmp_path / "reports"), "--storage-dir", str(tmp_path / ".orchestrator")],
+                           "--reports-dir", str(tmp_path / "reports"),
+                           "--storage-dir", str(tmp_path / ".orchestrator")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
     assert proc.returncode == 0, proc.stdout + proc.stderr

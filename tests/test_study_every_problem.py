@@ -1,5 +1,6 @@
 """Validation finds every problem at once: key typos at the top, in `base` and in a variant's `set:`, and wrong
-values, in one run, each with its field path and a "did you mean" where a known name is close; an unknown study name lists the studies."""
+values, in one run, each with its field path and a "did you mean" where a known name is close; an unknown study
+name lists the studies."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def test_three_typos_and_two_wrong_values_in_one_run(tmp_path, capsys, monkeypat
     for fragment in ("study.seed: unknown key 'seed' (did you mean 'seeds'?)",
                      "base.model.pos_encodng: unknown key 'pos_encodng' (did you mean 'pos_encoding'?)",
                      "base.model.kernal_size: unknown key 'kernal_size' (did you mean 'kernel_size'?)",
-                     "base.model.processor: unknown score processor 'dapee' (did you mean 'dape'?)", "base.train.steps:"):
+                     "base.model.processor: unknown score processor 'dapee' (did you mean 'dape'?)",
+                     "base.train.steps:"):
         assert fragment in text, fragment
     assert not (tmp_path / "mlruns").exists()
 

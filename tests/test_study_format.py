@@ -24,12 +24,13 @@ def _swept(spec, *keys):
 
 
 def test_grid_is_cartesian():
-    assert _swept({"axes": {"model.kernel_size": [1, 3], "model.d_dape": [8, 16]}}, "model.kernel_size", "model.d_dape") == [
-        (1, 8), (1, 16), (3, 8), (3, 16)]
+    spec = {"axes": {"model.kernel_size": [1, 3], "model.d_dape": [8, 16]}}
+    assert _swept(spec, "model.kernel_size", "model.d_dape") == [(1, 8), (1, 16), (3, 8), (3, 16)]
 
 
 def test_zip_varies_together_and_exclude_drops():
-    spec = {"zip": {"model.kernel_size": [1, 3, 5], "model.d_dape": [64, 21, 13]}, "exclude": [{"model.kernel_size": 5}]}
+    spec = {"zip": {"model.kernel_size": [1, 3, 5], "model.d_dape": [64, 21, 13]},
+            "exclude": [{"model.kernel_size": 5}]}
     assert _swept(spec, "model.kernel_size", "model.d_dape") == [(1, 64), (3, 21)]
 
 
@@ -93,7 +94,8 @@ def test_plan_lists_the_same_trials_as_run_would(tmp_path, monkeypatch):
 def test_schema_covers_study_and_trial_fields():
     result = CliRunner().invoke(app, ["schema"])
     schema = json.loads(result.output)
-    assert {"base", "axes", "zip", "exclude", "variants", "seeds", "search", "scheduler", "profiles"} <= set(schema["properties"])
+    sections = {"base", "axes", "zip", "exclude", "variants", "seeds", "search", "scheduler", "profiles"}
+    assert sections <= set(schema["properties"])
     text = json.dumps(schema)
     assert "kernel_size" in text and "tail_tokens" in text
 

@@ -30,7 +30,11 @@ def ray_tripwire(monkeypatch):
     import ray
 
     starts = []
-    monkeypatch.setattr(ray, "init", lambda *args, **kwargs: starts.append((args, kwargs)) or pytest.fail("Ray started"))
+    def refuse(*args, **kwargs):
+        starts.append((args, kwargs))
+        pytest.fail("Ray started")
+
+    monkeypatch.setattr(ray, "init", refuse)
     return starts
 
 
@@ -144,7 +148,8 @@ def test_alias_bomb_fails_fast_in_bounded_memory(levels, tmp_path):
 
 def test_duplicate_keys_are_reported_with_the_other_problems(tmp_path):
     study = tmp_path / "s.yaml"
-    study.write_text("name: s\nbase:\n  train: {steps: 50000, steps: 5}\n  model: {d_dape: -1}\nseeds: [0]\nseeds: [1]\n")
+    study.write_text("name: s\nbase:\n  train: {steps: 50000, steps: 5}\n  model: {d_dape: -1}\n"
+                     "seeds: [0]\nseeds: [1]\n")
     with pytest.raises(StudyError) as error:
         load_study(study)
     assert error.value.problems == [

@@ -2,8 +2,9 @@
 result, and the main job README promises is the one it runs."""
 
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN_JOB = "orchestrator run studies/kernel_size.yaml"

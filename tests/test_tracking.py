@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from orchestrator import expand, parse_study
 from orchestrator.cli import app
-from orchestrator.trial.protocol import FINAL_FLAG
 from orchestrator.tracking import TRIAL_ID_TAG, StudyNotFound, StudyStore, TrialEvents, TrialListener
 from orchestrator.tracking.recorder import MLflowRecorder
+from orchestrator.trial.protocol import FINAL_FLAG
 
 STUDY = {"name": "events", "base": {"model": {"preset": "tiny"}, "train": {"steps": 4}},
          "variants": [{"label": "A", "baseline": True, "set": {"model.processor": "none"}},
@@ -111,7 +111,8 @@ def test_events_say_what_an_end_means_and_the_recorder_writes_them(tmp_path, mon
     assert run_a.data.tags["retries"] == "1" and run_a.data.tags["worker_pid"] == "123"
     assert run_a.data.params["train.steps"] == "4" and run_a.data.tags["device"] == "cpu"
     assert run_a.data.tags["attention_kernels"] == kernels and "attention_kernels" not in run_a.data.metrics
-    assert {m.step: m.value for m in client.get_metric_history(run_a.info.run_id, "ppl_by_length")} == {64: 9.0, 128: 9.5}
+    history = client.get_metric_history(run_a.info.run_id, "ppl_by_length")
+    assert {m.step: m.value for m in history} == {64: 9.0, 128: 9.5}
     assert run_b.info.status == "FAILED" and run_b.data.tags["error"].startswith("NonFiniteLossError")
     assert "trial_config.yaml" in {artifact.path for artifact in client.list_artifacts(run_a.info.run_id)}
     assert list(scratch.iterdir()) == []  # nothing left behind in the temporary folder

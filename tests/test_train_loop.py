@@ -9,11 +9,20 @@ from pydantic import ValidationError
 
 from dape_core import ExperimentConfig, NonFiniteLossError, build_model, run_experiment
 from dape_core.config import ModelConfig
-from dape_core.data import DataConfig, TrainStream, load_corpus
+from dape_core.data import DataConfig, TrainStream, evaluation_windows, load_corpus
 from dape_core.evaluate import EvalConfig, perplexity_by_length
-from dape_core.data import evaluation_windows
-from dape_core.train import (CheckpointMismatchError, CheckpointStore, CheckpointUnreadable, Precision, TrainConfig,
-                             TrainerCallback, cosine_lr, resolve_device, resolve_precision, train)
+from dape_core.train import (
+    CheckpointMismatchError,
+    CheckpointStore,
+    CheckpointUnreadable,
+    Precision,
+    TrainConfig,
+    TrainerCallback,
+    cosine_lr,
+    resolve_device,
+    resolve_precision,
+    train,
+)
 from dape_core.train.loop import TIMING_WARMUP_STEPS, median_step_ms
 
 TINY_MODEL = {"preset": "tiny", "pos_encoding": "kerple", "processor": "dapev2", "d_dape": 8}

@@ -15,11 +15,11 @@ import time
 import urllib.request
 
 import pytest
-from PIL import Image
-
 import report_study
-from orchestrator.cli import app
+from PIL import Image
 from typer.testing import CliRunner
+
+from orchestrator.cli import app
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a study, then Chromium (240 s bounds)
 INSTALL_HINT = "Chromium is needed to render the HTML report: apt-get update && apt-get install -y chromium"
@@ -87,7 +87,8 @@ def test_html_report_renders_in_chromium(built, chromium, tmp_path):
     # The plots' lines are drawn in matplotlib's first colours (blue, orange); nothing else on the page is.
     pixels = image.load()
     plotted = sum(1 for x in range(0, 1280, 2) for y in range(0, 4000, 2)
-                  if abs(pixels[x, y][0] - 31) < 40 and abs(pixels[x, y][1] - 119) < 40 and abs(pixels[x, y][2] - 180) < 40)
+                  if abs(pixels[x, y][0] - 31) < 40 and abs(pixels[x, y][1] - 119) < 40
+                  and abs(pixels[x, y][2] - 180) < 40)
     assert plotted > 200, "the embedded plots did not render"
 
     dom = _chromium(chromium, tmp_path / "profile", "--dump-dom", page.as_uri())
@@ -208,10 +209,12 @@ def test_orchestrator_ui_serves_the_study(built, chromium, tmp_path):
         assert "Model registry" in text and "Judges" not in text and "Prompts" not in text, text[:3000]
 
         # The run's per-length results as a table artifact, which the UI shows as a table.
-        table_page = _chromium(chromium, tmp_path / "profile4", "--virtual-time-budget=30000", "--window-size=1600,1200",
-                               "--dump-dom", base + link.replace("?", "/artifacts/results_by_length.json?"), timeout=240)
+        table_page = _chromium(chromium, tmp_path / "profile4", "--virtual-time-budget=30000",
+                               "--window-size=1600,1200", "--dump-dom",
+                               base + link.replace("?", "/artifacts/results_by_length.json?"), timeout=240)
         text = _page_text(table_page.stdout)
-        assert "View as table" in text and re.search(r"length ppl delta_p( ms_forward)? 32 [0-9.]+ 0 ", text), text[:3000]
+        assert "View as table" in text, text[:3000]
+        assert re.search(r"length ppl delta_p( ms_forward)? 32 [0-9.]+ 0 ", text), text[:3000]
 
         # The study's parent run holds the report, which the UI opens in place (an HTML artifact in an iframe).
         parent_link = link.replace(run_id, parent["info"]["run_id"]).replace("?", "/artifacts/report.html?")

@@ -73,8 +73,8 @@ def test_damaged_weights_are_named(tmp_path):
 
 
 def _run_study(tmp_path, name: str, keep: str) -> tuple[str, list]:
-    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
+    from orchestrator.run_context import RunContext
 
     spec = {"name": name, "base": BASE, "keep_weights": keep,
             "variants": [{"label": "DAPE1x3", "baseline": True}], "resources": {"cpus": 1, "max_retries": 0}}

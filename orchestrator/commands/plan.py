@@ -15,7 +15,13 @@ def plan(invocation: Invocation) -> None:
 
     study = invocation.study
     store = invocation.stored()
-    finished = store.finished_trial_ids() if store else set()
+    from ..study.code_identity import code_fingerprint
+    from ..tracking.code_check import CURRENT, UNKNOWN, code_lines, store_code_check
+    from ..trial.trials import expand
+
+    code = store_code_check(store, expand(study), code_fingerprint(study.plugin_payloads())) if store else None
+    # finished: the trials `run` reuses (their code is the current one, or unknown); stale ones are not
+    finished = {trial_id for trial_id, state in code.states.items() if state in (CURRENT, UNKNOWN)} if code else set()
     # ms per step of the store's finished runs (any experiment), or None where there is no store yet
     measured = None if store_missing(invocation.uri) is not None else load_measured(invocation.uri)
     rows = plan_rows(study, measured, finished)
@@ -30,3 +36,5 @@ def plan(invocation: Invocation) -> None:
     for line in plan_lines(study, runs, measured):  # the claims' expected seeds and their cost (run --decide)
         console.print(line, markup=False)
     console.print(weights_line(study, rows))
+    for line in code_lines(code, expand(study)) if code else []:
+        console.print(line, markup=False)

@@ -30,7 +30,8 @@ def on_cluster(address: str | None) -> bool:
 
 def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None, storage_dir: Path | None,
         local: bool, connect_timeout: float, resource_wait: float, failed_only: bool, debug: bool,
-        strict_claims: bool, decide: bool = False) -> None:
+        strict_claims: bool, decide: bool = False, new_sequence: bool = False, retrain_stale: bool = False,
+        keep_stale: bool = False) -> None:
     """`decide` (--decide), or a study's `decide:` section: seeds added until its claims are decided
     (orchestrator/decide_loop.py)."""
     from ..decide_loop import with_decide
@@ -42,6 +43,12 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
         stop("[red]Invalid option[/red] --failed-only: a run that adds seeds until its claims are decided reruns "
              "its failed trials anyway (run it again without --failed-only). Nothing was run.", EXIT_INVALID)
     study = deciding or study
+    from ..tracking.code_check import StalePolicy
+
+    if retrain_stale and keep_stale:
+        stop("[red]Invalid options[/red] --retrain-stale and --keep-stale: the finished trials of other code are "
+             "either trained again or kept, not both. Nothing was run.", EXIT_INVALID)
+    stale = StalePolicy.RETRAIN if retrain_stale else StalePolicy.KEEP if keep_stale else StalePolicy.REFUSE
     rows = expand(study)  # once: the run and its report read these
     if local:
         _exit_if_not_local(rows)
@@ -64,12 +71,12 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
         with library_logs_to(log_file), interrupt.stop_signals():
             context = RunContext.create(study, uri, connect_timeout, rows=rows, storage_dir=storage_dir,
                                         address=address, local=local, failed_only=failed_only,
-                                        resource_wait=resource_wait, study_path=study_path)
+                                        resource_wait=resource_wait, study_path=study_path, stale=stale)
             say = lambda line: console.print(line, markup=False)  # noqa: E731
             if deciding is not None:  # seeds added until the claims are decided (decide_loop.py)
                 from ..decide_loop import decide_and_report
 
-                outcome = decide_and_report(context, reports_dir, say=say)
+                outcome = decide_and_report(context, reports_dir, say=say, new_sequence=new_sequence)
             else:
                 outcome = run_and_report(context, reports_dir, say=say)
     except OrchestratorError:

@@ -25,7 +25,7 @@ def slurm(invocation: Invocation, *, reports_dir: Path | None, storage_dir: Path
     from ..slurm.sizing import TimeLimitError, size_job
 
     study, study_path = invocation.study, invocation.study_path
-    sized_study, deciding_lines = _first_look(study, decide)
+    sized_study, deciding_lines = _first_look(study, decide, invocation.uri)
     try:  # the defaults (CPUs for the study's concurrency) and what the job will do, said first (on stderr)
         request, largest, sized = size_job(sized_study, JobRequest(nodes, gpus_per_node, cpus_per_node, partition,
                                                                    account, time_limit, list(sbatch or []),
@@ -73,7 +73,7 @@ def slurm(invocation: Invocation, *, reports_dir: Path | None, storage_dir: Path
                   f"CPUs). Submit it with: sbatch {script}")
 
 
-def _first_look(study, decide: bool):
+def _first_look(study, decide: bool, tracking_uri: str | None = None):
     """(the study as the job's first look trains it, the lines that say what a sequence of looks adds): the study
     itself and no line where it adds no seeds. The job is sized for the first look (every row at min_seeds);
     a later look adds seeds only to the rows undecided claims read, up to max_seeds."""
@@ -93,4 +93,16 @@ def _first_look(study, decide: bool):
             f"{deciding.decide.batch} seed(s) at a time to the rows undecided claims read, up to max_seeds "
             f"{deciding.decide.max_seeds} ({most} trials at most; `orchestrator plan` gives the seeds each claim "
             "is expected to need). A look cut by the time limit resumes when the job is submitted again.")
-    return first, [line]
+    return first, [line, _budget_range(deciding, tracking_uri)]
+
+
+def _budget_range(study, tracking_uri: str | None) -> str:
+    """The sequence's first look, expected and ceiling, as `orchestrator plan` gives them (seeds_needed.py)."""
+    from ..planning.learned import load_measured
+    from ..planning.seeds_needed import SeedRuns, claim_costs, load_seed_runs, range_words
+    from ..tracking.uri import store_missing
+
+    runs, measured = SeedRuns(), None  # no store yet: the stated default spread alone
+    if tracking_uri and store_missing(tracking_uri) is None:
+        runs, measured = load_seed_runs(tracking_uri), load_measured(tracking_uri)
+    return "Its trials and device-hours: " + range_words(study, claim_costs(study, runs, measured), measured)

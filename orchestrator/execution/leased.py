@@ -16,7 +16,7 @@ from typing import Callable
 
 from ..study import Study
 from ..tracking.leases import LeaseBook
-from ..tracking.store import StudyStore
+from ..tracking.store import TRIAL_ID_TAG, StudyStore
 from ..trial.trials import StoredIdentities, Trial
 from . import interrupt
 
@@ -32,9 +32,12 @@ class Shared:
 
 
 def run_leased(study: Study, rows: list[Trial], todo: list[Trial], store: StudyStore, leases: LeaseBook,
-               run_batch: Callable[[list[Trial]], int], say: Callable[[str], None], poll_s: float = POLL_S) -> Shared:
+               run_batch: Callable[[list[Trial]], int], say: Callable[[str], None], poll_s: float = POLL_S,
+               code: str | None = None) -> Shared:
     """Run `todo` (of the study's expanded `rows`) through `run_batch` (returns how many trials ran at once), each
-    trial only under its lease. Returns early when Ctrl-C stopped the batch (interrupt.requested())."""
+    trial only under its lease. Returns early when Ctrl-C stopped the batch (interrupt.requested()). `code`: the
+    current code fingerprint; a trial counts as finished meanwhile only by a run of that code (a stale trial
+    being retrained has a finished run of other code already)."""
     pending = {trial.trial_id: trial for trial in todo}
     shared = Shared()
     stored = StoredIdentities(rows)  # the identities older versions tagged the trials' runs with
@@ -42,7 +45,7 @@ def run_leased(study: Study, rows: list[Trial], todo: list[Trial], store: StudyS
         leases.acquire(set(pending))
         # `todo` was read before the leases were: a trial another orchestrator finished, then gave back, in
         # between is done (its holder records the FINISHED run before it lets go of the lease).
-        finished = _finished(study, store, set(pending) & leases.held)
+        finished = _finished(study, store, set(pending) & leases.held, code)
         leases.release(finished)
         shared.by_others += [pending.pop(trial_id) for trial_id in sorted(finished)]
         mine = [trial for trial_id, trial in pending.items() if trial_id in leases.held]
@@ -60,7 +63,7 @@ def run_leased(study: Study, rows: list[Trial], todo: list[Trial], store: StudyS
                 return shared
         if pending:
             _wait_for_holders(leases, set(pending), say, poll_s)
-            for trial_id in _done_elsewhere(study, store, leases, set(pending)):
+            for trial_id in _done_elsewhere(study, store, leases, set(pending), code):
                 shared.by_others.append(pending.pop(trial_id))
     return shared
 
@@ -87,18 +90,21 @@ def _wait_for_holders(leases: LeaseBook, trial_ids: set[str], say: Callable[[str
         time.sleep(poll_s)
 
 
-def _finished(study: Study, store: StudyStore, trial_ids: set[str]) -> set[str]:
+def _finished(study: Study, store: StudyStore, trial_ids: set[str], code: str | None = None) -> set[str]:
     """Of `trial_ids`, the grid trials that have a FINISHED run in the store (a search row has no identity to
     look up: see _done_elsewhere)."""
     if not trial_ids or study.search.sampled:
         return set()
-    return trial_ids & store.finished_trial_ids()
+    done = trial_ids & store.finished_trial_ids(code)
+    # a trial another study of the store finished meanwhile (its orchestrator held the lease) is done too
+    return done | {run.data.tags.get(TRIAL_ID_TAG) for run in store.shared_runs(trial_ids - done, code)}
 
 
-def _done_elsewhere(study: Study, store: StudyStore, leases: LeaseBook, trial_ids: set[str]) -> set[str]:
+def _done_elsewhere(study: Study, store: StudyStore, leases: LeaseBook, trial_ids: set[str],
+                    code: str | None = None) -> set[str]:
     """Of trials no longer held by anyone: those another orchestrator completed. A grid trial is complete when
     the store has its FINISHED run; a search row (its samples have no identity in advance) when the
     orchestrator that held it gave it back rather than dying."""
     if not study.search.sampled:
-        return _finished(study, store, trial_ids)
+        return _finished(study, store, trial_ids, code)
     return trial_ids - leases.taken_over

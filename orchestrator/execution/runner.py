@@ -11,18 +11,28 @@ from pathlib import Path
 
 from dape_core.plugins import plugin_tags
 
-from ..errors import StudyInterrupted, StudyTerminated, TrackingServerUnreachable, exception_chain
+from ..errors import StaleTrials, StudyInterrupted, StudyTerminated, TrackingServerUnreachable, exception_chain
 from ..planning.learned import load_measured
 from ..planning.schedule import longest_first
 from ..run_context import RunContext
 from ..study import Study
+from ..study.code_identity import CodeFingerprint, code_fingerprint
+from ..tracking.code_check import (
+    CURRENT,
+    STALE,
+    UNKNOWN,
+    CodeCheck,
+    StalePolicy,
+    reused_from_others,
+    store_code_check,
+)
 from ..tracking.console import ConsoleProgress
 from ..tracking.events import Tally, TrialEvents
 from ..tracking.leases import LeaseBook
 from ..tracking.recorder import MLflowRecorder
 from ..tracking.sharing import DeviceSharing
 from ..tracking.source import DIFF_FILE, code_source
-from ..tracking.store import StudyStore
+from ..tracking.store import CODE_TAG, REUSED_FROM_PREFIX, STUDY_TAG, StudyStore
 from ..trial.trials import StoredIdentities, Trial, distinct
 from . import interrupt
 from .checkpoints import CheckpointCleanup
@@ -57,19 +67,55 @@ class StudyOutcome:
         return 1.0 - (self.trial_seconds / self.concurrency) / self.wall_seconds
 
 
-def select_trials(study: Study, rows: list[Trial], store: StudyStore,
-                  failed_only: bool = False) -> tuple[list[Trial], list[Trial]]:
+def select_trials(study: Study, rows: list[Trial], store: StudyStore, failed_only: bool = False,
+                  stale: StalePolicy = StalePolicy.REFUSE,
+                  code: CodeFingerprint | None = None) -> tuple[list[Trial], list[Trial]]:
     """(to run, already finished) of the study's expanded `rows`. With `failed_only`, only trials whose latest
-    run FAILED are run."""
+    run FAILED are run. A finished trial is reused when its run's code fingerprint is `code` (default: the
+    current code's) or unknown (a store from before it was recorded), its run this study's or (of the current
+    code) another study's of the store; one computed by other code is "stale" (tracking/code_check.py):
+    StaleTrials (exit 2, naming them and the files that differ) unless `stale` says to retrain or keep them."""
+    todo, done, _ = _select(study, rows, store, failed_only, stale, code)
+    return todo, done
+
+
+def _select(study: Study, rows: list[Trial], store: StudyStore, failed_only: bool, stale: StalePolicy,
+            code: CodeFingerprint | None) -> tuple[list[Trial], list[Trial], CodeCheck | None]:
     if study.search.sampled:
-        return rows, []  # sampled trials have no identity before Tune samples them
-    trials, stored = distinct(rows), StoredIdentities(rows)  # rows sharing a trial run it once
-    done = store.finished_trial_ids()
-    todo = [t for t in trials if not stored.done(t, done)]
+        return rows, [], None  # sampled trials have no identity before Tune samples them
+    trials = distinct(rows)  # rows sharing a trial run it once
+    check = store_code_check(store, rows, code or code_fingerprint(study.plugin_payloads()))
+    stale_trials = check.stale(rows)
+    if stale_trials and stale == StalePolicy.REFUSE:
+        raise StaleTrials(f"{check.describe_stale(rows)}. Their results would be reported beside those of the "
+                          "current code. Rerun with --retrain-stale to train them again with the current code, or "
+                          "with --keep-stale to keep their results (the report marks them). Nothing was run.")
+    reused = {CURRENT, UNKNOWN} | ({STALE} if stale == StalePolicy.KEEP else set())
+    todo = [t for t in trials if check.state(t) not in reused]
     if failed_only:
-        failed = store.failed_trial_ids()
+        failed, stored = store.failed_trial_ids(), StoredIdentities(rows)
         todo = [t for t in todo if stored.done(t, failed)]
-    return todo, [t for t in trials if stored.done(t, done)]
+    return todo, [t for t in trials if check.state(t) in reused], check
+
+
+def _link_reused(store: StudyStore, check: CodeCheck | None, skipped: list[Trial], say) -> None:
+    """The trials reused from the store's other studies: a tag per trial on this study's parent run,
+    `reused_from.<trial id>` = "<study> <run id>" (the run that computed it), and one line said."""
+    if check is None:
+        return
+    others = reused_from_others(check, skipped, store.study_name)
+    if not others:
+        return
+    by_study: dict[str, int] = {}
+    tags = {}
+    for trial_id, run in others.items():
+        study = run.data.tags.get(STUDY_TAG, "?")
+        by_study[study] = by_study.get(study, 0) + 1
+        tags[f"{REUSED_FROM_PREFIX}{trial_id}"] = f"{study} {run.info.run_id}"
+    if store.parent_run_id:
+        store.set_tags(store.parent_run_id, tags)
+    say(f"{len(others)} trial(s) reused from other studies of this store (same config and code): "
+        + ", ".join(f"{study} ({count})" for study, count in sorted(by_study.items())))
 
 
 @dataclass
@@ -81,6 +127,7 @@ class _Running:
     progress: ConsoleProgress
     leases: LeaseBook
     outcome: StudyOutcome
+    code: str  # the current code fingerprint
 
 
 def run_study(context: RunContext) -> StudyOutcome:
@@ -89,7 +136,8 @@ def run_study(context: RunContext) -> StudyOutcome:
     Raises StudyInterrupted after Ctrl-C, StudyTerminated after SIGTERM (the trials it stopped are closed as
     KILLED; interrupt.py)."""
     study, store = context.study, context.store
-    todo, skipped = select_trials(study, context.rows, store, context.failed_only)
+    code = code_fingerprint(study.plugin_payloads())  # the code the trials execute (study/code_identity.py)
+    todo, skipped, check = _select(study, context.rows, store, context.failed_only, context.stale, code)
     if todo:  # (the measured durations read every finished run of the store: not for nothing to run)
         # longest first, so that no long trial ends the study alone
         todo = longest_first(todo, study, load_measured(context.store.reader))
@@ -99,14 +147,15 @@ def run_study(context: RunContext) -> StudyOutcome:
         _prepare_ray(context, progress.message)
     source = code_source()  # which code ran: mlflow.source.* tags, code_version, the uncommitted diff's hash
     # ... and each plugin's source hash (dape_core/plugins.py): a stored result names the code that produced it
-    source_tags = {**source.tags(context.study_path), **plugin_tags(study.plugin_payloads())}
+    source_tags = {**source.tags(context.study_path), **plugin_tags(study.plugin_payloads()), CODE_TAG: code.digest}
     outcome = StudyOutcome(trials=todo + skipped, skipped=skipped)
     # The recorder first: a listener that fails (the tracking server went away) stops the study before the
     # console says a trial finished that the store does not know about.
     resources = {"cpus": study.resources.cpus, "gpus": study.resources.gpus}
     sharing = DeviceSharing()  # first: the recorder logs its count with each final result
     # The checkpoint cleanup after the recorder: a finished trial's checkpoints go once its result is recorded.
-    events = TrialEvents([sharing, MLflowRecorder(store, {**source_tags, "study": study.name}, resources, sharing),
+    events = TrialEvents([sharing, MLflowRecorder(store, {**source_tags, "study": study.name}, resources, sharing,
+                                                        code.to_json()),
                           CheckpointCleanup(), progress])
     interrupt.reset()
     with LeaseBook(store) as leases:
@@ -116,7 +165,8 @@ def run_study(context: RunContext) -> StudyOutcome:
             store.log_parent_text(source.diff, DIFF_FILE)
         if skipped:
             progress.message(f"{len(skipped)} trial(s) already finished in the tracking store: not rerun")
-        _run_and_close(context, _Running(todo, events, progress, leases, outcome))
+            _link_reused(store, check, skipped, progress.message)
+        _run_and_close(context, _Running(todo, events, progress, leases, outcome, code.digest))
     outcome.wall_seconds = time.monotonic() - context.started
     return outcome
 
@@ -145,7 +195,8 @@ def _run_and_close(context: RunContext, running: _Running) -> None:
         if todo:
             with progress, interrupt.last_resort(last_resort):
                 shared = run_leased(study, context.rows, todo, store, leases,
-                                    lambda batch: _run_trials(context, batch, events, progress), progress.message)
+                                    lambda batch: _run_trials(context, batch, events, progress), progress.message,
+                                    code=running.code)
             outcome.concurrency = shared.concurrency
             if shared.by_others:
                 progress.message(f"{len(shared.by_others)} trial(s) were run by another orchestrator meanwhile")

@@ -10,7 +10,11 @@ several seeds. The expected seeds are then the first planned look (`Decide.looks
 test at the study's error rate split across its claims (alpha / claims, as Holm's first step) has about 80%
 power for the measured effect: |effect| x sqrt(n) / sd >= t(1 - alpha/claims, n - 1) + z(0.8). This is an
 expectation for planning, not the decision rule (reporting/claims.py decides). Where no run of the claim's
-rows is in the store, or no spread can be learned, it says so and the minimum (min_seeds) applies.
+rows (or of the same shape) is in the store, it says so and a stated default applies: an effect of
+DEFAULT_EFFECT_SD seed standard deviations (the simulation decides it at 5.6 seeds on average: docs/deciding.md).
+
+Every figure is a range, never a floor called "about": the first look (every row at min_seeds), the
+expected, and the ceiling (every row a decidable claim reads at max_seeds), in trials and device-hours.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from .plan_view import trial_duration
 if TYPE_CHECKING:
     from ..tracking.readers import ClientReader, SQLiteReader
 
+DEFAULT_EFFECT_SD = 2.0  # the effect assumed where the store knows no spread: 2 seed SDs
 POWER_Z = 0.8416  # z(0.8): the expected seeds give the test about 80% power on the measured effect
 IGNORED = ("train.seed", "train.device", "train.precision")  # not a config's identity across seeds (params.py)
 
@@ -74,6 +79,9 @@ class ClaimCost:
     basis: str  # how `seeds` was found, or why it is unknown
     trials: int = 0
     hours: float = 0.0  # device-hours (GPU-hours on GPUs, CPU-core-hours on CPUs)
+    first: int = 0  # the seeds of its first look, and of its ceiling (max_seeds)
+    ceiling: int = 0
+    per_seed_hours: float = 0.0  # device-hours of one seed of all its rows
 
 
 def _term_values(term, group: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -166,10 +174,12 @@ def claim_costs(study: Study, runs: SeedRuns, measured=None, decide: Decide | No
                                _Side(runs, configs[check.right.label], device, check.right) if check.right else None)
                  for check in checks]
         spreads = [item for item in found if item is not None]
-        if not checks or len(spreads) < len(found):  # the first look the claim can be judged at
-            seeds = next((n for n in decide.looks() if n >= claim.min_seeds), decide.max_seeds)
+        first = next((n for n in decide.looks() if n >= claim.min_seeds), decide.max_seeds)
+        if not checks or len(spreads) < len(found):  # no spread in the store: the stated default effect
+            seeds = seeds_for(DEFAULT_EFFECT_SD, 1.0, decide, len(study.expect), claim.min_seeds) or decide.max_seeds
             known = False
-            basis = "unknown (no seed-to-seed spread of these rows in the store): the minimum applies"
+            basis = (f"no seed-to-seed spread of these rows or similar ones in the store: a default effect of "
+                     f"{DEFAULT_EFFECT_SD:g} seed SDs is assumed")
         else:
             needed = [seeds_for(effect, sd, decide, len(study.expect), claim.min_seeds) for effect, sd, _ in spreads]
             borrowed = any(kind == "borrowed" for _, _, kind in spreads)
@@ -182,22 +192,24 @@ def claim_costs(study: Study, runs: SeedRuns, measured=None, decide: Decide | No
                 seeds, known = max(powered), True
                 weakest = min(abs(e) / sd if sd else math.inf for e, sd, _ in spreads)
                 basis = f"effect / spread {weakest:.2g} ({spread})"
-        cost = ClaimCost(claim.id, rows, seeds, known, basis, trials=len(rows) * seeds)
+        cost = ClaimCost(claim.id, rows, seeds, known, basis, trials=len(rows) * seeds, first=first,
+                         ceiling=decide.max_seeds)
         for label in rows:
             _, seconds, _ = trial_duration(configs[label], study, measured)
-            cost.hours += seconds * seeds * per_device * configs[label]["distributed"]["workers"] / 3600
+            cost.per_seed_hours += seconds * per_device * configs[label]["distributed"]["workers"] / 3600
+        cost.hours = cost.per_seed_hours * seeds
         costs.append(cost)
     return costs
 
 
-def study_cost(study: Study, costs: list[ClaimCost], measured=None) -> tuple[int, float]:
-    """(trials, device-hours) of the whole sequence as expected: each row at the most seeds a claim reading it
-    needs, every other row at min_seeds."""
+def study_cost(study: Study, costs: list[ClaimCost], measured=None, which: str = "seeds") -> tuple[int, float]:
+    """(trials, device-hours) of the whole sequence as expected (`which` "seeds"; "first": the first look;
+    "ceiling": at most): each row at the most seeds a claim reading it needs, every other row at min_seeds."""
     decide = study.decide or Decide()
     seeds = {row.label: decide.min_seeds for _, row in study_rows(study)}
     for cost in costs:
         for label in cost.rows:
-            seeds[label] = max(seeds[label], cost.seeds)
+            seeds[label] = max(seeds[label], getattr(cost, which))
     configs = {row.label: row.config.to_dict() for _, row in study_rows(study)}
     per_device = study.resources.gpus or study.resources.cpus
     hours = sum(trial_duration(configs[label], study, measured)[1] * n * per_device
@@ -216,13 +228,36 @@ def plan_lines(study: Study, runs: SeedRuns, measured=None) -> list[str]:
     lines = [f"Deciding the claims by seeds ({how}: min_seeds {decide.min_seeds}, max_seeds {decide.max_seeds}, "
              f"batch {decide.batch}, alpha {decide.alpha:g}); expected per claim:"]
     for cost in costs:
-        seeds = f"{cost.seeds} seeds" if cost.known else f"unknown, {cost.seeds} seeds (the minimum)"
-        lines.append(f"  {cost.id}: {seeds}; {cost.trials} trials of {len(cost.rows)} rows, {cost.hours:.2g} {unit} "
-                     f"({cost.basis})")
-    trials, hours = study_cost(study, costs, measured)
-    lines.append(f"  whole study with --decide: about {trials} trials, {hours:.2g} {unit} (every row at least "
-                 f"min_seeds; the rows undecided claims read, more)")
+        rows = len(cost.rows)
+        seeds = f"{cost.seeds} seeds" if cost.known else f"{cost.seeds} seeds by default"
+        lines.append(f"  {cost.id}: expected {seeds}; {cost.trials} trials of {rows} rows, {cost.hours:.2g} {unit} "
+                     f"({cost.basis}); first look {cost.first * rows} trials, ceiling {cost.ceiling * rows} trials "
+                     f"({cost.per_seed_hours * cost.ceiling:.2g} {unit})")
+    lines.append("  whole study with --decide: " + range_words(study, costs, measured))
     return lines
+
+
+def planned_trials(study: Study, tracking_uri: str) -> tuple[int, int]:
+    """(expected, ceiling) trials of the whole sequence as `plan` gives them from this store now: what a
+    `run --decide` records before its first look, to be checked against the trials it used."""
+    from ..tracking.uri import store_missing
+    from .learned import load_measured
+
+    runs, measured = SeedRuns(), None
+    if store_missing(tracking_uri) is None:
+        runs, measured = load_seed_runs(tracking_uri), load_measured(tracking_uri)
+    costs = claim_costs(study, runs, measured)
+    return study_cost(study, costs, measured)[0], study_cost(study, costs, measured, "ceiling")[0]
+
+
+def range_words(study: Study, costs: list[ClaimCost], measured=None) -> str:
+    """The whole sequence's first look, expected and ceiling: "first look 20 trials (0.2 GPU-hours), expected
+    38 trials (0.41), ceiling 100 trials (1.1): book the ceiling"."""
+    unit = "GPU-hours" if study.resources.gpus else "CPU-core-hours"
+    (first, first_h), (expected, expected_h), (ceiling, ceiling_h) = (
+        study_cost(study, costs, measured, which) for which in ("first", "seeds", "ceiling"))
+    return (f"first look {first} trials ({first_h:.2g} {unit}), expected {expected} trials ({expected_h:.2g}), "
+            f"ceiling {ceiling} trials ({ceiling_h:.2g}: every row a claim reads at max_seeds; book this)")
 
 
 def decide_note(study: Study, store: str | SQLiteReader | ClientReader, finished: int) -> str:
@@ -237,11 +272,13 @@ def decide_note(study: Study, store: str | SQLiteReader | ClientReader, finished
     trials, hours = study_cost(study, costs, measured)
     per_device = study.resources.gpus or study.resources.cpus
     unknown = sum(not cost.known for cost in costs)
-    spread = (f"; for {unknown} of {len(costs)} claims the seed-to-seed spread is not measured yet, so the minimum "
-              f"({Decide().min_seeds} seeds) is counted" if unknown else "")
+    spread = (f"; for {unknown} of {len(costs)} claims the seed-to-seed spread is not measured yet, so a default "
+              f"effect of {DEFAULT_EFFECT_SD:g} seed SDs is counted" if unknown else "")
+    ceiling = study_cost(study, costs, measured, "ceiling")[0]
     device = f"{study.resources.gpus:g} GPU" if study.resources.gpus else f"{study.resources.cpus:g} CPU"
     return (f"Deciding these claims by seeds (`orchestrator run --decide`, defaults) would train about "
-            f"{max(trials - finished, 0)} more trial(s): {trials} in all, about {_minutes(hours * 3600 / per_device)} "
+            f"{max(trials - finished, 0)} more trial(s) (at most {max(ceiling - finished, 0)}): {trials} in all, "
+            f"about {_minutes(hours * 3600 / per_device)} "
             f"of training for all of them, one trial at a time on {device}{spread}; `orchestrator plan` gives the "
             "seeds and cost per claim.")
 

@@ -19,11 +19,13 @@ import dape_core.metric_names as names
 from ..folders import folder_lock
 from ..run_context import RunContext
 from ..study import Study
+from ..study.code_identity import code_fingerprint
 from ..study.metric_families import TIME
 from ..tracking.store import StudyStore
 from . import fingerprint, plots, render_html, render_latex, render_md, sweeps
 from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .cost_front import cost_front
+from .diverged import masked
 from .document import ReportDocument
 from .heat_maps import stored_heat_maps
 from .protocol_note import protocol_note
@@ -72,7 +74,7 @@ def _build(context: RunContext, folder: Path, value: ValueChoice, attach: bool, 
     study, store, study_path = context.study, context.store, context.study_path
     frame = study_results(store, study, value, context.rows)
     trials, outside = frame[frame["in_study"]], frame[~frame["in_study"]]
-    inputs = fingerprint.of_inputs(study, frame, value)
+    inputs = fingerprint.of_inputs(study, frame, value, code_fingerprint(study.plugin_payloads()).digest)
     kept = None if study.search.sampled or rebuild else fingerprint.unchanged(folder, inputs)
     if kept is not None:  # the same inputs, the same code: the report on disk is this report
         return _kept(context, folder, value, trials, outside, kept, attach)
@@ -113,6 +115,29 @@ def _decide_note(study: Study, store: StudyStore, trials: pd.DataFrame, claims: 
     return decide_note(study, store.reader, int((trials["status"] == "FINISHED").sum()))
 
 
+def _design(study: Study, store: StudyStore):
+    """The design the claims are judged by: the study's `decide:` section, else the one `run --decide` recorded
+    on the study's run (so that the report gives the verdicts the loop reached: decide_design.py)."""
+    if study.decide is not None:
+        return None
+    from ..decide_design import recorded
+
+    return recorded(store, artifacts=False)[0]
+
+
+def _sequence_note(study: Study, store: StudyStore) -> str:
+    """Which design the claims were judged by, where a sequence of looks ran: a new sequence started with
+    --new-sequence, or a design recorded on the study's run that its file does not state."""
+    from ..decide_design import new_sequence_note, recorded, words
+
+    design, source = recorded(store, artifacts=False)
+    if design is None:
+        return ""
+    used = "the study's decide: section" if study.decide is not None else source
+    return " ".join(part for part in (new_sequence_note(store),
+                                      f"The claims are judged with {used}: {words(study.decide or design)}.") if part)
+
+
 def _attach(store: StudyStore, folder: Path, claims: list[ClaimResult]) -> None:
     store.log_artifacts(folder)
     store.refresh_dashboard()  # the saved view `orchestrator ui` opens, with the charts of these metrics
@@ -136,14 +161,16 @@ def _document(context: RunContext, value: ValueChoice, trials: pd.DataFrame, out
             table.tail_text += timing_note(tabled)
         elif table.family.by_length:
             table.tail_text += protocol
-    claims = evaluate_claims(study, trials, context.study_path)
+    claims = evaluate_claims(study, trials, context.study_path, _design(study, store))
     return ReportDocument(study_name=study.name, description=study.description, tracking_uri=store.tracking_uri,
                           experiment_id=store.experiment_id, value_text=value_text, trials=trials, outside=outside,
                           tables=tables, plots=figures or [], claims=claims,
-                          decide_note=_decide_note(study, store, trials, claims),
+                          decide_note=" ".join(filter(None, (_sequence_note(study, store),
+                                                                     _decide_note(study, store, trials, claims)))),
                           best_points=sweeps.best_points(tables[0]) if tables and sweeps.sweep_axes(study) else None,
                           cost=cost_front(study, tables, tabled, plot_dir),
                           published=published_lines(study, prefer_isolated(tabled)),
+                          current_code=code_fingerprint(study.plugin_payloads()).digest,
                           published_notes=published_notes(study))
 
 
@@ -162,7 +189,7 @@ def _kept(context: RunContext, folder: Path, value: ValueChoice, trials: pd.Data
 def _figures(study: Study, tables: list, trials: pd.DataFrame, store: StudyStore, plot_dir: Path) -> list:
     """Heat maps of a grid over 2+ axes (sweeps.py), metric vs length per by-length table, perplexity vs each
     swept value (while its lines stay readable), training curves."""
-    finished = trials[trials["status"] == "FINISHED"]
+    finished = masked(trials[trials["status"] == "FINISHED"])  # a diverged value is not drawn (diverged.py)
     figures = []
     if tables and sweeps.sweep_axes(study):
         heatmaps = sweeps.heatmaps(study, tables[0], finished, plot_dir)
@@ -179,7 +206,8 @@ def _figures(study: Study, tables: list, trials: pd.DataFrame, store: StudyStore
             for row in order.to_dict("records")]
     panels = set(plots.drawn_blocks([block for _, _, block, _ in rows]))  # the curves of panels not drawn: not read
     curves_of = finished[finished["block"].fillna("").isin(panels)] if "block" in finished else finished
-    curves = plots.training_curves(metric_history(store, curves_of, names.TRAIN_LOSS), rows, plot_dir)
+    history = masked(metric_history(store, curves_of, names.TRAIN_LOSS), whole_rows=False)
+    curves = plots.training_curves(history, rows, plot_dir)
     return figures + ([curves] if curves else [])
 
 

@@ -21,13 +21,20 @@ def number(value: float, decimals: int) -> str:
 def mean_std(cell: Summary, decimals: int, pm: str = " ± ") -> str:
     if cell.n == 0:
         return DASH
+    if cell.diverged:
+        return diverged(cell)
     if cell.n == 1 or math.isnan(cell.std):
         return number(cell.mean, decimals)
     return f"{number(cell.mean, decimals)}{pm}{number(cell.std, decimals)}"
 
 
+def diverged(cell: Summary) -> str:
+    """A cell with a diverged seed (reporting/diverged.py): no mean is computed on it."""
+    return f"diverged ({cell.diverged} of {cell.n} seeds)"
+
+
 def seeds(row: Row) -> str:
-    return f"{row.seeds_done}/{row.seeds_expected}"
+    return f"{row.seeds_done}/{row.seeds_expected}{row.code_mark}"
 
 
 RATIO_DECIMALS = 3

@@ -42,6 +42,7 @@ from ..study.claim_checks import Check, Term, claim_checks, later_columns, study
 from ..study.model import Decide
 from ..trial.protocol import ISOLATED_PREFIX
 from .decision import RATIO, Design, Evidence, claim_p, evidence
+from .diverged import describe, unusable
 from .families import is_timing
 from .protocol_note import check_caveat
 from .stats import ALPHA, format_p, holm
@@ -77,6 +78,8 @@ class ClaimResult:
     last_look: bool = False  # judged at the design's last planned look: more seeds are not planned
     leans_holds: bool = True  # which verdict its evidence points to (the one a significant p gives)
     waiting: bool = False  # no look yet only because its rows have not finished the first look's seeds
+    unusable: list[str] = field(default_factory=list)  # seeds whose value diverged or failed: not judged on them
+    later: "ClaimResult | None" = None  # decided at an earlier look: the same claim read on every seed since
     alpha: float = ALPHA
 
     @property
@@ -137,7 +140,7 @@ class ClaimResult:
             claimed = f"claimed in ({_num(max(lower))}, {_num(min(upper))})"
         else:
             claimed = f"claimed {check.relation} {_num(ev.bound)}"
-        return f"{ev.kind} {_num(ev.effect)} [{_num(ev.low)}, {_num(ev.high)}], {claimed}"
+        return f"{ev.words} {_num(ev.effect)} [{_num(ev.low)}, {_num(ev.high)}], {claimed}"
 
 
 def _num(value: float) -> str:
@@ -196,7 +199,25 @@ def _seed_values(trials: pd.DataFrame, term: Term, prefix: str = "") -> pd.Serie
     values = rows[column].astype(float)
     if over is not None:
         values = values / rows[over].astype(float)
-    return pd.Series(values.to_numpy(), index=rows["seed"].to_numpy()).dropna()
+    series = pd.Series(values.to_numpy(), index=rows["seed"].to_numpy())
+    # A row that logged no value at all did not log the metric; a NaN beside logged values is a failed
+    # evaluation of that trial, kept so that the claim names it (diverged.py), like an infinite value.
+    return series.dropna() if series.isna().all() else series
+
+
+def _unusable(checks: list[Check], sides: list, seeds: list) -> list[str]:
+    """The values among `seeds` no test can use (diverged.py), named: "DAPE-Kerple · s1 ppl_64 diverged (+inf)"."""
+    named: dict[tuple, str] = {}
+    for check, (left, right) in zip(checks, sides):
+        for term, values in ((check.left, left), (check.right, right)):
+            if term is None or values is None:
+                continue
+            for seed in seeds:
+                value = float(values.get(seed, 0.0))
+                if unusable(value):
+                    what = term.column + (f"/{term.over}" if term.over else "")
+                    named.setdefault((term.label, seed, what), f"{term.label} · s{seed} {what} {describe(value)}")
+    return list(named.values())
 
 
 def _timing_prefix(trials: pd.DataFrame, check: Check) -> str:
@@ -329,6 +350,13 @@ def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame, study_path: A
         result.reason = f"{len(common)} seed(s) finished; the claim needs min_seeds = {claim.min_seeds}"
         return result
     result.seeds = len(common)
+    bad = _unusable(checks, sides, common)
+    if bad:  # no arithmetic on them: undecidable until the seed is rerun (docs/deciding.md)
+        result.unusable = bad
+        result.reason = (f"undecidable until rerun: {'; '.join(bad)}. A diverged or failed evaluation is not a "
+                         "number a test can use; rerun that trial (or delete its run) and the claim is judged "
+                         "again")
+        return result
     result.looks = tuple(looks)
     result.last_look = design is None or not result.decidable or (bool(looks) and looks[-1] == design.max_seeds)
     ratios = {(check.left, check.right) for check in checks if check.right is not None and check.scale != 1.0}
@@ -373,8 +401,15 @@ def _verdict(result: ClaimResult) -> None:
     else:
         result.verdict = INCONCLUSIVE
         lean = "holds" if result.leans_holds else "fails"
-        result.reason = (f"not significant: {lean} on the evidence so far, Holm-corrected "
-                         f"{format_p(result.p_holm)} > {result.alpha:g} over {at}")
+        ties = [check for check in result.checks if check.evidence is not None and check.evidence.tie]
+        if ties:
+            result.reason = (f"undecided by the test: {ties[0].text.split(' (')[0]}: the paired differences are the "
+                             f"same on every seed ({at}; up to rounding), so a t-test has no spread to judge them "
+                             f"by (its p would be 0, which the data cannot show); on the means alone the claim "
+                             f"{lean}")
+        else:
+            result.reason = (f"not significant: the evidence so far leans to \"{lean}\" but does not decide it "
+                             f"(Holm-corrected {format_p(result.p_holm)} > {result.alpha:g} over {at})")
     if waiting:
         result.reason += f"; {waiting}"
     if not result.decidable:
@@ -385,15 +420,61 @@ def evaluate_claims(study: Study, trials: pd.DataFrame, study_path: Any = None,
                     decide: Decide | None = None) -> list[ClaimResult]:
     """Every claim of the study, judged on its in-study trials (any status), Holm-corrected together. With
     a sequential design (`decide`, or the study's own), Holm runs over every claim seeds can decide, those
-    without a test yet counting as p = 1; without one, over the claims that have a test."""
+    without a test yet counting as p = 1, and each claim's verdict is the one reached at its stopping look
+    (`_locked`); without one, Holm runs over the claims that have a test."""
     design = study_design(study, decide)
+    if design is not None:
+        return _locked(study, design, trials, study_path, decide)
     results = [evaluate_claim(study, claim, trials, study_path, decide) for claim in study.expect]
-    sequential = design is not None
-    pvalues = [(1.0 if math.isnan(r.p) else r.p) if sequential and r.decidable else r.p for r in results]
-    for result, adjusted in zip(results, holm(pvalues)):
+    _correct(results, sequential=False)
+    return results
+
+
+def _correct(results: list[ClaimResult], sequential: bool, locked: dict[int, ClaimResult] | None = None) -> None:
+    """Holm across the claims, then each claim's verdict; a `locked` claim (by its index) keeps its verdict
+    and enters Holm with the p it was decided at."""
+    locked = locked or {}
+    pvalues = [locked[i].p if i in locked else (1.0 if math.isnan(r.p) else r.p) if sequential and r.decidable
+               else r.p for i, r in enumerate(results)]
+    for i, (result, adjusted) in enumerate(zip(results, holm(pvalues))):
+        if i in locked:
+            continue
         result.p_holm = adjusted if result.tested else math.nan
         _verdict(result)
-    return results
+
+
+def _locked(study: Study, design: Decide, trials: pd.DataFrame, study_path: Any,
+            decide: Decide | None) -> list[ClaimResult]:
+    """The claims replayed look by look, as `run --decide` takes the looks: at each planned look n, every
+    claim not yet decided is judged on the first n seeds of the design's order; a claim decided there keeps
+    that verdict (its p enters later looks' Holm unchanged). Seeds its rows trained later (for other, undecided
+    claims) are judged beside it (`ClaimResult.later`) and cannot reopen it: the loop and the report give one
+    verdict per claim, the one at its stopping look (docs/deciding.md)."""
+    order = design.seed_order(list(study.seeds))
+    locked: dict[int, ClaimResult] = {}
+    top = int(trials["seed"].max()) if len(trials) else -1
+    for n in design.looks():
+        frame = trials[trials["seed"].isin(order[:n])]
+        results = [locked.get(i) or evaluate_claim(study, claim, frame, study_path, decide)
+                   for i, claim in enumerate(study.expect)]
+        _correct(results, sequential=True, locked=locked)
+        for i, result in enumerate(results):
+            if i not in locked and result.decidable and result.tested and result.verdict in (HOLDS, FAILS):
+                locked[i] = result
+        if all(seed > top for seed in order[n:]):  # no later seed in the store: later looks judge the same
+            break
+    final = [evaluate_claim(study, claim, trials, study_path, decide) for claim in study.expect]
+    _correct(final, sequential=True, locked=locked)
+    for i, result in locked.items():
+        later = final[i]
+        if later.tested and later.seeds > result.seeds:
+            result.later = later
+            extra = later.seeds - result.seeds
+            result.reason += (f"; decided at its stopping look ({_seeds(result.seeds)}): the {extra} later seeds "
+                              f"its rows trained for other claims read {later.effect() or 'no effect'} "
+                              f"(shown, not judged: they cannot reopen the verdict)")
+        final[i] = result
+    return final
 # The groups a study's verdicts are counted in: (verdict, tested); untested groups hold verdicts on fewer seeds.
 GROUPS = ((HOLDS, True), (HOLDS, False), (FAILS, True), (FAILS, False), (INCONCLUSIVE, True))
 
@@ -424,9 +505,11 @@ def decision_summary(results: list[ClaimResult], trials: int | None = None) -> s
         text += f" on {trials} trial{'s' if trials != 1 else ''}"
     untested = sum(not r.tested and r.verdict != INCONCLUSIVE for r in results)
     on_means = [sum(not r.tested and r.verdict == verdict for r in results) for verdict in (HOLDS, FAILS)]
-    undecided = sum(r.decidable and not r.decided for r in results) - untested
+    rerun = sum(bool(r.unusable) for r in results)
+    undecided = sum(r.decidable and not r.decided for r in results) - untested - rerun
     seeds = sum(r.needs_seeds for r in results)
     rest = [f"{undecided} undecided" + (f" ({seeds} could use more seeds)" if seeds else "") if undecided else "",
+            f"{rerun} undecidable until a diverged or failed seed is rerun" if rerun else "",
             f"{untested} on 1 seed, untested ({on_means[0]} hold{'s' if on_means[0] == 1 else ''}, {on_means[1]} "
             f"fail{'s' if on_means[1] == 1 else ''} on the means)" if untested else "",
             f"{len(results) - sum(r.decidable for r in results)} {NOT_DECIDABLE}"

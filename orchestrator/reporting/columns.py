@@ -13,7 +13,8 @@ MISSING = "MISSING"  # the status of a trial the study defines but the store has
 SERIES_METRICS = tuple(SERIES)
 IDENTITY_COLUMNS = ["label", "variant", "seed", "status", "baseline", "row_index", "block", "compare_with", "in_study",
                     "trial_id", "run_id", "run_name", "error", "device", "precision", "attention_kernels", "data_hash",
-                    "code_version", "start_time", "stopped_early", "template_id", "shared_with",
+                    "code_version", "code_fingerprint", "computed_by", "start_time", "stopped_early", "template_id",
+                    "shared_with",
                     "eval_protocol", "evaluated_later"]  # protocol_note.py's
 CONFIG_PREFIX = "config."
 

@@ -38,6 +38,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .stats import no_spread
+
 SIMULATIONS = 262_144  # null paths drawn per design: F's Monte Carlo error is about +-0.0003 at F = 0.025
 _STREAM = 20_261_202  # the fixed random stream of the calibration
 # The weight of each look's p-value (the first look, then every later one). A first look weighted 2x gets
@@ -64,14 +66,16 @@ def _student_quantile(dof: float, q: float) -> float:
     return float(stdtrit(dof, q))
 
 
-def one_sided_p(d: np.ndarray) -> tuple[float, float]:
+def one_sided_p(d: np.ndarray, size: float = 0.0) -> tuple[float, float]:
     """(p that E[d] > 0, p that E[d] < 0) by the one-sample t-test of `d` (two or more values). The same
-    value at every seed: no doubt about its sign (0 on its side, 1 on the other; 1 and 1 for zeros)."""
+    value at every seed, up to rounding (stats.no_spread; `size`: the size of the numbers d is made of): no
+    test, (1, 1). Its t would be infinite and its p 0, yet values that tie by rounding say nothing of the
+    seed-to-seed spread (false verdicts reached 0.10-0.135 with p = 0 there: docs/deciding.md)."""
     n = d.size
     mean = float(d.mean())
     spread = float(d.std(ddof=1))
-    if spread == 0 or not math.isfinite(spread):
-        return (0.0 if mean > 0 else 1.0), (0.0 if mean < 0 else 1.0)
+    if no_spread(d, size):
+        return 1.0, 1.0
     t = mean / (spread / math.sqrt(n))
     return float(_student_cdf(n - 1, -t)), float(_student_cdf(n - 1, t))  # P(T >= t), P(T <= t)
 
@@ -164,6 +168,14 @@ class Evidence:
     p_right: float  # sequential p that the check holds (the effect on the claimed side of the bound)
     p_wrong: float  # ... that it does not
     seeds: int
+    tie: bool = False  # the per-seed differences (or values) at the last look are the same on every seed: no test
+    log: bool = False  # tested on the log scale: the effect is a geometric mean (of the ratios, or of the values)
+
+    @property
+    def words(self) -> str:
+        """How the effect is named: "difference", "ratio", "value", or on the log scale "geometric-mean
+        ratio" / "geometric-mean value"."""
+        return f"geometric-mean {self.kind}" if self.log else self.kind
 
 
 def _interval(kind: str, a: np.ndarray, b: np.ndarray | None, level: float) -> tuple[float, float]:
@@ -183,8 +195,20 @@ def _interval(kind: str, a: np.ndarray, b: np.ndarray | None, level: float) -> t
         root = math.sqrt(disc)
         return (-qb - root) / (2 * qa), (-qb + root) / (2 * qa)
     values = a - b if b is not None else a
+    if no_spread(values, float(np.abs(a).max()) if b is None else float(max(np.abs(a).max(), np.abs(b).max()))):
+        return -math.inf, math.inf  # no spread to size an interval by (one_sided_p runs no test either)
     half = c * float(values.std(ddof=1)) / math.sqrt(n)
     return float(values.mean()) - half, float(values.mean()) + half
+
+
+def on_log_scale(kind: str, left: np.ndarray, right: np.ndarray | None, scale: float, shift: float) -> bool:
+    """A ratio (A < scale x B) or a bound (A < c) of positive values is tested on the log scale: the per-seed
+    log A - log B - log scale (or log A - log c). Perplexity is positive and right-skewed (exp of a mean
+    loss): its log, the loss, is close to normal, where a t-test on raw ratios or values is not (the
+    one-sided error reached 0.23 at a lognormal sigma of 1: docs/deciding.md)."""
+    if kind == RATIO:
+        return shift == 0.0 and scale > 0 and right is not None and bool((left > 0).all() and (right > 0).all())
+    return kind == VALUE and right is None and shift > 0 and bool((left > 0).all())
 
 
 def evidence(design: Design, left: np.ndarray, right: np.ndarray | None, relation: str, scale: float = 1.0,
@@ -192,15 +216,27 @@ def evidence(design: Design, left: np.ndarray, right: np.ndarray | None, relatio
     """`left` and `right` (None: the constant `shift`): per-seed values in the design's seed order, as many as
     the last look taken reads. The check: left `relation` scale x right + shift. `kind`: how its effect is
     stated (default: a ratio where scale is not 1, else a difference; a value where right is None); a
-    check A < B among ratio checks of the same two sides is the ratio A/B < 1."""
+    check A < B among ratio checks of the same two sides is the ratio A/B < 1. Ratios and bounds of positive
+    values are tested on the log scale (`on_log_scale`): the effect is then the geometric mean of the
+    per-seed ratios (or values), its interval the t-interval of the log scale's mean, exponentiated."""
     kind = kind or (VALUE if right is None else (RATIO if scale != 1.0 else DIFFERENCE))
+    if on_log_scale(kind, left, right, scale, shift):
+        return _log_evidence(design, left, right, relation, scale, shift, kind)
+    return _linear(design, left, right, relation, scale, shift, kind)
+
+
+def _linear(design: Design, left: np.ndarray, right: np.ndarray | None, relation: str, scale: float,
+            shift: float, kind: str) -> Evidence:
+    """`evidence` on the values as they are (`kind` given)."""
     bound = shift if kind != RATIO else scale
     d = left - (scale * right if right is not None else 0.0) - shift
     sign = -1.0 if relation == "<" else 1.0  # the claimed side: d < 0 for "<"
     looks = design.taken(left.size)
     rights, wrongs, low, high = [], [], -math.inf, math.inf
+    size = float(np.abs(left).max()) if right is None else float(max(np.abs(left).max(), np.abs(scale * right).max()))
+    size = max(size, abs(shift))
     for n in looks:
-        above, below = one_sided_p(d[:n])
+        above, below = one_sided_p(d[:n], size)
         rights.append(above if sign > 0 else below)
         wrongs.append(below if sign > 0 else above)
         lo, hi = _interval(kind, left[:n], right[:n] if right is not None else None, design.nominal(n))
@@ -214,7 +250,23 @@ def evidence(design: Design, left: np.ndarray, right: np.ndarray | None, relatio
         effect = float((a - b).mean()) if b is not None else float(a.mean())
     if not low <= effect <= high:  # the intersection left the last look's estimate out: its interval alone
         low, high = _interval(kind, a, b, design.nominal(n))  # (every look's covers at once: as valid)
-    return Evidence(kind, effect, low, high, bound, design.sequential_p(rights), design.sequential_p(wrongs), n)
+    return Evidence(kind, effect, low, high, bound, design.sequential_p(rights), design.sequential_p(wrongs), n,
+                    tie=no_spread(d[:n], size))
+
+
+def _log_evidence(design: Design, left: np.ndarray, right: np.ndarray | None, relation: str, scale: float,
+                  shift: float, kind: str) -> Evidence:
+    """`evidence` on the log scale: the difference check log A - log B against log scale (or log A against
+    log c), its effect and interval exponentiated back to a ratio (or a value)."""
+    logs = np.log(left)
+    if right is not None:  # log A - log B against log scale: A's logs shifted by it, the effect shifted back
+        bound = math.log(scale)
+        ev = _linear(design, logs - bound, np.log(right), relation, 1.0, 0.0, DIFFERENCE)
+    else:  # log A against log c
+        bound = 0.0
+        ev = _linear(design, logs, None, relation, 1.0, math.log(shift), VALUE)
+    return Evidence(kind, math.exp(ev.effect + bound), math.exp(ev.low + bound), math.exp(ev.high + bound),
+                    scale if kind == RATIO else shift, ev.p_right, ev.p_wrong, ev.seeds, tie=ev.tie, log=True)
 
 
 def claim_p(checks: list[Evidence]) -> tuple[float, bool]:

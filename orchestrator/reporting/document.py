@@ -11,7 +11,7 @@ import dape_core.metric_names as names
 
 from .plots import Plot
 from .results import MISSING
-from .setup import setup_summary
+from .setup import code_marks, setup_summary
 from .tables import Table
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ class ReportDocument:
     best_points: "BestPoints | None" = None  # a grid over 2+ axes: each variant's best grid point (sweeps.py)
     cost: "CostFront | None" = None  # quality against cost with the Pareto front (cost_front.py)
     published: "list[PublishedLine]" = field(default_factory=list)  # the papers' values beside ours (published.py)
+    current_code: str = ""  # the code fingerprint of the checkout that builds the report (study/code_identity.py)
     published_notes: list[str] = field(default_factory=list)  # why none, a shorter tail than the papers' (published.py)
     _facts: dict = field(default_factory=dict, repr=False, compare=False)  # setup and provenance, read once
 
@@ -92,7 +93,7 @@ class ReportDocument:
     def setup(self) -> list[tuple[str, str]]:
         """The setup summary at the report's top (setup.py)."""
         if "setup" not in self._facts:
-            self._facts["setup"] = setup_summary(self.trials)
+            self._facts["setup"] = setup_summary(self.trials, self.current_code, self.study_name)
         return self._facts["setup"]
 
     def run_links(self) -> tuple[list[str | None], str]:
@@ -129,4 +130,10 @@ class ReportDocument:
             # Rows that differ only in settings their trial does not read read one run (trial/trials.py).
             listing["run of"] = self.trials["shared_with"].map(
                 lambda v: f"shared with {v}" if isinstance(v, str) else "–")
+        if "computed_by" in self.trials and (self.trials["computed_by"].dropna() != self.study_name).any():
+            listing["computed by"] = self.trials["computed_by"].map(  # reused from another study of the store
+                lambda v: v if isinstance(v, str) and v != self.study_name else "this study")
+        marks = code_marks(self.trials)
+        if marks is not None:  # the trials mix code versions: each one's, the others' marked (setup.py)
+            listing["code"] = marks
         return listing.fillna("–").astype(str)

@@ -257,7 +257,7 @@ def _draw_by_length(ax, table: Table, rows: list, by_variant: bool) -> list[int]
     """The rows' lines on one axes (labelled by variant inside a block); returns the lengths drawn."""
     drawn: list[int] = []
     for row in rows:
-        columns = [column for column in table.columns if row.cells[column].n]
+        columns = [column for column in table.columns if row.cells[column].n and not row.cells[column].diverged]
         if not columns:
             continue
         lengths = [int(column.rsplit("_", 1)[1]) for column in columns]

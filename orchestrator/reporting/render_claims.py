@@ -25,8 +25,22 @@ def intro(results: list[ClaimResult]) -> str:
             f"and spent over the planned looks where seeds were added), else *inconclusive*. The effect is the "
             f"claim's difference, ratio or value with its {1 - alpha:.0%} interval, for that claim alone (valid "
             f"over its looks; the verdicts are Holm-corrected across the claims, so an interval clear of 0 can "
-            f"stand beside an inconclusive verdict). With one seed no test is "
-            f"possible: the verdict says so. The rule: {DOCS}. Here: {decision_summary(results)}.")
+            f"stand beside an inconclusive verdict). The interval is the estimate's range, not a verdict; and a "
+            f"claim decided because its effect looked large overstates it where the true effect is near the "
+            f"smallest its seeds can decide (about 2x at 0.5 seed SD, 1.3x at 1 SD, none from 2 SD: "
+            f"bench_decisions.py), so read an early stop's effect as an upper estimate. Ratios and bounds are "
+            f"tested on the log scale (geometric means). With one seed no test is possible: the verdict says "
+            f"so. The rule: {DOCS}. Here: {decision_summary(results)}.{_p_note(results)}")
+
+
+def _p_note(results: list[ClaimResult]) -> str:
+    """Why a claim's p is not the significance table's p of the same rows (where a claim has one)."""
+    if not any(result.tested for result in results):
+        return ""
+    return (" A claim's p is not the significance table's: the table runs a fixed-n two-sided paired t-test on "
+            "every seed the rows have, Holm over the table's comparisons; a claim's test is one-sided per check, "
+            "spent over the planned looks on its look's seeds, on the log scale for ratios and bounds, and "
+            "Holm-corrected over the claims.")
 
 
 def _effect(result: ClaimResult) -> str:
@@ -51,7 +65,7 @@ def _row(result: ClaimResult) -> list[str]:
             result.claim.source]
 
 
-HEADER = ["claim", "statement", "verdict", "effect [interval], claimed", "seeds", "source"]
+HEADER = ["claim", "statement", "verdict", "estimate [interval, not a test], claimed", "seeds", "source"]
 
 
 def _md(text: str) -> str:
@@ -77,7 +91,7 @@ def _check_lines(result: ClaimResult) -> list[str]:
         line = f"{'✓' if check.holds else '✗'} {check.text}"
         ev = check.evidence
         if ev is not None:
-            line += (f" — {ev.kind} {ev.effect:.4g} [{ev.low:.4g}, {ev.high:.4g}], sequential one-sided p "
+            line += (f" — {ev.words} {ev.effect:.4g} [{ev.low:.4g}, {ev.high:.4g}], sequential one-sided p "
                      f"{ev.p_right:.3g} that it holds, {ev.p_wrong:.3g} that it does not")
         lines.append(line)
     return lines

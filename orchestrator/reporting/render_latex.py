@@ -32,6 +32,8 @@ def _cell(table: Table, row, column: str) -> str:
     cell = row.cells[column]
     if cell.n == 0:
         return "--"
+    if cell.diverged:
+        return escape(cells.diverged(cell))
     decimals = table.family.decimals
     body = _number(cell.mean, decimals)
     if row.label in table.best(column):

@@ -20,7 +20,16 @@ import dape_core.metric_names as names
 from ..study import Study, StudyError, load_study
 from ..study.locate import names_a_file, study_file
 from ..tracking.params import NOT_APPLICABLE, effective_params
-from ..tracking.store import ENV_TAG_PREFIX, STOPPED_EARLY_TAG, SWEPT_TAG_PREFIX, TEMPLATE_TAG, TRIAL_ID_TAG, StudyStore
+from ..tracking.store import (
+    CODE_TAG,
+    ENV_TAG_PREFIX,
+    STOPPED_EARLY_TAG,
+    STUDY_TAG,
+    SWEPT_TAG_PREFIX,
+    TEMPLATE_TAG,
+    TRIAL_ID_TAG,
+    StudyStore,
+)
 from ..tracking.uri import choose_store
 from ..trial.trials import StoredIdentities, Trial, expand_stored, shared_rows
 from .columns import CONFIG_PREFIX, IDENTITY_COLUMNS, MISSING, SERIES_METRICS, metric_columns
@@ -70,7 +79,9 @@ def _run_row(run) -> dict:
         "run_id": info.run_id, "run_name": info.run_name, "error": tags.get("error"),
         "device": tags.get("device"), "precision": tags.get("precision"), "data_hash": tags.get("data_hash"),
         "attention_kernels": tags.get("attention_kernels"),
-        "code_version": tags.get("code_version"), "stopped_early": tags.get(STOPPED_EARLY_TAG) == "true",
+        "code_version": tags.get("code_version"), "code_fingerprint": tags.get(CODE_TAG),
+        "computed_by": tags.get(STUDY_TAG),
+        "stopped_early": tags.get(STOPPED_EARLY_TAG) == "true",
         "template_id": tags.get(TEMPLATE_TAG), "block": "", "compare_with": None,
         "start_time": pd.Timestamp(info.start_time, unit="ms") if info.start_time else pd.NaT,
     }
@@ -84,10 +95,15 @@ def _run_row(run) -> dict:
     return row
 
 
-def _counting_run(runs: list) -> Any:
-    """Of a trial's runs (a trial redone after a crash has several), the one that counts."""
+def _counting_run(runs: list, code: str = "", own: str = "") -> Any:
+    """Of a trial's runs (a trial redone after a crash has several), the one that counts: a finished one of the
+    current `code` where there is one (this study's, experiment `own`, before another study's), else the latest
+    finished one of this study, else the latest."""
     finished = [run for run in runs if run.info.status == "FINISHED"]
-    return max(finished or runs, key=lambda run: run.info.start_time or 0)
+    current = [run for run in finished if code and run.data.tags.get(CODE_TAG) == code]
+    mine = [run for run in finished if not own or run.info.experiment_id == own]
+    return max(current or mine or finished or runs,
+               key=lambda run: (run.info.experiment_id == own, run.info.start_time or 0))
 
 
 def _select_values(store: StudyStore, frame: pd.DataFrame, choice: ValueChoice) -> pd.DataFrame:
@@ -123,7 +139,14 @@ def study_results(store: StudyStore, study: Study | None = None, value: ValueCho
     else:
         if trials is None:
             trials = expand_stored(study, {run.data.tags.get(TRIAL_ID_TAG) for run in runs})  # with seeds decide added
-        rows = _search_rows(runs, trials) if study.search.sampled else _grid_rows(runs, study, trials)
+        if study.search.sampled:
+            rows = _search_rows(runs, trials)
+        else:
+            from ..study.code_identity import code_fingerprint
+
+            code = code_fingerprint(study.plugin_payloads()).digest
+            runs = runs + _other_studies_runs(store, trials, code)
+            rows = _grid_rows(runs, study, trials, code, store.experiment_id)
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=IDENTITY_COLUMNS)
@@ -132,6 +155,13 @@ def study_results(store: StudyStore, study: Study | None = None, value: ValueCho
     rest = sorted(c for c in frame.columns if c not in ordered)
     frame = frame[ordered + rest].sort_values(["in_study", "row_index", "seed"], ascending=[False, True, True])
     return frame.reset_index(drop=True)
+
+
+def _other_studies_runs(store: StudyStore, trials: list[Trial], code: str) -> list:
+    """The finished runs of the store's other studies of this study's trials and of the current code (`run`
+    reuses them: issue 43); their rows say which study computed them (`computed_by`)."""
+    identities = StoredIdentities(trials)
+    return store.shared_runs({tag for trial in trials for tag in identities.candidates(trial)}, code)
 
 
 def _unset_marked(frame: pd.DataFrame) -> pd.DataFrame:
@@ -150,7 +180,8 @@ def _unset_marked(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _grid_rows(runs: list, study: Study | None, expected: list[Trial]) -> list[dict]:
+def _grid_rows(runs: list, study: Study | None, expected: list[Trial], code: str = "",
+               own: str = "") -> list[dict]:
     """Each row of the study file with the run that counts for its trial; rows that share a trial (they
     differ only in settings it does not read) each read its one run, the later ones saying whose
     (`shared_with`: the first row's label). Then the store's runs of no row of the study (in_study False).
@@ -158,7 +189,7 @@ def _grid_rows(runs: list, study: Study | None, expected: list[Trial]) -> list[d
     by_trial: dict[str, list] = {}
     for run in runs:
         by_trial.setdefault(run.data.tags.get(TRIAL_ID_TAG) or run.info.run_id, []).append(run)
-    stored = {trial_id: _run_row(_counting_run(group)) for trial_id, group in by_trial.items()}
+    stored = {trial_id: _run_row(_counting_run(group, code, own)) for trial_id, group in by_trial.items()}
     if study is None:
         return list(stored.values())
     identities, shared = StoredIdentities(expected), shared_rows(expected)

@@ -16,6 +16,7 @@ from dape_core import PRESETS
 from ..tracking.store import ENV_TAG_PREFIX
 from .names import value as value_words
 from .provenance import hardware
+from .tables import CODE_MARK
 
 
 def _values(frame: pd.DataFrame, column: str) -> list:
@@ -58,8 +59,10 @@ def _device(frame: pd.DataFrame) -> str:
     return devices + (f" ({precisions})" if precisions else "")
 
 
-def setup_summary(trials: pd.DataFrame) -> list[tuple[str, str]]:
-    """(name, text) facts of the finished trials (all trials where none finished)."""
+def setup_summary(trials: pd.DataFrame, current_code: str = "", study_name: str = "") -> list[tuple[str, str]]:
+    """(name, text) facts of the finished trials (all trials where none finished). `current_code`: the code
+    fingerprint of the checkout building the report, said where the trials' differs. `study_name`: the trials
+    another study of the store computed (reused: issue 43) are said with it."""
     finished = trials[trials["status"] == "FINISHED"] if "status" in trials else trials
     frame = finished if not finished.empty else trials
     facts = []
@@ -87,4 +90,62 @@ def setup_summary(trials: pd.DataFrame) -> list[tuple[str, str]]:
         facts.append(("training", f"{steps} steps of {batch} x {length} tokens"))
     if _values(frame, "device"):
         facts.append(("device", _device(frame)))
+    code = code_versions(finished, current_code)
+    if code:
+        facts.append(("code", code))
+    reused = reused_from(finished, study_name)
+    if reused:
+        facts.append(("reused", reused))
     return facts
+
+
+def reused_from(finished: pd.DataFrame, study_name: str) -> str | None:
+    """The trials another study of the store computed (same config and code), by study, with their runs."""
+    if not study_name or "computed_by" not in finished:
+        return None
+    others = finished[finished["computed_by"].notna() & (finished["computed_by"] != study_name)]
+    if others.empty:
+        return None
+    parts = []
+    for study, group in others.groupby("computed_by"):
+        runs = ", ".join(sorted(str(run) for run in group["run_id"].dropna().unique()))
+        parts.append(f"{study} ({len(group)} trial{'' if len(group) == 1 else 's'}: run {runs})")
+    return (f"{len(others)} trial(s) computed by other studies of this store with the same config and code, "
+            "not trained again: " + "; ".join(parts))
+
+
+MIXED_MARK = CODE_MARK  # a trial computed by other code than most of the report's (trials table, tables)
+
+
+def code_versions(finished: pd.DataFrame, current: str = "") -> str | None:
+    """The code fingerprints (study/code_identity.py) of the finished trials, each with its count; where they
+    differ, said so: the report mixes code versions, the trials of the others marked MIXED_MARK; where none is
+    `current` (the code building the report), said too."""
+    if "code_fingerprint" not in finished or finished.empty:
+        return None
+    counts = finished["code_fingerprint"].fillna("unknown").value_counts()
+    if current and set(counts.index) - {"unknown", current}:
+        text = code_versions(finished) or ""
+        return text + (f"; the current code is {current}: the trials of other code were kept (run --keep-stale); "
+                       "`orchestrator status` names the files that differ")
+    if list(counts.index) == ["unknown"]:
+        return "code unknown (runs from before the code fingerprint was recorded)"
+    parts = [f"{value} ({int(n)} trial{'' if n == 1 else 's'})" for value, n in counts.items()]
+    if len(counts) == 1:
+        return f"fingerprint {parts[0]}"
+    return (f"MIXED code versions: {', '.join(parts)}; the trials of other code than {counts.index[0]} are marked "
+            f"{MIXED_MARK} in the trials table, and their rows {MIXED_MARK} after n in the tables")
+
+
+def code_marks(trials: pd.DataFrame) -> pd.Series | None:
+    """Per trial, its code fingerprint, marked where the finished trials mix code versions and it is not the most
+    common one; None where they do not mix."""
+    if "code_fingerprint" not in trials:
+        return None
+    finished = trials[trials["status"] == "FINISHED"] if "status" in trials else trials
+    counts = finished["code_fingerprint"].fillna("unknown").value_counts()
+    if len(counts) <= 1:
+        return None
+    common = counts.index[0]
+    return trials["code_fingerprint"].fillna("unknown").map(
+        lambda value: value if value == common else f"{MIXED_MARK} {value}")

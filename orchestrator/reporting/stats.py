@@ -14,21 +14,25 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .diverged import diverged
+
 MIN_SEEDS = 3
 ALPHA = 0.05
 N_TOO_SMALL = "n < 3"
+DIVERGED_SEED = "not tested: a seed diverged"
 
 
 @dataclass
 class Summary:
-    mean: float
+    mean: float  # NaN where a seed diverged (diverged.py): no arithmetic on it
     std: float  # sample std over seeds (ddof=1); NaN with one seed
     n: int
+    diverged: int = 0  # seeds whose value is infinite or overflowing (a diverged or failed evaluation)
 
 
 @dataclass
 class Comparison:
-    test: str  # "paired t" | "Welch t" | "n < 3" | "no variance"
+    test: str  # "paired t" | "Welch t" | "n < 3" | "no variance" | DIVERGED_SEED
     n: int  # seed pairs (paired) or the smaller group's size
     diff: float  # variant mean minus baseline mean
     p: float = math.nan
@@ -66,6 +70,9 @@ def summarise_array(values: np.ndarray) -> Summary:
     n = values.size
     if n == 0:
         return Summary(math.nan, math.nan, 0)
+    bad = int(diverged(values).sum())
+    if bad:
+        return Summary(math.nan, math.nan, n, bad)
     mean = values.sum() / n
     std = float(np.sqrt(((mean - values) ** 2).sum() / (n - 1))) if n > 1 else math.nan
     return Summary(float(mean), std, n)
@@ -83,13 +90,15 @@ def compare_arrays(variant: np.ndarray, variant_seeds: np.ndarray, baseline: np.
     kept, kept_base = ~np.isnan(variant), ~np.isnan(baseline)
     variant, variant_seeds = variant[kept], variant_seeds[kept]
     baseline, baseline_seeds = baseline[kept_base], baseline_seeds[kept_base]
+    if diverged(variant).any() or diverged(baseline).any():  # no arithmetic on an infinite or overflowing value
+        return Comparison(DIVERGED_SEED, min(len(variant), len(baseline)), math.nan)
     diff = _mean(variant) - _mean(baseline) if len(variant) and len(baseline) else math.nan
     position = {seed: i for i, seed in enumerate(baseline_seeds)}
     common = [(i, position[seed]) for i, seed in enumerate(variant_seeds) if seed in position]  # the variant's order
     if len(common) >= MIN_SEEDS:
         deltas = variant[[i for i, _ in common]] - baseline[[j for _, j in common]]
         spread = deltas.std(ddof=1)
-        if spread == 0:
+        if no_spread(deltas, float(max(np.abs(variant).max(), np.abs(baseline).max()))):
             return Comparison("no variance", len(common), diff)
         t = deltas.mean() / (spread / math.sqrt(len(deltas)))
         return Comparison("paired t", len(common), diff, p=_two_sided(t, len(deltas) - 1),
@@ -105,6 +114,20 @@ def compare_arrays(variant: np.ndarray, variant_seeds: np.ndarray, baseline: np.
         return Comparison("Welch t", min(len(a), len(b)), diff, p=_two_sided(t, dof),
                           effect=float((a.mean() - b.mean()) / pooled))
     return Comparison(N_TOO_SMALL, len(common) or min(len(variant), len(baseline)), diff)
+
+
+TIE = 1e-9  # a spread below this fraction of the compared values' size is rounding: the values tie
+
+
+def no_spread(values: np.ndarray, size: float = 0.0) -> bool:
+    """The values (per-seed differences, or values) are the same on every seed, up to rounding: their spread
+    is at most TIE x `size` (the size of the numbers they are differences of) or TIE x their own size. A
+    t-test has no spread to judge them by (its p would be 0), so none is run."""
+    if values.size < 2:
+        return True
+    spread = float(values.std(ddof=1))
+    scale = max(size, float(np.abs(values).max()))
+    return not math.isfinite(spread) or spread <= TIE * scale
 
 
 def _two_sided(t: float, dof: float) -> float:

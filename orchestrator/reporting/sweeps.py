@@ -51,7 +51,7 @@ def best_points(table: Table) -> BestPoints | None:
     best: dict = {}
     for row in table.rows:
         cell = row.cells[column]
-        if not cell.n:
+        if not cell.n or cell.diverged:
             continue
         kept = best.get(row.variant)
         better = kept is None or (cell.mean < kept.cells[column].mean if family.lower_is_better

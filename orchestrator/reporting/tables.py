@@ -25,6 +25,7 @@ class Row:
     comparisons: dict[str, Comparison] = field(default_factory=dict)
     block: str = ""  # the grid point of a study read in blocks (layout.py), else ""
     variant: str = ""
+    code_mark: str = ""  # CODE_MARK where some of its trials ran other code than most of the table's
 
     def ratio(self, column: str, baseline: "Row | None") -> float:
         if baseline is None or not baseline.cells[column].mean:
@@ -88,7 +89,7 @@ class Table:
     def _find_best(self, column: str) -> set[str]:
         by_block: dict[str, dict[str, float]] = {}
         for row in self.rows:
-            if row.cells[column].n:
+            if row.cells[column].n and not row.cells[column].diverged:  # a diverged cell has no mean
                 by_block.setdefault(row.block if self.blocks else "", {})[row.label] = round(
                     row.cells[column].mean, self.family.decimals)
         best: set[str] = set()
@@ -123,6 +124,12 @@ class Table:
             parts.append(family.zero_reason.format(columns=", ".join(self.header(c) for c in self.left_out)))
         parts += [f"Cells: {self.value_text}, mean ± std over seeds; "
                  f"n = finished seeds / seeds in the study. {best} (none where the rows tie)."]
+        if any(cell.diverged for row in self.rows for cell in row.cells.values()):
+            parts.append("diverged: a seed's value is infinite or overflowing (a diverged training or a failed "
+                         "evaluation); no mean or test is computed on it.")
+        if any(row.code_mark for row in self.rows):
+            parts.append(f"{CODE_MARK} after n: some of the row's trials were computed by other code than most "
+                         "of the table's (the setup's code line names the versions).")
         if self.has_baseline:
             reference = self.header(self.reference)
             if family.compare == "ratio":
@@ -161,7 +168,8 @@ class Table:
                 cell, comparison = row.cells[column], row.comparisons.get(column)
                 records.append({
                     "table": self.family.key, "variant": row.label, "column": column, "header": self.header(column),
-                    "mean": cell.mean, "std": cell.std, "n": cell.n, "seeds_expected": row.seeds_expected,
+                    "mean": cell.mean, "std": cell.std, "n": cell.n, "diverged": cell.diverged,
+                    "seeds_expected": row.seeds_expected,
                     "best": best[column], "baseline": row.baseline_label,
                     "ratio_to_baseline": row.ratio(column, baseline), "diff_to_baseline": row.delta(column, baseline),
                     "test": comparison.test if comparison else "", "p": comparison.p if comparison else math.nan,
@@ -227,6 +235,7 @@ def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text:
                         seeds_done=runs.count(label), seeds_expected=int(expected[label]),
                         cells={column: summarise_array(runs.values(label, column)) for column in columns}, block=block,
                         variant=str(info.get("variant") or label)))
+    _mark_code(rows, finished)
     table = Table(family, columns, rows, value_text, tail_text, left_out)
     if family.significance:
         for row in rows:
@@ -238,6 +247,24 @@ def build_table(family: Family, frame: pd.DataFrame, value_text: str, tail_text:
                                                       runs.values(base.label, column), theirs) for column in columns}
         apply_holm(table.comparisons())
     return table
+
+
+CODE_MARK = "‡"
+
+
+def _mark_code(rows: list[Row], finished: pd.DataFrame) -> None:
+    """Mark the rows some of whose finished trials ran other code than most of them (a report kept with
+    `run --keep-stale`, or mixing trials of unknown code): a table never mixes code versions silently."""
+    if "code_fingerprint" not in finished or finished.empty:
+        return
+    codes = finished["code_fingerprint"].fillna("unknown")
+    counts = codes.value_counts()
+    if len(counts) <= 1:
+        return
+    other = set(finished.loc[codes != counts.index[0], "label"])
+    for row in rows:
+        if row.label in other:
+            row.code_mark = CODE_MARK
 
 
 def build_tables(frame: pd.DataFrame, value_text: str, tail_text: str = "", headline: str = PPL.name) -> list[Table]:

@@ -4,8 +4,9 @@ trial (trial_checks.py, sweeps.py, search_checks.py), and each profile's publish
 (published_checks.py), for the chosen profile and for every other profile of the file, and, where the caller
 asks (run, plan, validate), the data the chosen profile's trials would read (data_paths.py). A study's plugins
 (`plugins:`, dape_core/plugins.py) are loaded first, so that the names they register validate like the
-built-ins', and what they register is audited for causality over the resolved trials (plugin_checks.py) before
-anything can launch. Every problem is collected and reported at once (StudyError), each with its field path;
+built-ins', and the components the resolved trials use are checked against the component contract
+(contract_checks.py: a plugin's at every loading, every component's at `validate`) before anything can
+launch. Every problem is collected and reported at once (StudyError), each with its field path;
 problems of a profile that was not chosen are prefixed `profiles.<name>:`, and the error of a chosen profile
 names it in its first line. The rows' resolved configs stay with the study returned (trial_checks.py's
 `resolved_rows`): expanding it (trial/trials.py), its claims and its report resolve no row again.
@@ -23,12 +24,13 @@ from pydantic import ValidationError
 from dape_core import ExperimentConfig
 
 from .claim_checks import claim_problems
+from .contract_checks import contract_problems
 from .data_paths import study_data_problems
 from .decide_checks import decide_problems
 from .locate import folder_problem
 from .model import Study
 from .overrides import resolve
-from .plugin_checks import load_plugins, plugin_problems
+from .plugin_checks import load_plugins
 from .problems import StudyError, format_pydantic
 from .published_checks import resolve_published
 from .search_checks import search_problems
@@ -134,13 +136,14 @@ def _profile_problems(original: dict, study: Study, chosen: str | None, known: l
 
 def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
                 overrides: dict[str, Any] | None = None, *, check_data: bool = False,
-                problems: list[str] | tuple[str, ...] = (), folder: Path | str = ".") -> Study:
+                problems: list[str] | tuple[str, ...] = (), folder: Path | str = ".", contract: bool = False) -> Study:
     """Validate a loaded YAML document into a Study, or raise StudyError listing every problem.
 
     `profile` applies one of the study's named override sets; `overrides` (from the command line) come last.
     `check_data`: also report the data files the trials would read that do not exist. `problems`: found
     already (duplicate keys of the YAML), reported with the others. `folder`: the study file's, where the
-    plugin files it names are.
+    plugin files it names are. `contract`: check every trial's components against the component contract,
+    built-ins' included (`validate`); a plugin's components are checked at every loading.
     """
     if profile is not None:
         source = f"{source} (profile {profile})"
@@ -162,7 +165,7 @@ def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
     found, trials = study_problems(study)
     if profile is not None and not found:
         found += resolve_published(study, profile)[1]
-    found = [*problems, *found, *plugin_problems(plugins, trials)]
+    found = [*problems, *found, *contract_problems(trials, plugins, everything=contract)]
     found += _profile_problems(original, study, profile, found)
     if check_data and trials:
         found += study_data_problems(ExperimentConfig(**study.base).data, trials)
@@ -220,7 +223,7 @@ def read_study_yaml(path: str | Path) -> Any:
 
 
 def load_study(path: str | Path, profile: str | None = None, overrides: dict[str, Any] | None = None, *,
-               check_data: bool = False) -> Study:
+               check_data: bool = False, contract: bool = False) -> Study:
     document, duplicates = read_study(path)
     return parse_study(document, str(path), profile=profile, overrides=overrides, check_data=check_data,
-                       problems=duplicates, folder=Path(path).parent)
+                       problems=duplicates, folder=Path(path).parent, contract=contract)

@@ -5,6 +5,8 @@ trial twice, share its checkpoint, or close each other's live runs as stale. Eac
 lease run in the study's experiment (tag `orchestrator.role` = `lease`), tagged `holds.<trial id>` for every
 trial it runs, with a heartbeat it refreshes every `heartbeat_s` seconds; the run is deleted when it is done.
 The store is the one thing all orchestrators of a study share, on one machine (SQLite) or many (a server).
+Every study's leases are read: two studies of one store share the trials of one identity (the same config and
+code is the same trial, reused across studies), so two studies running at once train such a trial once.
 
 Claiming is "publish, then look": an orchestrator adds the trials it wants to its lease, then reads every
 other live lease, and gives back any trial another one also holds. Of two orchestrators claiming one trial,
@@ -129,10 +131,11 @@ class LeaseBook:
         return blocked
 
     def others(self) -> list[Holder]:
-        """The other live leases of the study; leases of dead orchestrators are deleted on the way (their
+        """The other live leases of the store's studies; leases of dead orchestrators are deleted on the way (their
         trials are then free) and remembered in `taken_over`."""
         live = []
-        for run in self.store.client.search_runs([self.store.experiment_id],
+        # Every study's leases: two studies of one store share the trials of one identity (issue 43).
+        for run in self.store.client.search_runs(self.store.study_experiment_ids(),
                                                  filter_string=f"tags.`{ROLE_TAG}` = '{LEASE_ROLE}'",
                                                  max_results=1000):
             if run.info.run_id == self.run_id:

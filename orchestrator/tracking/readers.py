@@ -84,6 +84,18 @@ class SQLiteReader:
         return [str(row[0]) for row in self._query("SELECT experiment_id FROM experiments WHERE lifecycle_stage = "
                                                    "'active' ORDER BY creation_time DESC, experiment_id")]
 
+    def experiments_tagged(self, tag: str) -> list[str]:
+        """The active experiments that carry the experiment tag `tag` (any value), oldest first."""
+        return [str(row[0]) for row in self._query(
+            "SELECT e.experiment_id FROM experiments e JOIN experiment_tags t ON t.experiment_id = e.experiment_id "
+            "AND t.key = ? WHERE e.lifecycle_stage = 'active' ORDER BY e.experiment_id", (tag,))]
+
+    def experiment_names(self, tag: str) -> list[str]:
+        """The names of the active experiments that carry the experiment tag `tag`."""
+        return sorted(str(row[0]) for row in self._query(
+            "SELECT e.name FROM experiments e JOIN experiment_tags t ON t.experiment_id = e.experiment_id "
+            "AND t.key = ? WHERE e.lifecycle_stage = 'active'", (tag,)))
+
     def experiment(self, name: str) -> tuple[str, dict[str, str]] | None:
         """(experiment id, tags) of the experiment of that name, or None."""
         found = self._query("SELECT experiment_id FROM experiments WHERE name = ? ORDER BY experiment_id", (name,))
@@ -138,6 +150,14 @@ class ClientReader:
 
     def experiment_ids(self) -> list[str]:
         return [experiment.experiment_id for experiment in self.client.search_experiments()]
+
+    def experiments_tagged(self, tag: str) -> list[str]:
+        return sorted((experiment.experiment_id for experiment in self.client.search_experiments(max_results=50000)
+                       if tag in experiment.tags), key=lambda value: (len(value), value))
+
+    def experiment_names(self, tag: str) -> list[str]:
+        return sorted(experiment.name for experiment in self.client.search_experiments(max_results=50000)
+                      if tag in experiment.tags)
 
     def experiment(self, name: str) -> tuple[str, dict[str, str]] | None:
         found = self.client.get_experiment_by_name(name)

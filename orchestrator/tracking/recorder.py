@@ -46,6 +46,7 @@ from .events import TrialFailed, TrialFinished, TrialInterrupted, TrialListener,
 from .params import resolved_params, start_params
 from .sharing import DeviceSharing
 from .store import (
+    CODE_FILE,
     ENV_TAG_PREFIX,
     INTERRUPTED_TAG,
     STOPPED_EARLY_TAG,
@@ -61,13 +62,16 @@ _TAG_LIMIT = 4000  # MLflow's tag values are bounded; reasons are cut to this
 
 class MLflowRecorder(TrialListener):
     def __init__(self, store: StudyStore, tags: dict[str, str], resources: dict | None = None,
-                 sharing: DeviceSharing | None = None):
+                 sharing: DeviceSharing | None = None, code_json: str = ""):
         """`resources`: the study's cpus/gpus per trial, written into each trial's one-trial study file.
-        `sharing`: how many trials ran at once (sharing.py), logged with each trial's final metrics."""
+        `sharing`: how many trials ran at once (sharing.py), logged with each trial's final metrics.
+        `code_json`: the code fingerprint's per-file hashes (study/code_identity.py), each trial run's artifact
+        CODE_FILE (its digest is the tag CODE_TAG, among `tags`)."""
         self.store = store
         self.sharing = sharing
         self.common_tags = tags
         self.resources = resources
+        self.code_json = code_json
         self.run_ids: dict[str, str] = {}  # event key -> MLflow run id
         self.worker_pids: dict[str, int] = {}
         self.system_steps: dict[str, int] = {}  # event key -> system-metric samples logged so far
@@ -87,6 +91,8 @@ class MLflowRecorder(TrialListener):
         run_id = self.store.create_trial_run(trial.run_name, tags, start_params(trial.config))
         self.run_ids[event.key] = run_id
         self._log_trial_config(run_id, trial)
+        if self.code_json:
+            self._log_text(run_id, CODE_FILE, self.code_json)
 
     def _log_trial_config(self, run_id: str, trial, ran: dict[str, str] | None = None) -> None:
         """`trial_config.yaml`: written when the trial starts, and again with the device and precision it ran

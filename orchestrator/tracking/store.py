@@ -43,6 +43,9 @@ STALE_TAG = "orchestrator.stale"  # a run left RUNNING by an orchestrator that d
 WEIGHTS_TAG = "orchestrator.weights"  # the kept model's weights file among the run's artifacts (model/...)
 SWEPT_TAG_PREFIX = "swept."  # swept.<dotted key> = the value a trial's row sets (variant override or axis point)
 ENV_TAG_PREFIX = "env."  # env.<key> = what the trial's process ran with (dape_core/environment.py): env.torch, ...
+CODE_TAG = "orchestrator.code_fingerprint"  # the code the trial executed (study/code_identity.py); absent: unknown
+REUSED_FROM_PREFIX = "reused_from."  # on a study's parent run: reused_from.<trial id> = "<study> <run id>"
+CODE_FILE = "code_fingerprint.json"  # the trial run's artifact: that fingerprint's per-file hashes
 
 
 class StudyStore:
@@ -196,10 +199,34 @@ class StudyStore:
             latest[run.data.tags.get(TRIAL_ID_TAG)] = run
         return latest
 
-    def finished_trial_ids(self) -> set[str]:
-        """Trials trained to their end: a run stopped early by a scheduler does not count as done."""
+    def finished_trial_ids(self, code: str | None = None) -> set[str]:
+        """Trials trained to their end: a run stopped early by a scheduler does not count as done. With `code`
+        (a code fingerprint), only runs of that code count."""
         return {run.data.tags.get(TRIAL_ID_TAG) for run in self.trial_runs()
-                if run.info.status == "FINISHED" and run.data.tags.get(STOPPED_EARLY_TAG) != "true"}
+                if run.info.status == "FINISHED" and run.data.tags.get(STOPPED_EARLY_TAG) != "true"
+                and (code is None or run.data.tags.get(CODE_TAG) == code)}
+
+    def study_experiment_ids(self) -> list[str]:
+        """The experiments of every study of this store (those this tool created: tagged STUDY_TAG), this
+        study's among them."""
+        found = self.reader.experiments_tagged(STUDY_TAG)
+        return found if self.experiment_id in found else [self.experiment_id, *found]
+
+    def shared_runs(self, trial_ids: set[str], code: str | None = None) -> list:
+        """The FINISHED trial runs of the store's other studies whose identity is one of `trial_ids` (trained to
+        their end; with `code`, of that code fingerprint): a trial another study finished is this one's too
+        (the same identity is the same trial: issue 43)."""
+        if not trial_ids:
+            return []
+        runs = []
+        for experiment_id in self.study_experiment_ids():
+            if experiment_id == self.experiment_id:
+                continue
+            runs += [run for run in self.reader.runs(experiment_id, ROLE_TAG, "trial")
+                     if run.info.status == "FINISHED" and run.data.tags.get(TRIAL_ID_TAG) in trial_ids
+                     and run.data.tags.get(STOPPED_EARLY_TAG) != "true"
+                     and (code is None or run.data.tags.get(CODE_TAG) == code)]
+        return runs
 
     def failed_trial_ids(self) -> set[str]:
         """Trials whose most recent run FAILED (a later FINISHED run of the same trial wins)."""

@@ -45,14 +45,14 @@ import subprocess
 import sys
 import time
 
+import model_tables
 import torch
+from reference_formulation import reference_attention
 from tabulate import tabulate
 
-import model_tables
 from dape_core import ModelConfig
 from dape_core.attention import CausalSelfAttention
 from dape_core.encodings.base import build_position_encoding
-from reference_formulation import reference_attention
 
 GIB, MIB = 2**30, 2**20
 VARIANTS = {  # label -> ModelConfig overrides
@@ -148,7 +148,8 @@ def layer_train_case(args, shape, length, variant, memory: bool, dtype: torch.dt
     width = layer.proj.in_features
     generator = torch.Generator().manual_seed(length)
     x = torch.randn(1, length, width, generator=generator).to(args.device, dtype).requires_grad_()
-    target = torch.randn(1, length, width, generator=generator).to(args.device, torch.promote_types(dtype, torch.float32))
+    target_dtype = torch.promote_types(dtype, torch.float32)
+    target = torch.randn(1, length, width, generator=generator).to(args.device, target_dtype)
     positions = torch.arange(length, device=args.device)
 
     def step(forward):
@@ -252,7 +253,8 @@ def progress(table, shape, length, variant, results, memory: bool) -> None:
     result = results[f"{table}|{shape}|{length}|{variant}"]
     unit = (lambda b: f"{b / MIB:.0f} MiB") if memory else (lambda s: f"{1e3 * s:.0f} ms")
     text = ", ".join(f"{who} {unit(value)}" for who, value in result.items() if who in ("ours", "ref"))
-    print(f"  [{'memory' if memory else 'time'}] {table} {shape} T={length} {variant}: {text}", file=sys.stderr, flush=True)
+    print(f"  [{'memory' if memory else 'time'}] {table} {shape} T={length} {variant}: {text}",
+          file=sys.stderr, flush=True)
 
 
 def model_progress(key: str, result: dict) -> None:

@@ -49,7 +49,8 @@ def _ui(study: Path, uri: str) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     server = subprocess.Popen([sys.executable, "-m", "orchestrator", "ui", str(study), "--tracking-uri", uri,
-                               "--port", str(_free_port())], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               "--port", str(_free_port())],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         for line in server.stdout:
             if re.search(r"MLflow UI for study \S+: http", line):
@@ -67,7 +68,6 @@ def _stored_study(args) -> tuple[Path, str]:
         return Path(args.study), args.tracking_uri
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import ray
-
     import report_study
 
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)

@@ -87,7 +87,8 @@ def throughput(work: Path, vocab: int, bpe_mb: float) -> dict:
     training = train_seconds - subset_mb / rates[("bpe", available_cpus())][0]  # the same run less its tokenizing
     trained_mb = trained["tokenizer"]["trained_on_bytes"] / MB
     print(f"BPE {vocab}: trained on {trained_mb:.1f} MB of training documents in about {training:.1f} s "
-          f"({trained_mb / max(training, 1e-9):.1f} MB/s; the whole preparation with training took {train_seconds:.1f} s)")
+          f"({trained_mb / max(training, 1e-9):.1f} MB/s; "
+          f"the whole preparation with training took {train_seconds:.1f} s)")
     rates["bpe_training_mb_s"] = trained_mb / max(training, 1e-9)
     for kind, label in (("byte", "byte-level (vocab 256)"), ("bpe", f"byte-level BPE (vocab {vocab})")):
         one, many = rates[(kind, 1)][0], rates[(kind, available_cpus())][0]

@@ -19,6 +19,16 @@ Prints:
 4. A study of 8 claims with Holm across them: any false verdict under no effect, seeds per claim under effects.
 5. The largest value a scale-invariant e-value for the t-test can take at 2-4 seeds (why the rule is not an
    e-process): at 2 seeds it stays below 1/alpha = 20 even for an effect of 5 SDs.
+6. Perplexity-shaped data, judged by the product's own code look by look (`--skewed` studies per case,
+   default 2000): a bound claim "A < c" and a ratio claim "A < 0.95 x B" on lognormal values (sigma 0.25,
+   0.5, 1) exactly at the claim's bound (the log scale's null: geometric mean at the bound); the same with
+   an occasional bad seed (one seed in ten 3x off); values that tie by rounding; and a design changed on
+   resume (judged to max_seeds 10, the undecided ones judged again under looks to 18, as a resume that
+   was not refused would). Each: the rate of false "holds" (nominal alpha/2: the claim is two-sided) and
+   of any false verdict (nominal alpha), with 95% intervals; for comparison, the rule before issue 41
+   (t-test on the raw values, at its own null: arithmetic mean at the bound).
+7. Early stops exaggerate: at true effects of 0.5, 1, 2 and 5 seed SDs, the mean effect the decided claims
+   report over the true one, by the look they stopped at, and how often their interval covers the truth.
 
 The rule is simulated vectorised (every study at once) with the product's calibrated null law
 (Design.null()); the first 300 studies of each setting are also judged by the product's own per-claim
@@ -39,7 +49,7 @@ from scipy.special import stdtr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from orchestrator.reporting.decision import Design, claim_p, evidence
+from orchestrator.reporting.decision import DIFFERENCE, RATIO, VALUE, Design, _linear, claim_p, evidence
 from orchestrator.study.model import Decide
 
 ALPHA = 0.05
@@ -170,15 +180,104 @@ def max_evalue(n: int, effect: float) -> float:
     return top / bottom
 
 
+def judged(design: Design, a: np.ndarray, b: np.ndarray | None, relation: str, scale: float, shift: float,
+           raw: bool = False) -> int:
+    """+1 holds, -1 fails, 0 undecided: one claim (one check) judged look by look by the product's code;
+    `raw`: on the raw values (the rule before issue 41)."""
+    kind = VALUE if b is None else RATIO
+    for n in design.looks:
+        bn = b[:n] if b is not None else None
+        if raw:
+            check = _linear(design, a[:n], bn, relation, scale, shift, kind if b is None else DIFFERENCE)
+        else:
+            check = evidence(design, a[:n], bn, relation, scale, shift, kind)
+        p, holds = claim_p([check])
+        if p <= design.alpha:
+            return 1 if holds else -1
+    return 0
+
+
+def skewed(studies: int, design: Design) -> None:
+    """Section 6 (module docstring)."""
+    rng = np.random.default_rng(41)
+    half = f"nominal {ALPHA / 2:g} / {ALPHA:g}"
+
+    def line(name: str, verdicts: list[int], extra: str = "") -> None:
+        v = np.array(verdicts)
+        print(f"   {name:44} holds {rate(int((v == 1).sum()), len(v))}  any {rate(int((v != 0).sum()), len(v))}"
+              + extra)
+
+    print(f"\n6. Perplexity-shaped data, {studies} studies per case, false 'holds' / any false verdict ({half})")
+    for sigma in (0.25, 0.5, 1.0):
+        c = 30.0
+        logs = rng.normal(math.log(c), sigma, (studies, MAX_SEEDS))
+        line(f"bound A < {c:g}, lognormal sigma {sigma:g}",
+             [judged(design, np.exp(row), None, "<", 1.0, c) for row in logs])
+        raw = np.exp(logs - sigma**2 / 2)  # arithmetic mean at the bound: the raw rule's own null
+        line("  before (raw t-test), mean at the bound", [judged(design, row, None, "<", 1.0, c, raw=True)
+                                                          for row in raw])
+        seed = rng.normal(math.log(c), 0.3, (studies, MAX_SEEDS))  # what the two rows share by seed
+        b = np.exp(seed + rng.normal(0, sigma, (studies, MAX_SEEDS)))
+        a = 0.95 * np.exp(seed + rng.normal(0, sigma, (studies, MAX_SEEDS)))
+        line(f"ratio A < 0.95 x B, lognormal sigma {sigma:g}",
+             [judged(design, a[i], b[i], "<", 0.95, 0.0) for i in range(studies)])
+        line("  before (raw A - 0.95 B), mean ratio at 0.95",
+             [judged(design, a[i], b[i], "<", 0.95, 0.0, raw=True) for i in range(studies)])
+    seed = rng.normal(math.log(30.0), 0.3, (studies, MAX_SEEDS))
+    b = np.exp(seed + rng.normal(0, 0.05, (studies, MAX_SEEDS)))
+    a = 0.95 * np.exp(seed + rng.normal(0, 0.05, (studies, MAX_SEEDS)))
+    bad = rng.random((studies, MAX_SEEDS)) < 0.1
+    side = rng.random((studies, MAX_SEEDS)) < 0.5
+    a, b = np.where(bad & side, 3 * a, a), np.where(bad & ~side, 3 * b, b)
+    line("ratio A < 0.95 x B, one seed in ten 3x off", [judged(design, a[i], b[i], "<", 0.95, 0.0)
+                                                         for i in range(studies)])
+    base = np.round(30.0 + rng.normal(0, 0.5, (studies, MAX_SEEDS)), 1)
+    tied = np.round(base + rng.normal(0, 0.06, (studies, MAX_SEEDS)), 1)  # ties by rounding: often equal
+    line("difference A < B, values rounded (ties)", [judged(design, tied[i] - base[i], None, "<", 1.0, 0.0)
+                                                     for i in range(studies)],
+         f"  (the first look's 2 differences tie: {(np.diff(tied[:, :2] - base[:, :2], axis=1) == 0).mean():.2f})")
+    longer = Design(tuple(Decide(max_seeds=18).looks()), ALPHA)
+    d = rng.standard_normal((studies, 18))
+    first = [judged(design, row[:MAX_SEEDS], None, ">", 1.0, 0.0) for row in d]
+    again = [v if v else judged(longer, row, None, ">", 1.0, 0.0) for v, row in zip(first, d)]
+    line("design locked (max_seeds 10; a change refused)", first)
+    line("design changed on resume (undecided: to 18)", again)
+
+
+def early_stops(studies: int, design: Design) -> None:
+    """Section 7 (module docstring): vectorised, as sections 1-2."""
+    rng = np.random.default_rng(43)
+    print("\n7. Early stops: mean reported effect / true effect among decided claims (by stopping look); coverage")
+    for effect in (0.5, 1.0, 2.0, 5.0):
+        d = draw(studies, effect, "normal", rng)
+        verdict, seeds = sequential(design, d)
+        estimate = np.array([d[i, :n].mean() for i, n in enumerate(seeds)])
+        decided = verdict != 0
+        by_look = ", ".join(f"{n}: {estimate[decided & (seeds == n)].mean() / effect:.2f}"
+                            for n in design.looks if (decided & (seeds == n)).sum() >= 20)
+        covered = sum(evidence(design, d[i, :seeds[i]], None, ">").low <= effect
+                      <= evidence(design, d[i, :seeds[i]], None, ">").high for i in np.flatnonzero(decided)[:500])
+        ratio = estimate[decided].mean() / effect
+        print(f"   effect {effect:g}: decided {decided.mean():.3f}, reported/true {ratio:.2f} "
+              f"(by look {by_look}); interval covers the truth {covered / min(500, decided.sum()):.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--studies", type=int, default=10_000)
     parser.add_argument("--no-evalue", action="store_true")
+    parser.add_argument("--skewed", type=int, default=2000, help="studies per case of section 6 (0: none)")
+    parser.add_argument("--only-skewed", action="store_true", help="section 6 alone")
     args = parser.parse_args()
     started = time.perf_counter()
     rng = np.random.default_rng(7)
     looks = tuple(Decide().looks())
     design = Design(looks, ALPHA)
+    if args.only_skewed:
+        early_stops(args.studies, design)
+        skewed(args.skewed, design)
+        print(f"\n({time.perf_counter() - started:.1f} s)")
+        return
     print(f"Design: looks at {list(looks)} seeds, alpha = {ALPHA}, first look's weight {design.first_weight:g}; "
           f"nominal one-sided level per look {[round(design.nominal(n), 5) for n in looks]}; "
           f"{args.studies} studies per setting\n")
@@ -239,6 +338,9 @@ def main() -> None:
         for n in (2, 3, 4):
             print(f"   {n} seeds: " + ", ".join(f"effect {effect:g} SD: {max_evalue(n, effect):.3g}"
                                               for effect in (1.0, 2.0, 5.0)))
+    early_stops(args.studies, design)
+    if args.skewed:
+        skewed(args.skewed, design)
     print(f"\n({time.perf_counter() - started:.1f} s)")
 
 

@@ -26,12 +26,13 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: distributed_support
 
+from distributed_support import max_abs_difference, run_job, run_on_workers, with_workers  # noqa: E402
+
 from dape_core import build_model  # noqa: E402
 from dape_core.config import ModelConfig  # noqa: E402
 from dape_core.data import DataConfig, TrainStream, load_corpus  # noqa: E402
 from dape_core.train import TrainConfig, World, resolve_precision, train  # noqa: E402
 from dape_core.train.distributed import shard_model  # noqa: E402
-from distributed_support import max_abs_difference, run_job, run_on_workers, with_workers  # noqa: E402
 
 TINY = {
     "model": {"preset": "tiny", "pos_encoding": "kerple", "processor": "dapev2", "d_dape": 8},

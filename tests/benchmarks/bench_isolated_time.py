@@ -41,7 +41,8 @@ def main() -> None:
         print(f"| {row['label']} | {row['concurrent_trials_max']:.0f} / {row['concurrent_trials_mean']:.2f} | "
               f"{row['ms_per_step']:.1f} ({row['ms_per_step'] / base['ms_per_step']:.2f}x) | "
               f"{row['isolated_ms_per_step']:.1f} [{row['isolated_ms_per_step_q1']:.1f}, "
-              f"{row['isolated_ms_per_step_q3']:.1f}] ({row['isolated_ms_per_step'] / base['isolated_ms_per_step']:.2f}x) | "
+              f"{row['isolated_ms_per_step_q3']:.1f}] "
+              f"({row['isolated_ms_per_step'] / base['isolated_ms_per_step']:.2f}x) | "
               f"{_cell(row, base, fwd)} | "
               f"{row[alone_fwd]:.1f} [{row[alone_fwd + '_q1']:.1f}, {row[alone_fwd + '_q3']:.1f}] "
               f"({row[alone_fwd] / base[alone_fwd]:.2f}x) |")

@@ -76,9 +76,11 @@ def main() -> None:
     overall: dict[str, list] = {"analytic": [], "learned": [], "plan": []}
     print(f"store {args.tracking_uri}")
     print(f"{'study':22s} {'n':>3s} {'learned':>7s}  {'analytic MAE':>20s}  {'learned MAE (its n)':>20s}  "
-          f"{'plan MAE':>20s}  {'Σ trial s':>9s} {'Σ/slots':>8s} {'span s':>7s} {'file order':>10s} {'longest 1st':>11s} {'by plan':>7s}")
+          f"{'plan MAE':>20s}  {'Σ trial s':>9s} {'Σ/slots':>8s} {'span s':>7s} "
+          f"{'file order':>10s} {'longest 1st':>11s} {'by plan':>7s}")
     for experiment in sorted(client.search_experiments(), key=lambda e: e.name):
-        runs = client.search_runs([experiment.experiment_id], f"tags.`{ROLE_TAG}` = 'trial' and attributes.status = 'FINISHED'",
+        runs = client.search_runs([experiment.experiment_id],
+                                  f"tags.`{ROLE_TAG}` = 'trial' and attributes.status = 'FINISHED'",
                                   max_results=50000)
         rows = {"analytic": [], "learned": [], "plan": []}
         work, starts, ends, jobs = 0.0, [], [], []
@@ -109,8 +111,9 @@ def main() -> None:
         in_file_order = makespan([job[-1] for job in sorted(jobs)], args.slots)
         longest = makespan([job[-1] for job in sorted(jobs, key=lambda job: -job[1])], args.slots)
         by_plan = makespan([job[-1] for job in sorted(jobs, key=lambda job: -job[2])], args.slots)
-        print(f"{experiment.name:22s} {len(rows['analytic']):3d} {len(rows['learned']):7d}  {_mae(rows['analytic']):>20s}  "
-              f"{_mae(rows['learned']):>20s}  {_mae(rows['plan']):>20s}  {work:9.0f} {work / args.slots:8.0f} {span:7.0f} "
+        print(f"{experiment.name:22s} {len(rows['analytic']):3d} {len(rows['learned']):7d}  "
+              f"{_mae(rows['analytic']):>20s}  {_mae(rows['learned']):>20s}  {_mae(rows['plan']):>20s}  "
+              f"{work:9.0f} {work / args.slots:8.0f} {span:7.0f} "
               f"{in_file_order:10.0f} {longest:11.0f} {by_plan:7.0f}")
     print(f"{'all':22s} {len(overall['analytic']):3d} {len(overall['learned']):7d}  {_mae(overall['analytic']):>20s}  "
           f"{_mae(overall['learned']):>20s}  {_mae(overall['plan']):>20s}")

@@ -65,7 +65,8 @@ def main() -> None:
     started = time.perf_counter()
     evaluate_stored(model.eval(), quiet, corpus=corpus)
     own_eval_s = time.perf_counter() - started
-    later_cfg = dataclasses.replace(quiet, eval=dataclasses.replace(quiet.eval, lengths=sorted(set(cfg.eval.lengths) | set(later))))
+    later_lengths = sorted(set(cfg.eval.lengths) | set(later))
+    later_cfg = dataclasses.replace(quiet, eval=dataclasses.replace(quiet.eval, lengths=later_lengths))
     started = time.perf_counter()
     evaluate_stored(model, later_cfg, corpus=corpus, lengths=later)
     later_s = time.perf_counter() - started

@@ -78,12 +78,13 @@ def measure(trials: int, folder: Path, repeat: int = 1) -> dict:
     again (the report unchanged, kept), timing each phase."""
     sys.path.insert(0, str(HERE.parent))  # tests/ for synthetic_store
     import synthetic_store
+
     from orchestrator import parse_study
     from orchestrator.reporting import build as build_module
     from orchestrator.reporting import render_html, render_latex, render_md
     from orchestrator.reporting.results import study_results
-    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
+    from orchestrator.run_context import RunContext
     from orchestrator.tracking.store import StudyStore
 
     study = parse_study(study_spec(trials))
@@ -168,7 +169,8 @@ def main() -> None:
         mine = run_code(code, trials, args.repeat)
         theirs = run_code(args.reference.resolve(), trials, args.repeat) if args.reference else None
         print(f"\n{trials} rows ({mine['runs']} runs in the store; {mine['png']} PNG figures; store written in "
-              f"{mine['store_write_s']:.0f} s)" + (f"; reference: {theirs['runs']} runs, {theirs['png']} PNG" if theirs else ""))
+              f"{mine['store_write_s']:.0f} s)"
+              + (f"; reference: {theirs['runs']} runs, {theirs['png']} PNG" if theirs else ""))
         header = f"{'phase':<18}{'this code':>10}" + (f"{'reference':>11}{'ratio':>8}" if theirs else "")
         print(header)
         rows = [(phase, mine["phases"][phase], theirs["phases"][phase] if theirs else None) for phase in PHASES]

@@ -30,8 +30,8 @@ from tabulate import tabulate  # noqa: E402
 
 from dape_core import ModelConfig, fused  # noqa: E402
 from dape_core.attention import CausalSelfAttention  # noqa: E402
-from dape_core.fused import fit  # noqa: E402
 from dape_core.encodings.base import build_position_encoding  # noqa: E402
+from dape_core.fused import fit  # noqa: E402
 
 
 def main() -> None:

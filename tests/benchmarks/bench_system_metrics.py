@@ -6,11 +6,11 @@ without sampling, in the same run.
 
 One trial of the study at its CPU default (the first row, seed 0; overrides such as `base.train.steps=200`
 shorten it) runs in this process 2 x --repeats times, alternating: through `trainable.run_trial` alone (the
-reference: no sampler; after a warm-up of two steps) and through `trainable.execute` (as every trial runs: the sampler thread at the default
-interval, its samples on the results). Printed: each run's wall time, the median ratio sampled / reference
-(a machine shared with others moves each run by more than the sampler can: read it with the spread), and the
-sampler's own cost, measured directly: the time spent inside its samples, and that as a share of the sampled
-trials' wall time (the bound the issue sets: at most 1%).
+reference: no sampler; after a warm-up of two steps) and through `trainable.execute` (as every trial runs: the
+sampler thread at the default interval, its samples on the results). Printed: each run's wall time, the median
+ratio sampled / reference (a machine shared with others moves each run by more than the sampler can: read it with
+the spread), and the sampler's own cost, measured directly: the time spent inside its samples, and that as a share
+of the sampled trials' wall time (the bound the issue sets: at most 1%).
 """
 
 from __future__ import annotations

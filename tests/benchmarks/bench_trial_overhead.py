@@ -44,8 +44,8 @@ def _run(spec: dict, root: Path, reuse: bool) -> tuple[float, list[tuple[int, fl
 
     from orchestrator import parse_study
     from orchestrator.execution import ray_tune
-    from orchestrator.run_context import RunContext
     from orchestrator.run import run_and_report
+    from orchestrator.run_context import RunContext
 
     real = tune.TuneConfig
 
@@ -57,7 +57,8 @@ def _run(spec: dict, root: Path, reuse: bool) -> tuple[float, list[tuple[int, fl
     try:
         uri = f"sqlite:///{root / 'mlflow.db'}"
         started = time.perf_counter()
-        outcome = run_and_report(RunContext.create(parse_study(spec), uri, storage_dir=root / "state"), root / "reports")
+        context = RunContext.create(parse_study(spec), uri, storage_dir=root / "state")
+        outcome = run_and_report(context, root / "reports")
         wall = time.perf_counter() - started
     finally:
         ray_tune.tune.TuneConfig = real
@@ -65,8 +66,8 @@ def _run(spec: dict, root: Path, reuse: bool) -> tuple[float, list[tuple[int, fl
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(spec["name"])
     runs = client.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'trial'")
-    rows = sorted((run.info.start_time, int(run.data.params["train.seed"]), (run.info.end_time - run.info.start_time) / 1e3,
-                   run.data.metrics["ppl_64"]) for run in runs)
+    rows = sorted((run.info.start_time, int(run.data.params["train.seed"]),
+                   (run.info.end_time - run.info.start_time) / 1e3, run.data.metrics["ppl_64"]) for run in runs)
     return wall, [row[1:] for row in rows]
 
 

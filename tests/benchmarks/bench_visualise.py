@@ -37,9 +37,8 @@ def measure(lengths: list[int], kernel: int) -> dict:
 
     import torch
 
-    from dape_core import ExperimentConfig
+    from dape_core import ExperimentConfig, experiment
     from dape_core.data import load_corpus
-    from dape_core import experiment
     from dape_core.model import build_model
 
     torch.set_num_threads(1)

@@ -59,7 +59,8 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, shared machine):")
     print("| trial wall s | save s (in trial) | log to MLflow s | added | files (MiB) |")
     print("|---:|---:|---:|---:|---:|")
-    print(f"| {trial_s:.1f} | {result.weights_seconds:.3f} | {log_s:.3f} | {added / trial_s:.2%} | {size / 2**20:.2f} |")
+    print(f"| {trial_s:.1f} | {result.weights_seconds:.3f} | {log_s:.3f} | {added / trial_s:.2%} "
+          f"| {size / 2**20:.2f} |")
     print()
     print("Size of the kept weights per trial (float32):")
     print("| model | parameters | weights |")

@@ -26,6 +26,7 @@ def report(study_name: str, profile: str | None, out: Path) -> None:
     """In this process (the code on PYTHONPATH, and that checkout's tests/synthetic_store.py, which imports
     its modules): a synthetic store of the study, its report into `out`."""
     import synthetic_store
+
     from orchestrator import load_study
     from orchestrator.reporting import build_report
     from orchestrator.run_context import RunContext
@@ -39,8 +40,8 @@ def report(study_name: str, profile: str | None, out: Path) -> None:
 def run(code: Path, out: Path) -> None:
     env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{code / 'tests'}", "MLFLOW_DISABLE_TELEMETRY": "true"}
     for name, profile in CASES:
-        result = subprocess.run([sys.executable, __file__, "--one", name, profile or "", str(out / (profile or "default"))],
-                                env=env, cwd=code, capture_output=True, text=True)
+        command = [sys.executable, __file__, "--one", name, profile or "", str(out / (profile or "default"))]
+        result = subprocess.run(command, env=env, cwd=code, capture_output=True, text=True)
         if result.returncode:
             raise SystemExit(f"{code}: {name} ({profile}) failed:\n{result.stderr[-3000:]}")
 
@@ -59,7 +60,8 @@ def compare(mine: Path, theirs: Path) -> list[str]:
             pd.testing.assert_frame_equal(pd.read_csv(candidate), pd.read_csv(reference), check_exact=True)
         except AssertionError as error:
             problems.append(f"{relative}: {str(error).splitlines()[0:6]}")
-    extra = {p.relative_to(mine) for p in mine.glob("*/*/table_*.csv")} - {p.relative_to(theirs) for p in theirs.glob("*/*/table_*.csv")}
+    extra = ({p.relative_to(mine) for p in mine.glob("*/*/table_*.csv")}
+             - {p.relative_to(theirs) for p in theirs.glob("*/*/table_*.csv")})
     problems += [f"{relative}: not in the reference" for relative in sorted(extra)]
     return problems
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 from functools import partial
 
 import torch
+from reference_formulation import reference_attention
 from tabulate import tabulate
 
 from dape_core.doctor import benchmark
-from reference_formulation import reference_attention
 
 TRAIN_VARIANTS = ("Kerple", "DAPE1x3 direct", "DAPE1x3 block", "DAPE1x3 fused", "papers' formulation")
 EVAL_VARIANTS = ("Kerple", "DAPE1x3 block", "DAPE1x3 fused")

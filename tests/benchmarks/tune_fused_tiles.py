@@ -20,8 +20,8 @@ import torch
 
 from dape_core import ModelConfig
 from dape_core.attention import CausalSelfAttention
-from dape_core.fused import launch
 from dape_core.encodings.base import build_position_encoding
+from dape_core.fused import launch
 
 CONFIGS = ["16,32,16,32,4", "16,32,16,32,8", "16,64,16,64,8", "32,32,16,32,8", "32,64,16,64,8", "16,64,16,32,8"]
 
