@@ -144,7 +144,8 @@ def test_a_two_worker_trial_spans_both_nodes(cluster, tmp_path):
     its two workers can only start on different nodes, and still make one trial run with rank 0's results."""
     spec = {"name": "cluster_two_workers", "base": BASE,
             "variants": [{"label": "DAPE-Kerple", "set": {"model.processor": "dapev2", "model.kernel_size": 1}}],
-            "seeds": [0], "resources": {"cpus": 1, "workers": 2, "parallelism": "fsdp", "max_retries": 0}}
+            # seed 5: a trial of its own (a trial another study of the shared store finished would be reused)
+            "seeds": [5], "resources": {"cpus": 1, "workers": 2, "parallelism": "fsdp", "max_retries": 0}}
     process = cluster.orchestrator(write_study(tmp_path, spec), tmp_path)
     output = finish(process, timeout=600)  # Ray Train starts two more worker processes (torch, the corpus)
     assert process.returncode == 0, output
@@ -210,7 +211,9 @@ def test_tracking_server_stopped_mid_study_fails_clearly_and_the_rerun_loses_not
 
 
 def test_driver_without_the_cluster_token_is_refused_clearly(cluster, tmp_path):
-    spec = {"name": "cluster_no_token", "base": BASE, "variants": [{"label": "Kerple", "set": {}}], "seeds": [0]}
+    # seed 6: a trial no other study of the shared store finished, so that the run needs Ray (a finished one is
+    # reused from the store without it)
+    spec = {"name": "cluster_no_token", "base": BASE, "variants": [{"label": "Kerple", "set": {}}], "seeds": [6]}
     env = {key: value for key, value in cluster.env.items() if not key.startswith("RAY_AUTH_")}
     env["RAY_gcs_server_port_wait_time_s"] = "2"  # Ray retries the connection for 20s by default
     process = cluster.orchestrator(write_study(tmp_path, spec), tmp_path, env=env)

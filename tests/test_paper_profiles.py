@@ -95,7 +95,8 @@ def prepared_dir(tmp_path_factory):
 @pytest.mark.parametrize("study", sorted(SHRINK))
 def test_paper_profile_runs_at_tiny_cost(study, prepared_dir, local_ray, monkeypatch):
     monkeypatch.chdir(prepared_dir)  # the profiles' data paths are relative to where `orchestrator run` starts
-    uri = f"sqlite:///{prepared_dir / 'mlflow.db'}"
+    # a store of its own: in a shared one, a trial another study finished is reused, and this study's path not run
+    uri = f"sqlite:///{prepared_dir / f'{study}.db'}"
     result = CliRunner().invoke(app, ["run", str(STUDIES / f"{study}.yaml"), "--profile", "paper",
                                       "--tracking-uri", uri, *SHRINK[study], *_two_rows(study)])
     assert result.exit_code == 0, result.output
