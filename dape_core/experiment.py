@@ -106,12 +106,14 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     """
     import torch
 
+    from .allocator import keep_freed_memory
     from .fused import recorded, start_record
     from .train import CheckpointStore
     from .train.distributed import World, check_world
 
     if threads:
         torch.set_num_threads(threads)
+    keep_freed_memory()  # no page faults on every step's score maps (allocator.py)
     world = World.current()
     check_world(cfg.distributed, world)
     checkpoints = CheckpointStore(checkpoint_dir, cfg.fingerprint()) if checkpoint_dir is not None else None

@@ -10,12 +10,12 @@ import statistics
 
 import numpy as np
 import pytest
+import report_study
 import yaml
 from mlflow.tracking import MlflowClient
 from scipy import stats
 from typer.testing import CliRunner
 
-import report_study
 from orchestrator import StudyError, expand, load_study, parse_study
 from orchestrator.cli import EXIT_CLAIMS_FAILED, app
 from orchestrator.planning.learned import MeasuredSteps, load_measured, shape_key
@@ -48,7 +48,8 @@ def _study(claims: list[dict], **changes) -> dict:
     ({**FAILS, "at": [1000]}, "length 1000 (= 1000) is not evaluated for 'DAPE1x3-Kerple'"),
     ({**HOLDS, "at": "16x"}, "length '16x' (= 512) is not evaluated"),
     ({**FAILS, "at": None}, "metric 'ppl' is logged per length: give 'at'"),
-    ({**FAILS, "where": {"model.pos_encoding": "rope"}}, "where: no row of 'DAPE1x3-Kerple' has model.pos_encoding = 'rope'"),
+    ({**FAILS, "where": {"model.pos_encoding": "rope"}},
+     "where: no row of 'DAPE1x3-Kerple' has model.pos_encoding = 'rope'"),
     ({**FAILS, "where": {"model.colour": 1}}, "where: 'model.colour' is not a config key"),
     ({**HOLDS, "at_least": 2.0}, "give exactly one of 'at_least' and 'at_most'"),
     ({**FAILS, "kind": "sideways"}, "expect.0"),
@@ -74,7 +75,8 @@ def test_grid_rows_are_addressed_by_variant_and_where():
 
     rope = next(c for c in study.expect if c.id == "rope_blows_up")
     (check,) = claim_checks(study, rope)
-    assert check.left.label == "plain (pos_encoding=rope)" and check.left.column == "ppl_256" and check.left.over == "ppl_32"
+    assert check.left.label == "plain (pos_encoding=rope)"
+    assert check.left.column == "ppl_256" and check.left.over == "ppl_32"
     dape = next(c for c in study.expect if c.id == "dape_lowers_every_encoding")
     pairs = {(c.left.label, c.right.label) for c in claim_checks(study, dape)}
     # each with its own baseline, at the encodings its `where` names (not RoPE: DAPE V2 says DAPE-RoPE does not gain)
@@ -145,7 +147,8 @@ def test_claims_section_follows_the_headline_table_with_measured_values(judged):
     _, report, results = judged
     text = report.markdown
     # Table 1, the claims one line each, Table 2, then each claim's checks after the tables
-    assert text.index("## Perplexity") < text.index("## Claims") < text.index("## ΔP") < text.index("## Claims in detail")
+    order = [text.index(heading) for heading in ("## Perplexity", "## Claims", "## ΔP", "## Claims in detail")]
+    assert order == sorted(order)
     # One line per claim: verdict, effect with its interval and the claimed side, seeds, source.
     assert re.search(r"\| dape_flat_to_4x\s.*\| \*\*holds\*\*\s*\| geometric-mean value [0-9.]+ \[[0-9.]+, [0-9.]+\], "
                      r"claimed < 1\.5\s*\| 3\s*\| test\s*\|", text)
@@ -220,7 +223,8 @@ def test_strict_claims_sets_the_exit_code(built, tmp_path):
     strict = runner.invoke(app, ["report", str(study_file), *common, "--strict-claims"])
     assert strict.exit_code == EXIT_CLAIMS_FAILED == 4 and "dape1x3_tenfold_lower" in strict.output
     # `run` on the finished study reruns nothing, reports, and exits by the same rule.
-    run = runner.invoke(app, ["run", str(study_file), *common, "--storage-dir", str(tmp_path / "state"), "--strict-claims"])
+    run = runner.invoke(app, ["run", str(study_file), *common, "--storage-dir", str(tmp_path / "state"),
+                              "--strict-claims"])
     assert run.exit_code == 4, run.output
     # An inconclusive claim is not a failure.
     study_file.write_text(yaml.safe_dump(_study([HOLDS, TOO_FEW_SEEDS])))
@@ -275,11 +279,11 @@ def test_plan_quotes_measured_ms_per_step_of_matching_runs(built, tmp_path):
         assert row.basis == "measured (3 runs)"
         assert row.seconds == pytest.approx(ms * trial.config["train"]["steps"] / 1000)
     # Another learning rate or step count trains the same shape: still measured; another width is not.
-    longer = parse_study(_study([], name="tiny_plan", base={**report_study.STUDY["base"],
-                                                            "train": {**report_study.STUDY["base"]["train"], "lr": 3e-3, "steps": 300}}))
+    base = report_study.STUDY["base"]
+    longer = parse_study(_study([], name="tiny_plan",
+                                base={**base, "train": {**base["train"], "lr": 3e-3, "steps": 300}}))
     assert all(r.basis.startswith("measured") for r in plan_rows(longer, measured, set()))
-    wider = parse_study(_study([], name="tiny_plan", base={**report_study.STUDY["base"],
-                                                           "model": {**report_study.STUDY["base"]["model"], "d_dape": 16}}))
+    wider = parse_study(_study([], name="tiny_plan", base={**base, "model": {**base["model"], "d_dape": 16}}))
     assert all(r.basis == "analytic" for r in plan_rows(wider, measured, set()))
     key = shape_key(flatten(expand(study)[0].config), "cpu")
     assert measured.lookup(key) is not None and measured.lookup(key, exclude_run="nope")[1] == 3
@@ -295,7 +299,7 @@ def test_plan_shows_a_search_as_its_samples(tmp_path):
 
 
 # --- the shipped claims say what their text says ----------------------------------------------------------------
-def _frame(values: dict[str, dict[str, float]], seeds=(0,)) -> "pd.DataFrame":
+def _frame(values: dict[str, dict[str, float]], seeds=(0,)):
     """Finished trials with the given metric values (label -> column -> value), one row per seed."""
     import pandas as pd
 

@@ -14,12 +14,19 @@ import time
 
 import pytest
 import yaml
+from cli_support import run_cli
 from mlflow.tracking import MlflowClient
 
-from cli_support import run_cli
 from orchestrator import parse_study
-from orchestrator.decide_loop import (DECIDED, LOOK_SEEDS, LOOKS_FILE, TRIAL_FAILED, WAITING, decide_and_report,
-                                      with_decide)
+from orchestrator.decide_loop import (
+    DECIDED,
+    LOOK_SEEDS,
+    LOOKS_FILE,
+    TRIAL_FAILED,
+    WAITING,
+    decide_and_report,
+    with_decide,
+)
 from orchestrator.errors import UserInputError
 from orchestrator.run_context import RunContext
 from orchestrator.study import StudyError
@@ -178,8 +185,9 @@ def test_a_large_effect_is_decided_at_the_minimum_seeds_and_a_failed_trial_stops
 
 def _start(path, cwd):
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
-    return subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(path), "--local", "--decide"], cwd=cwd,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    command = [sys.executable, "-m", "orchestrator", "run", str(path), "--local", "--decide"]
+    return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
 
 
 @pytest.mark.slow
@@ -230,10 +238,14 @@ def test_a_decide_run_killed_between_looks_resumes_without_retraining_and_decide
     assert run.communicate(timeout=400)[0] is not None and run.returncode == 0
     reference_uri = f"sqlite:///{reference / 'mlflow.db'}"
     mine, theirs = _looks(uri, "killed"), _looks(reference_uri, "killed")
-    decisions = lambda record: [(c["id"], c["status"], c["verdict"], c["seeds"], c["look"]) for c in record["claims"]]
+    def decisions(record):
+        return [(c["id"], c["status"], c["verdict"], c["seeds"], c["look"]) for c in record["claims"]]
+
     assert decisions(mine) == decisions(theirs)
-    shape = lambda record: [(look["index"], look["seeds"], look["rows"], look["trials"], look["stopped"])
-                            for look in record["looks"]]
+    def shape(record):
+        return [(look["index"], look["seeds"], look["rows"], look["trials"], look["stopped"])
+                for look in record["looks"]]
+
     assert shape(mine) == shape(theirs)  # the same looks (a trial resumed from its checkpoint may differ in digits)
     reference_runs = MlflowClient(reference_uri).search_runs(
         [MlflowClient(reference_uri).get_experiment_by_name("killed").experiment_id], f"tags.`{ROLE_TAG}` = 'trial'")

@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import report_study
 import yaml
 from scipy import stats
 
-import report_study
 from orchestrator import StudyError, parse_study
 from orchestrator.reporting.claims import claim_decidable, decision_summary, evaluate_claims, rows_needing_seeds
 from orchestrator.reporting.decision import Design, claim_p, evidence, one_sided_p
@@ -274,7 +274,8 @@ def test_the_command_lines_summary_counts_decided_claims_and_their_cost():
     assert [r.verdict for r in results] == ["holds", "inconclusive"], [r.reason for r in results]
     assert decision_summary(results, trials=4) == "1 of 2 claims decided (1 holds, 0 fail) on 4 trials; 1 undecided"
     one_seed = evaluate_claims(_study([BELOW]), _frame(_pair(0.9, 0.001, 1, rng)))
-    assert decision_summary(one_seed) == "0 of 1 claim decided (0 hold, 0 fail); 1 on 1 seed, untested (1 holds, 0 fail on the means)"
+    assert decision_summary(one_seed) == ("0 of 1 claim decided (0 hold, 0 fail); 1 on 1 seed, untested "
+                                          "(1 holds, 0 fail on the means)")
 
 
 def test_the_interval_intersected_over_the_looks_covers_the_effect():

@@ -153,3 +153,24 @@ def test_the_catalogue_paper_profile_shows_the_papers_values(tmp_path):
     assert all(line.metric == "ppl_8192" and line.seeds == 1 for line in report.document.published)
     assert "DAPE-NoPE (Arxiv, training length 512" in report.markdown and "rebuttal to Reviewer UyHR" in report.markdown
     assert load_study(path).published_here() == []  # the CPU default: none applies
+
+
+def test_a_diverged_seed_is_named_beside_the_papers_value_not_averaged():
+    """A seed whose perplexity diverged (+inf, or the 1.797e308 MLflow's SQLite keeps for it) is not averaged
+    into the cell set beside the paper's number: the line says how many seeds diverged and gives no difference."""
+    import numpy as np
+    import pandas as pd
+
+    from orchestrator.reporting.published import published_lines
+
+    study = parse_study(copy.deepcopy(SPEC), profile="paper")
+    label = "plain (pos_encoding=nope)"
+    frame = pd.DataFrame([{"label": label, "seed": seed, "status": "FINISHED", "ppl_64": value}
+                          for seed, value in ((0, 2500.0), (1, 1.7976931348623157e308))])
+    (line,) = [line for line in published_lines(study, frame) if line.label == label]
+    assert line.diverged == 1 and line.seeds == 2 and np.isnan(line.mean)
+    texts = line.texts()
+    assert texts[5] == "diverged (1 of 2 seeds)" and texts[6] == "–"
+    finite = frame.assign(ppl_64=[2500.0, 2700.0])
+    (line,) = [line for line in published_lines(study, finite) if line.label == label]
+    assert line.diverged == 0 and line.mean == 2600.0

@@ -25,8 +25,8 @@ BASE = {"model": {"preset": "tiny", "pos_encoding": "kerple"}, "train": {"steps"
 
 def write_study(folder: Path, resources: dict, name: str = "sized") -> Path:
     (folder / "studies").mkdir(exist_ok=True)
-    spec = {"name": name, "base": BASE, "variants": [{"label": "Kerple", "set": {}},
-                                                     {"label": "Wide", "set": {"distributed.workers": 2, "model.processor": "dapev2"}}],
+    wide = {"label": "Wide", "set": {"distributed.workers": 2, "model.processor": "dapev2"}}
+    spec = {"name": name, "base": BASE, "variants": [{"label": "Kerple", "set": {}}, wide],
             "seeds": [0], "resources": resources}
     path = folder / "studies" / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -52,7 +52,8 @@ def test_one_gpu_node_by_default_sized_for_the_largest_trial(tmp_path, monkeypat
                                         "--cpus-per-task=9", "--gpus-per-node=2"]
     assert f"--output={tmp_path}/slurm/%x-%j.out" in sbatch_lines(script)
     assert {"--signal=B:USR1@120", "--dependency=singleton", "--open-mode=append"} <= set(sbatch_lines(script))
-    assert not any(line.startswith(("--partition", "--account", "--time", "--requeue")) for line in sbatch_lines(script))
+    unasked = ("--partition", "--account", "--time", "--requeue")
+    assert not any(line.startswith(unasked) for line in sbatch_lines(script))
     # The default store is SQLite: the job serves it with an MLflow server on the first node, behind a login
     # made for the job (tests/test_slurm_auth.py), which the driver gets through its environment.
     assert re.search(rf'^python -m orchestrator.slurm.node mlflow-server "\$JOB_DIR" "\$HEAD_IP" "\$MLFLOW_PORT" \\\n'
@@ -145,7 +146,8 @@ def test_submitting_without_sbatch_says_so_and_writes_nothing(tmp_path, monkeypa
 
 
 def test_node_helpers_read_what_slurm_granted():
-    assert node.node_addr("NodeName=gpu07 Arch=x86_64\n   NodeAddr=10.1.0.7 NodeHostName=gpu07 Version=22.05") == "10.1.0.7"
+    shown = "NodeName=gpu07 Arch=x86_64\n   NodeAddr=10.1.0.7 NodeHostName=gpu07 Version=22.05"
+    assert node.node_addr(shown) == "10.1.0.7"
     assert node.granted_gpus({"CUDA_VISIBLE_DEVICES": "0,1,3"}) == 3
     assert node.granted_gpus({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}) == node.granted_gpus({}) == 0
     assert node.granted_cpus({"SLURM_CPUS_ON_NODE": "12"}) == 12
@@ -189,7 +191,8 @@ def test_stopping_a_ray_node_reaches_processes_in_groups_of_their_own():
 def test_writing_a_job_and_the_nodes_helpers_load_neither_torch_ray_nor_mlflow():
     # The helpers run on every node at the job's start, and `orchestrator slurm` on a login node.
     probe = ("import sys\nimport orchestrator.slurm.node, orchestrator.slurm.script, orchestrator.slurm.job, "
-             "orchestrator.slurm.submit, orchestrator.slurm.server\nprint(sorted(m for m in ('torch', 'ray', 'mlflow') if m in sys.modules))")
+             "orchestrator.slurm.submit, orchestrator.slurm.server\n"
+             "print(sorted(m for m in ('torch', 'ray', 'mlflow') if m in sys.modules))")
     result = subprocess.run([os.sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.strip().splitlines()[-1] == "[]"
 

@@ -59,6 +59,7 @@ def modules() -> SimpleNamespace:
     from torch import nn
     from torch.nn import functional as F
 
+    from . import score_conv
     from .base import ScoreProcessor
 
     class ConvScoreProcessor(ScoreProcessor):
@@ -107,9 +108,13 @@ def modules() -> SimpleNamespace:
             if bias is not None:
                 bias = bias.to(scores.dtype)
             keep = None if not self.tril else (k_pos[None, :] <= q_pos[:, None]).to(scores.dtype)  # tril
-            z = TrilConcat.apply(keep, scores.shape[0], *self.feature_parts(scores, bias))
-            hidden = F.leaky_relu(self._conv(self.conv_in, z), negative_slope=0.01, inplace=True)
-            logits = self._conv(self.conv_out, hidden).contiguous()  # f, back to [B, H, Tq, Tk] rows
+            if score_conv.applies(scores):  # CPU: both convolutions as batched GEMMs (score_conv.py)
+                logits = score_conv.conv_pair(keep, scores.shape[0], self.conv_in, self.conv_out,
+                                              self.feature_parts(scores, bias))
+            else:
+                z = TrilConcat.apply(keep, scores.shape[0], *self.feature_parts(scores, bias))
+                hidden = F.leaky_relu(self._conv(self.conv_in, z), negative_slope=0.01, inplace=True)
+                logits = self._conv(self.conv_out, hidden).contiguous()  # f, back to [B, H, Tq, Tk] rows
             logits.add_(scores)  # + S
             if self.form_facts.adds_bias:
                 logits.add_(bias)  # + B

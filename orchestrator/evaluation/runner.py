@@ -128,6 +128,30 @@ def plan_tasks(context: RunContext, request: EvalRequest, outcome: EvaluationOut
     return tasks
 
 
+def estimated_cost(task: TrialTask) -> float:
+    """A task's forward FLOPs per window summed over its lengths (planning/estimate.py's count): what orders
+    the tasks, not a duration. 0 where the config does not give one (then the task keeps its place)."""
+    from dape_core import ExperimentConfig
+
+    from ..planning.estimate import count_parameters, forward_flops_per_sequence
+
+    try:
+        model = ExperimentConfig(**task.config).model
+        parameters = count_parameters(model)
+        return sum(forward_flops_per_sequence(model, length, parameters) for length in task.lengths)
+    except Exception:  # an estimate only: a config this code cannot price is evaluated all the same
+        return 0.0
+
+
+def longest_first(tasks: list[TrialTask]) -> list[TrialTask]:
+    """The tasks by estimated cost, longest first (ties in the stored order): on Ray they start in this order as
+    slots free up, so the longest evaluation does not end the phase alone (kernel_size's 1x7 at 1024, the
+    costliest, came last in study order). The order changes no result: each task is a pure function of its
+    trial's kept model."""
+    cost = {id(task): estimated_cost(task) for task in tasks}
+    return sorted(tasks, key=lambda task: -cost[id(task)])
+
+
 def che_task(study: Study, run, config: dict, request: EvalRequest, outcome: EvaluationOutcome) -> TrialTask | None:
     """A CHE trial's task: its accuracy at the test lengths asked for (`--lengths`, else the study's
     report.lengths) that its run lacks (`acc_<L>`); the other options do not apply to CHE models."""
@@ -256,7 +280,7 @@ def evaluate_study(context: RunContext, request: EvalRequest, *, reports_dir: Pa
     study, store = context.study, context.store
     require_artifacts_here(store.tracking_uri)  # a copied store is evaluated in its own place, never the original's
     outcome = EvaluationOutcome()
-    tasks = plan_tasks(context, request, outcome)
+    tasks = longest_first(plan_tasks(context, request, outcome))
     for note in outcome.without_weights:
         say(f"note: {note}")
     check_memory(study, tasks)

@@ -48,6 +48,7 @@ def evaluate_task(task: dict) -> dict:
 
     import torch
 
+    from dape_core.allocator import keep_freed_memory
     from dape_core.data import anchored, load_corpus
     from dape_core.experiment import evaluate_stored, visualise
     from dape_core.plugins import load_shipped
@@ -56,6 +57,7 @@ def evaluate_task(task: dict) -> dict:
 
     started, began = time.perf_counter(), time.time()
     torch.set_num_threads(task["threads"])
+    keep_freed_memory()  # the long maps are reallocated every window (dape_core/allocator.py)
     load_shipped(task.get("plugins") or ())  # the study's plugins: the stored config names their components
     folder, temporary = weights_folder(task["artifact_uri"], task.get("tracking_uri"))
     try:

@@ -15,6 +15,8 @@ import dape_core.metric_names as names
 
 from ..study import Study
 from ..study.published_checks import resolve_published
+from .diverged import DIVERGED
+from .diverged import diverged as diverged_values
 
 
 @dataclass
@@ -28,6 +30,7 @@ class PublishedLine:
     mean: float  # measured: mean over the row's finished seeds (NaN: not measured yet)
     std: float
     seeds: int
+    diverged: int = 0  # seeds whose value diverged or overflowed (reporting/diverged.py): no mean is taken then
 
     @property
     def difference(self) -> float:
@@ -41,8 +44,11 @@ class PublishedLine:
     def texts(self) -> list[str]:
         """The line's cells (HEADER): row, metric, published (with its note), the paper's row and setting,
         where the paper gives it, ours, difference (and ratio), seeds."""
-        measured = "not measured yet" if not math.isfinite(self.mean) else (
-            f"{self.mean:.3f}" + (f" ± {self.std:.3f}" if math.isfinite(self.std) else ""))
+        if self.diverged:
+            measured = f"{DIVERGED} ({self.diverged} of {self.seeds} seeds)"
+        else:
+            measured = "not measured yet" if not math.isfinite(self.mean) else (
+                f"{self.mean:.3f}" + (f" ± {self.std:.3f}" if math.isfinite(self.std) else ""))
         difference = "–" if not math.isfinite(self.mean) else (
             f"{self.difference:+.3f}" + (f" (×{self.ratio:.2f})" if math.isfinite(self.ratio) else ""))
         published = f"{self.published:g}" + (f" ({self.note})" if self.note else "")
@@ -79,10 +85,13 @@ def published_lines(study: Study, trials: pd.DataFrame) -> list[PublishedLine]:
         values = (finished.loc[finished["label"] == cell.label, cell.column].dropna().to_numpy(dtype=float)
                   if cell.column in finished else np.array([]))
         where = cell.value.location
+        bad = int(diverged_values(values).sum())
+        usable = len(values) > 0 and not bad  # a diverged seed is named, never averaged
         lines.append(PublishedLine(cell.label, cell.column, cell.value.value, f"{where.row} ({where.setting})",
                                    f"{where.paper}, {where.table}, column {where.column}", cell.value.note or "",
-                                   float(values.mean()) if len(values) else math.nan,
-                                   float(values.std(ddof=1)) if len(values) > 1 else math.nan, len(values)))
+                                   float(values.mean()) if usable else math.nan,
+                                   float(values.std(ddof=1)) if usable and len(values) > 1 else math.nan,
+                                   len(values), bad))
     return lines
 
 
