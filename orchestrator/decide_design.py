@@ -2,13 +2,13 @@
 when the sequence resumes.
 
 The sequential rule's error rate holds for the looks it was planned with (reporting/decision.py): judging
-the same seeds again under other looks, another alpha or another test (`shared_variance`) (raising `max_seeds` after "undecided at
-max_seeds", say) re-runs the sequence with a second chance, and false verdicts rise (0.048 -> 0.061 in the
-issue's simulation). So the design (the planned looks and alpha) is recorded on the study's parent run at
-the first look (tag DESIGN_TAG); a resumed `run --decide` with another design is refused (exit 2, naming
-both), unless the user starts a new sequence explicitly (`--new-sequence`), which the parent run records
-(NEW_SEQUENCE_TAG) and the report states. A budget is not part of the design: it only stops the sequence
-earlier, which the rule allows.
+the same seeds again under other looks, another alpha or another test (`shared_variance`; or raising
+`max_seeds` after "undecided at max_seeds") re-runs the sequence with a second chance, and false verdicts
+rise (0.048 -> 0.061 in the issue's simulation). So the design (the planned looks, alpha and the test) is
+recorded on the study's parent run at the first look (tag DESIGN_TAG); a resumed `run --decide` with another
+design is refused (exit 2, naming both), unless the user starts a new sequence explicitly (`--new-sequence`),
+which the parent run records (NEW_SEQUENCE_TAG) and the report states. A budget is not part of the design:
+it only stops the sequence earlier, which the rule allows.
 
 A store written before designs were recorded has the design in its `looks.json` artifact (decide_loop.py):
 the sequence resumes with that one and says so. `orchestrator report` judges the claims with the recorded

@@ -8,13 +8,13 @@ import math
 import numpy as np
 import pytest
 from scipy import optimize, special
+from test_decisions import BELOW, _frame, _study
 
 from orchestrator.decide_design import _record, same, words
 from orchestrator.reporting.claims import evaluate_claims
 from orchestrator.reporting.decision import Design, evidence, one_sided_p, shared_priors
 from orchestrator.reporting.shrinkage import NONE, Prior, fit, trigamma_inverse
 from orchestrator.study.model import Decide
-from test_decisions import BELOW, _frame, _study
 
 
 def test_trigamma_inverse_at_known_values():

@@ -42,10 +42,10 @@ from ..study.claim_checks import Check, Term, claim_checks, later_columns, study
 from ..study.model import Decide
 from ..trial.protocol import ISOLATED_PREFIX
 from .decision import RATIO, Design, Evidence, claim_p, evidence, shared_priors
-from .shrinkage import Prior
 from .diverged import describe, unusable
 from .families import is_timing
 from .protocol_note import check_caveat
+from .shrinkage import Prior
 from .stats import ALPHA, format_p, holm
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"

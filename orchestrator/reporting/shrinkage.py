@@ -66,7 +66,7 @@ def trigamma_inverse(x: float) -> float:
     return y
 
 
-def fit(variances: list[float] | np.ndarray, dof: list[float] | np.ndarray) -> Prior:
+def fit(variances: list[float] | np.ndarray, dof: float | list[float] | np.ndarray) -> Prior:
     """s0^2 and d0 from the comparisons' sample variances (positive) and degrees of freedom, by the
     method of moments on log s_g^2. Fewer than MIN_COMPARISONS positive variances: NONE."""
     from scipy.special import digamma, polygamma

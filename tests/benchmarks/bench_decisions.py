@@ -55,8 +55,7 @@ from scipy.special import stdtr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from orchestrator.reporting.decision import (DIFFERENCE, RATIO, VALUE, Design, _linear, claim_p, evidence,
-                                             shared_priors)
+from orchestrator.reporting.decision import DIFFERENCE, RATIO, VALUE, Design, _linear, claim_p, evidence, shared_priors
 from orchestrator.reporting.shrinkage import MIN_COMPARISONS, trigamma_inverse
 from orchestrator.reporting.stats import holm
 from orchestrator.study.model import Decide
@@ -267,8 +266,8 @@ def shared_variance(studies: int, design: Design) -> None:
             verdict, _ = many_claims_shared(design, d, shared)
             agree = sum(product_many(design, d[i], shared)[0] == list(verdict[i]) for i in range(100))
             wrong_high = rate(int((verdict[:, high] != 0).sum()), int(studies * high.sum())) if high.any() else "-"
-            print(f"   {name:38} {'shared' if shared else 'alone':7} {rate(int((verdict != 0).any(axis=1).sum()), studies):>26} "
-                  f"{wrong_high:>28}  {agree}/100")
+            wrong_any = rate(int((verdict != 0).any(axis=1).sum()), studies)
+            print(f"   {name:38} {'shared' if shared else 'alone':7} {wrong_any:>26} {wrong_high:>28}  {agree}/100")
     print(f"   {'effect 2 SD on every claim':38} {'rule':7} {'power':>8} {'mean seeds':>10} {'p90':>4}  agree")
     for name, sd in sds.items():
         d = 2.0 * sd[None, :, None] + np.random.default_rng(82).standard_normal((studies, claims, MAX_SEEDS)) \
