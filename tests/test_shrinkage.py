@@ -13,7 +13,7 @@ from test_decisions import BELOW, _frame, _study
 from orchestrator.decide_design import _record, same, words
 from orchestrator.reporting.claims import evaluate_claims
 from orchestrator.reporting.decision import Design, evidence, one_sided_p, shared_priors
-from orchestrator.reporting.shrinkage import NONE, Prior, fit, trigamma_inverse
+from orchestrator.reporting.shrinkage import NONE, PRIOR_WEIGHT, Prior, fit, trigamma_inverse
 from orchestrator.study.model import Decide
 
 
@@ -25,12 +25,14 @@ def test_trigamma_inverse_at_known_values():
 
 
 def test_posterior_variance_and_degrees_of_freedom_by_hand():
-    prior = Prior(scale=2.0, dof0=4.0, pooled=30.0)
-    assert prior.variance(1.0, 2) == pytest.approx((4 * 2.0 + 2 * 1.0) / 6)  # 5/3
-    assert prior.dof(2) == 6.0
-    assert Prior(2.0, 100.0, 30.0).dof(2) == 30.0  # capped at the pooled degrees of freedom
+    small = Prior(scale=2.0, dof0=1.0, pooled=30.0)  # d0 below the comparison's own df: used as fitted
+    assert small.variance(1.0, 2) == pytest.approx((1 * 2.0 + 2 * 1.0) / 3) and small.dof(2) == 3.0
+    large = Prior(scale=2.0, dof0=4.0, pooled=30.0)  # d0 above it: weighs as much as its 2 df (PRIOR_WEIGHT)
+    assert PRIOR_WEIGHT == 1.0
+    assert large.variance(1.0, 2) == pytest.approx((2 * 2.0 + 2 * 1.0) / 4) and large.dof(2) == 4.0
     infinite = Prior(2.0, math.inf, 24.0)
-    assert infinite.variance(7.0, 3) == 2.0 and infinite.dof(3) == 24.0
+    assert infinite.variance(7.0, 3) == pytest.approx((3 * 2.0 + 3 * 7.0) / 6) and infinite.dof(3) == 6.0
+    assert Prior(2.0, 100.0, 4.0).dof(3) == 4.0  # capped at the pooled degrees of freedom (limma)
     assert NONE.variance(7.0, 3) == 7.0 and NONE.dof(3) == 3
 
 
@@ -74,7 +76,7 @@ def test_too_few_comparisons_or_ties_mean_no_shrinkage():
     assert fit([1.0, 2.0], 1) is NONE
     assert fit([0.0, 0.0, 1.0, 2.0], 1) is NONE  # ties (zero variance) are left out of the fit
     d = np.array([0.4, 0.5])
-    assert one_sided_p(d, prior=Prior(1.0, math.inf, 10)) != one_sided_p(d)
+    assert one_sided_p(d, prior=Prior(1.0, math.inf, 10)) != one_sided_p(d)  # a tie's variance is left out, not 0
     assert one_sided_p(np.array([0.5, 0.5]), prior=Prior(1.0, math.inf, 10)) == (1.0, 1.0)  # no test on a tie
 
 

@@ -27,9 +27,10 @@ Prints:
    was not refused would). Each: the rate of false "holds" (nominal alpha/2: the claim is two-sided) and
    of any false verdict (nominal alpha), with 95% intervals; for comparison, the rule before issue 41
    (t-test on the raw values, at its own null: arithmetic mean at the bound).
-8. Shared variance (`decide: {shared_variance: true}`: shrinkage.py's moderated t-test) against each claim
-   alone, on a study of 8 claims with Holm (as section 4): under no effect with equal variances, with half
-   the claims at 4x the variance, and with one claim at 4x, the rate of studies with any false verdict and
+8. Shared variance (`decide: {shared_variance: true}`: shrinkage.py's moderated t-test, d0 capped at d_g)
+   against each claim alone and against limma's uncapped d0, on a study of 8 claims with Holm (as section
+   4): under no effect with equal variances, with half the claims at 4x the variance, and with one claim at
+   4x or 16x, the rate of studies with any false verdict and
    of false verdicts on the high-variance claims, with 95% intervals (nominal alpha); at an effect of 2 seed
    SDs on every claim, power and mean seeds per claim. Vectorised; the first 100 studies of each setting
    are also judged by the product's code (evidence with decision.shared_priors, claim_p, stats.holm).
@@ -56,7 +57,7 @@ from scipy.special import stdtr
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from orchestrator.reporting.decision import DIFFERENCE, RATIO, VALUE, Design, _linear, claim_p, evidence, shared_priors
-from orchestrator.reporting.shrinkage import MIN_COMPARISONS, trigamma_inverse
+from orchestrator.reporting.shrinkage import MIN_COMPARISONS, PRIOR_WEIGHT, trigamma_inverse
 from orchestrator.reporting.stats import holm
 from orchestrator.study.model import Decide
 
@@ -197,9 +198,10 @@ def _fitted(s2: np.ndarray, open_: np.ndarray, dof: int) -> tuple[np.ndarray, np
     return scale, d0, count * float(dof)
 
 
-def many_claims_shared(design: Design, d: np.ndarray, shared: bool) -> tuple[np.ndarray, np.ndarray]:
+def many_claims_shared(design: Design, d: np.ndarray, rule: str) -> tuple[np.ndarray, np.ndarray]:
     """`many_claims`, each look's t-test moderated by the prior fitted on the claims open at that look (the
-    ones whose rows got its seeds) where `shared`."""
+    ones whose rows got its seeds): `rule` "shared" as the product (d0 at most PRIOR_WEIGHT x d_g), "limma"
+    with d0 uncapped, "alone" not moderated."""
     studies, claims, _ = d.shape
     null = design.null()
     verdict = np.zeros((studies, claims), dtype=int)
@@ -211,14 +213,14 @@ def many_claims_shared(design: Design, d: np.ndarray, shared: bool) -> tuple[np.
         x = d[:, :, :n]
         s2 = x.var(axis=2, ddof=1)
         dof = np.full((studies, claims), float(n - 1))
-        if shared:
-            scale, d0, pooled = _fitted(s2, open_, n - 1)
-            d0, scale, pooled = d0[:, None], scale[:, None], pooled[:, None]
-            post = np.where(d0 == 0, s2, np.where(np.isinf(d0), scale,
-                                                   (np.where(np.isinf(d0), 0, d0) * scale + (n - 1) * s2)
-                                                   / (np.where(np.isinf(d0), 1, d0) + n - 1)))
+        if rule != "alone":
+            scale, d0, pooled = (part[:, None] for part in _fitted(s2, open_, n - 1))
+            if rule == "shared":
+                d0 = np.minimum(d0, PRIOR_WEIGHT * (n - 1))
+            finite = np.where(np.isinf(d0), 0.0, d0)
+            s2 = np.where(d0 == 0, s2, np.where(np.isinf(d0), scale, (finite * scale + (n - 1) * s2)
+                                                / np.maximum(finite + n - 1, 1e-300)))
             dof = np.where(d0 == 0, n - 1, np.minimum(d0 + n - 1, np.maximum(pooled, n - 1)))
-            s2 = post
         t = x.mean(axis=2) / np.sqrt(s2 / n)
         best_up = np.where(open_, np.minimum(best_up, stdtr(dof, -t) / w), best_up)
         best_down = np.where(open_, np.minimum(best_down, stdtr(dof, t) / w), best_down)
@@ -255,28 +257,34 @@ def product_many(design: Design, d: np.ndarray, shared: bool) -> tuple[list[int]
 def shared_variance(studies: int, design: Design) -> None:
     """Section 8 (module docstring)."""
     claims = 8
-    print(f"\n8. Shared variance, a study of {claims} claims with Holm, {studies} studies per case: alone vs shared")
-    print(f"   {'case':38} {'rule':7} {'any false verdict':>26} {'false, high-variance claims':>28}  agree")
+    print(f"\n8. Shared variance, a study of {claims} claims with Holm, {studies} studies per case: alone, limma "
+          f"(d0 uncapped), shared (the product: d0 <= {PRIOR_WEIGHT:g} x d_g)")
+    print(f"   {'case':34} {'rule':6} {'any false verdict':>26} {'false, high-variance claims':>28}  agree")
     sds = {"equal variances": np.ones(claims), "half the claims at 4x variance": np.repeat([1.0, 2.0], claims // 2),
-           "one claim at 4x variance": np.r_[np.ones(claims - 1), 2.0]}
+           "one claim at 4x variance": np.r_[np.ones(claims - 1), 2.0],
+           "one claim at 16x variance": np.r_[np.ones(claims - 1), 4.0]}
     for name, sd in sds.items():
         d = np.random.default_rng(81).standard_normal((studies, claims, MAX_SEEDS)) * sd[None, :, None]
         high = sd > 1
-        for shared in (False, True):
-            verdict, _ = many_claims_shared(design, d, shared)
-            agree = sum(product_many(design, d[i], shared)[0] == list(verdict[i]) for i in range(100))
+        for rule in ("alone", "limma", "shared"):
+            verdict, _ = many_claims_shared(design, d, rule)
+            same = sum(product_many(design, d[i], rule == "shared")[0] == list(verdict[i])
+                       for i in range(100)) if rule != "limma" else None
+            agree = f"{same}/100" if same is not None else "-"
             wrong_high = rate(int((verdict[:, high] != 0).sum()), int(studies * high.sum())) if high.any() else "-"
             wrong_any = rate(int((verdict != 0).any(axis=1).sum()), studies)
-            print(f"   {name:38} {'shared' if shared else 'alone':7} {wrong_any:>26} {wrong_high:>28}  {agree}/100")
-    print(f"   {'effect 2 SD on every claim':38} {'rule':7} {'power':>8} {'mean seeds':>10} {'p90':>4}  agree")
+            print(f"   {name:34} {rule:6} {wrong_any:>26} {wrong_high:>28}  {agree}")
+    print(f"   {'effect 2 SD on every claim':34} {'rule':6} {'power':>8} {'mean seeds':>10} {'p90':>4}  agree")
     for name, sd in sds.items():
         d = 2.0 * sd[None, :, None] + np.random.default_rng(82).standard_normal((studies, claims, MAX_SEEDS)) \
             * sd[None, :, None]
-        for shared in (False, True):
-            verdict, seeds = many_claims_shared(design, d, shared)
-            agree = sum(product_many(design, d[i], shared) == (list(verdict[i]), list(seeds[i])) for i in range(100))
-            print(f"   {name:38} {'shared' if shared else 'alone':7} {(verdict == 1).mean():>8.4f} "
-                  f"{seeds.mean():>10.2f} {np.percentile(seeds, 90):>4g}  {agree}/100")
+        for rule in ("alone", "limma", "shared"):
+            verdict, seeds = many_claims_shared(design, d, rule)
+            same = sum(product_many(design, d[i], rule == "shared") == (list(verdict[i]), list(seeds[i]))
+                       for i in range(100)) if rule != "limma" else None
+            agree = f"{same}/100" if same is not None else "-"
+            print(f"   {name:34} {rule:6} {(verdict == 1).mean():>8.4f} {seeds.mean():>10.2f} "
+                  f"{np.percentile(seeds, 90):>4g}  {agree}")
 
 
 def max_evalue(n: int, effect: float) -> float:
