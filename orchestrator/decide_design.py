@@ -2,13 +2,13 @@
 when the sequence resumes.
 
 The sequential rule's error rate holds for the looks it was planned with (reporting/decision.py): judging
-the same seeds again under other looks or another alpha (raising `max_seeds` after "undecided at
-max_seeds", say) re-runs the sequence with a second chance, and false verdicts rise (0.048 -> 0.061 in the
-issue's simulation). So the design (the planned looks and alpha) is recorded on the study's parent run at
-the first look (tag DESIGN_TAG); a resumed `run --decide` with another design is refused (exit 2, naming
-both), unless the user starts a new sequence explicitly (`--new-sequence`), which the parent run records
-(NEW_SEQUENCE_TAG) and the report states. A budget is not part of the design: it only stops the sequence
-earlier, which the rule allows.
+the same seeds again under other looks, another alpha or another test (`shared_variance`; or raising
+`max_seeds` after "undecided at max_seeds") re-runs the sequence with a second chance, and false verdicts
+rise (0.048 -> 0.061 in the issue's simulation). So the design (the planned looks, alpha and the test) is
+recorded on the study's parent run at the first look (tag DESIGN_TAG); a resumed `run --decide` with another
+design is refused (exit 2, naming both), unless the user starts a new sequence explicitly (`--new-sequence`),
+which the parent run records (NEW_SEQUENCE_TAG) and the report states. A budget is not part of the design:
+it only stops the sequence earlier, which the rule allows.
 
 A store written before designs were recorded has the design in its `looks.json` artifact (decide_loop.py):
 the sequence resumes with that one and says so. `orchestrator report` judges the claims with the recorded
@@ -24,24 +24,30 @@ from typing import Any, Callable
 from .errors import UserInputError
 from .study import Decide
 
-DESIGN_TAG = "decide.design"  # the parent run's tag: {"min_seeds", "max_seeds", "batch", "alpha"} as JSON
+DESIGN_TAG = "decide.design"  # the parent run's tag: {"min_seeds", "max_seeds", "batch", "alpha"} as JSON (and
+# "shared_variance": true where set)
 NEW_SEQUENCE_TAG = "decide.new_sequence"  # set by --new-sequence: when, and the design it replaced
 PLANNED_TAG = "decide.planned_trials"  # `plan`'s expected and ceiling trials before the first look: "30,50"
 LOOKS_FILE = "looks.json"
 
 
 def words(decide: Decide) -> str:
-    """The design as the messages say it: "looks at 2, 4, 6, 8, 10 seeds, alpha 0.05"."""
-    return f"looks at {', '.join(map(str, decide.looks()))} seeds, alpha {decide.alpha:g}"
+    """The design as the messages say it: "looks at 2, 4, 6, 8, 10 seeds, alpha 0.05" (", shared variance"
+    where the claims share one variance estimate)."""
+    shared = ", shared variance" if decide.shared_variance else ""
+    return f"looks at {', '.join(map(str, decide.looks()))} seeds, alpha {decide.alpha:g}{shared}"
 
 
 def _record(decide: Decide) -> str:
-    return json.dumps({"min_seeds": decide.min_seeds, "max_seeds": decide.max_seeds, "batch": decide.batch,
-                       "alpha": decide.alpha}, sort_keys=True)
+    fields = {"min_seeds": decide.min_seeds, "max_seeds": decide.max_seeds, "batch": decide.batch,
+              "alpha": decide.alpha}
+    if decide.shared_variance:  # recorded only where set: a record without it reads as the default (off)
+        fields["shared_variance"] = True
+    return json.dumps(fields, sort_keys=True)
 
 
 def same(a: Decide, b: Decide) -> bool:
-    return a.looks() == b.looks() and a.alpha == b.alpha
+    return a.looks() == b.looks() and a.alpha == b.alpha and a.shared_variance == b.shared_variance
 
 
 def _parent_tags(store: Any) -> tuple[str | None, dict[str, str]]:
@@ -69,7 +75,8 @@ def recorded(store: Any, artifacts: bool = True) -> tuple[Decide | None, str]:
             dumped = json.loads(Path(path).read_text(encoding="utf-8"))["decide"]
     except Exception:  # no looks.json: no sequence was run on this store
         return None, ""
-    fields = {key: dumped[key] for key in ("min_seeds", "max_seeds", "batch", "alpha") if key in dumped}
+    fields = {key: dumped[key] for key in ("min_seeds", "max_seeds", "batch", "alpha", "shared_variance")
+              if key in dumped}
     return Decide(**fields), f"{LOOKS_FILE} (the store was written before designs were recorded on the study's run)"
 
 

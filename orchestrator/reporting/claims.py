@@ -41,10 +41,11 @@ from ..study import Study
 from ..study.claim_checks import Check, Term, claim_checks, later_columns, study_rows
 from ..study.model import Decide
 from ..trial.protocol import ISOLATED_PREFIX
-from .decision import RATIO, Design, Evidence, claim_p, evidence
+from .decision import RATIO, Design, Evidence, claim_p, evidence, shared_priors
 from .diverged import describe, unusable
 from .families import is_timing
 from .protocol_note import check_caveat
+from .shrinkage import Prior
 from .stats import ALPHA, format_p, holm
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
@@ -292,10 +293,11 @@ def _prefix(order: list, available: set) -> int:
 
 
 def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame, study_path: Any = None,
-                   decide: Decide | None = None) -> ClaimResult:
+                   decide: Decide | None = None, priors: dict[int, Prior] | None = None) -> ClaimResult:
     """One claim judged on the trials (before Holm: `evaluate_claims` gives the verdict). `study_path`: the
     study file, as the reason of a claim awaiting `orchestrator evaluate` names it; `decide`: the sequential
-    design (default: the study's `decide:` section; none: one look at the seeds there are)."""
+    design (default: the study's `decide:` section; none: one look at the seeds there are); `priors`: the
+    study's shared variance by look (`_judge`)."""
     design = study_design(study, decide)
     result = ClaimResult(claim, alpha=design.alpha if design else ALPHA)
     reason = claim_decidable(study, claim, design)
@@ -366,7 +368,8 @@ def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame, study_path: A
         b = right[common].to_numpy(dtype=float) if right is not None else None
         mean_right = check.scale * float(b.mean()) + check.shift if b is not None else check.shift
         holds = float(a.mean()) < mean_right if check.relation == "<" else float(a.mean()) > mean_right
-        ev = evidence(plan, a, b, check.relation, check.scale, check.shift, kind) if plan is not None else None
+        ev = (evidence(plan, a, b, check.relation, check.scale, check.shift, kind, priors)
+              if plan is not None else None)
         caveat = check_caveat(trials, [term for term in (check.left, check.right) if term is not None])
         result.checks.append(CheckResult(_describe(check, float(a.mean()), mean_right, prefix) + caveat, holds,
                                          ev.p_right if ev else math.nan, ev, check.relation,
@@ -425,9 +428,27 @@ def evaluate_claims(study: Study, trials: pd.DataFrame, study_path: Any = None,
     design = study_design(study, decide)
     if design is not None:
         return _locked(study, design, trials, study_path, decide)
-    results = [evaluate_claim(study, claim, trials, study_path, decide) for claim in study.expect]
+    results = _judge(study, trials, study_path, decide)
     _correct(results, sequential=False)
     return results
+
+
+def _judge(study: Study, trials: pd.DataFrame, study_path: Any, decide: Decide | None,
+           locked: dict[int, ClaimResult] | None = None) -> list[ClaimResult]:
+    """Every claim judged on `trials` (a `locked` one, by its index, kept as it is). With the design's
+    `shared_variance`, twice: first alone, to read every tested check's sample variance at each look, then
+    with the prior fitted on all of them at that look (decision.shared_priors: a moderated t-test). The
+    locked claims' checks count in the fit as well: the seed's noise is the same whichever claim reads it."""
+    locked = locked or {}
+    design = study_design(study, decide)
+    if design is None or not design.shared_variance:
+        return [locked.get(i) or evaluate_claim(study, claim, trials, study_path, decide)
+                for i, claim in enumerate(study.expect)]
+    alone = [evaluate_claim(study, claim, trials, study_path, decide) for claim in study.expect]
+    priors = shared_priors([check.evidence for result in alone if result.decidable for check in result.checks
+                            if check.evidence is not None])
+    return [locked.get(i) or evaluate_claim(study, claim, trials, study_path, decide, priors)
+            for i, claim in enumerate(study.expect)]
 
 
 def _correct(results: list[ClaimResult], sequential: bool, locked: dict[int, ClaimResult] | None = None) -> None:
@@ -455,15 +476,14 @@ def _locked(study: Study, design: Decide, trials: pd.DataFrame, study_path: Any,
     top = int(trials["seed"].max()) if len(trials) else -1
     for n in design.looks():
         frame = trials[trials["seed"].isin(order[:n])]
-        results = [locked.get(i) or evaluate_claim(study, claim, frame, study_path, decide)
-                   for i, claim in enumerate(study.expect)]
+        results = _judge(study, frame, study_path, decide, locked)
         _correct(results, sequential=True, locked=locked)
         for i, result in enumerate(results):
             if i not in locked and result.decidable and result.tested and result.verdict in (HOLDS, FAILS):
                 locked[i] = result
         if all(seed > top for seed in order[n:]):  # no later seed in the store: later looks judge the same
             break
-    final = [evaluate_claim(study, claim, trials, study_path, decide) for claim in study.expect]
+    final = _judge(study, trials, study_path, decide)
     _correct(final, sequential=True, locked=locked)
     for i, result in locked.items():
         later = final[i]

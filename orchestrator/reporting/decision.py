@@ -35,9 +35,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Mapping
 
 import numpy as np
 
+from .shrinkage import NONE, Prior
 from .stats import no_spread
 
 SIMULATIONS = 262_144  # null paths drawn per design: F's Monte Carlo error is about +-0.0003 at F = 0.025
@@ -66,18 +68,19 @@ def _student_quantile(dof: float, q: float) -> float:
     return float(stdtrit(dof, q))
 
 
-def one_sided_p(d: np.ndarray, size: float = 0.0) -> tuple[float, float]:
-    """(p that E[d] > 0, p that E[d] < 0) by the one-sample t-test of `d` (two or more values). The same
-    value at every seed, up to rounding (stats.no_spread; `size`: the size of the numbers d is made of): no
-    test, (1, 1). Its t would be infinite and its p 0, yet values that tie by rounding say nothing of the
-    seed-to-seed spread (false verdicts reached 0.10-0.135 with p = 0 there: docs/deciding.md)."""
+def one_sided_p(d: np.ndarray, size: float = 0.0, prior: Prior = NONE) -> tuple[float, float]:
+    """(p that E[d] > 0, p that E[d] < 0) by the one-sample t-test of `d` (two or more values); with a
+    fitted `prior` (shrinkage.py: the study's shared variance), the moderated t-test. The same value at every
+    seed, up to rounding (stats.no_spread; `size`: the size of the numbers d is made of): no test, (1, 1).
+    Its t would be infinite and its p 0, yet values that tie by rounding say nothing of the seed-to-seed
+    spread (false verdicts reached 0.10-0.135 with p = 0 there: docs/deciding.md)."""
     n = d.size
     mean = float(d.mean())
-    spread = float(d.std(ddof=1))
     if no_spread(d, size):
         return 1.0, 1.0
-    t = mean / (spread / math.sqrt(n))
-    return float(_student_cdf(n - 1, -t)), float(_student_cdf(n - 1, t))  # P(T >= t), P(T <= t)
+    dof = prior.dof(n - 1)
+    t = mean / math.sqrt(prior.variance(float(d.var(ddof=1)), n - 1) / n)
+    return float(_student_cdf(dof, -t)), float(_student_cdf(dof, t))  # P(T >= t), P(T <= t)
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,10 @@ class Evidence:
     seeds: int
     tie: bool = False  # the per-seed differences (or values) at the last look are the same on every seed: no test
     log: bool = False  # tested on the log scale: the effect is a geometric mean (of the ratios, or of the values)
+    # (seeds, sample variance) of the tested per-seed differences at each look taken, ties left out: what the
+    # study's shared variance is fitted on (shrinkage.py)
+    spreads: tuple[tuple[int, float], ...] = ()
+    shared: bool = False  # tested with the study's shared variance (a moderated t-test)
 
     @property
     def words(self) -> str:
@@ -178,11 +185,13 @@ class Evidence:
         return f"geometric-mean {self.kind}" if self.log else self.kind
 
 
-def _interval(kind: str, a: np.ndarray, b: np.ndarray | None, level: float) -> tuple[float, float]:
-    """The two-sided interval with one-sided `level` in each tail: a t-interval of mean(a - b) or mean(a), or
-    Fieller's interval of mean(a) / mean(b) (the ratios r that a paired t-test of a - r b does not reject)."""
+def _interval(kind: str, a: np.ndarray, b: np.ndarray | None, level: float,
+              prior: Prior = NONE) -> tuple[float, float]:
+    """The two-sided interval with one-sided `level` in each tail: a t-interval of mean(a - b) or mean(a)
+    (with the moderated variance and degrees of freedom of a fitted `prior`), or Fieller's interval of
+    mean(a) / mean(b) (the ratios r that a paired t-test of a - r b does not reject)."""
     n = a.size
-    c = _student_quantile(n - 1, 1 - level)
+    c = _student_quantile(n - 1 if kind == RATIO else prior.dof(n - 1), 1 - level)
     if kind == RATIO:
         assert b is not None
         cov = np.cov(a, b, ddof=1)
@@ -197,7 +206,7 @@ def _interval(kind: str, a: np.ndarray, b: np.ndarray | None, level: float) -> t
     values = a - b if b is not None else a
     if no_spread(values, float(np.abs(a).max()) if b is None else float(max(np.abs(a).max(), np.abs(b).max()))):
         return -math.inf, math.inf  # no spread to size an interval by (one_sided_p runs no test either)
-    half = c * float(values.std(ddof=1)) / math.sqrt(n)
+    half = c * math.sqrt(prior.variance(float(values.var(ddof=1)), n - 1) / n)
     return float(values.mean()) - half, float(values.mean()) + half
 
 
@@ -212,21 +221,23 @@ def on_log_scale(kind: str, left: np.ndarray, right: np.ndarray | None, scale: f
 
 
 def evidence(design: Design, left: np.ndarray, right: np.ndarray | None, relation: str, scale: float = 1.0,
-             shift: float = 0.0, kind: str | None = None) -> Evidence:
+             shift: float = 0.0, kind: str | None = None, priors: Mapping[int, Prior] | None = None) -> Evidence:
     """`left` and `right` (None: the constant `shift`): per-seed values in the design's seed order, as many as
     the last look taken reads. The check: left `relation` scale x right + shift. `kind`: how its effect is
     stated (default: a ratio where scale is not 1, else a difference; a value where right is None); a
     check A < B among ratio checks of the same two sides is the ratio A/B < 1. Ratios and bounds of positive
     values are tested on the log scale (`on_log_scale`): the effect is then the geometric mean of the
-    per-seed ratios (or values), its interval the t-interval of the log scale's mean, exponentiated."""
+    per-seed ratios (or values), its interval the t-interval of the log scale's mean, exponentiated.
+    `priors`: the study's shared variance by look (seeds -> shrinkage.Prior; `shared_priors`): each look's
+    test is the moderated t-test with the prior fitted at that look."""
     kind = kind or (VALUE if right is None else (RATIO if scale != 1.0 else DIFFERENCE))
     if on_log_scale(kind, left, right, scale, shift):
-        return _log_evidence(design, left, right, relation, scale, shift, kind)
-    return _linear(design, left, right, relation, scale, shift, kind)
+        return _log_evidence(design, left, right, relation, scale, shift, kind, priors)
+    return _linear(design, left, right, relation, scale, shift, kind, priors)
 
 
 def _linear(design: Design, left: np.ndarray, right: np.ndarray | None, relation: str, scale: float,
-            shift: float, kind: str) -> Evidence:
+            shift: float, kind: str, priors: Mapping[int, Prior] | None = None) -> Evidence:
     """`evidence` on the values as they are (`kind` given)."""
     bound = shift if kind != RATIO else scale
     d = left - (scale * right if right is not None else 0.0) - shift
@@ -235,12 +246,16 @@ def _linear(design: Design, left: np.ndarray, right: np.ndarray | None, relation
     rights, wrongs, low, high = [], [], -math.inf, math.inf
     size = float(np.abs(left).max()) if right is None else float(max(np.abs(left).max(), np.abs(scale * right).max()))
     size = max(size, abs(shift))
+    spreads = []
     for n in looks:
-        above, below = one_sided_p(d[:n], size)
+        prior = (priors or {}).get(n, NONE)
+        above, below = one_sided_p(d[:n], size, prior)
         rights.append(above if sign > 0 else below)
         wrongs.append(below if sign > 0 else above)
-        lo, hi = _interval(kind, left[:n], right[:n] if right is not None else None, design.nominal(n))
+        lo, hi = _interval(kind, left[:n], right[:n] if right is not None else None, design.nominal(n), prior)
         low, high = max(low, lo), min(high, hi)
+        if not no_spread(d[:n], size):
+            spreads.append((n, float(d[:n].var(ddof=1))))
     n = looks[-1]
     a, b = left[:n], (right[:n] if right is not None else None)
     if kind == RATIO:
@@ -249,24 +264,40 @@ def _linear(design: Design, left: np.ndarray, right: np.ndarray | None, relation
     else:
         effect = float((a - b).mean()) if b is not None else float(a.mean())
     if not low <= effect <= high:  # the intersection left the last look's estimate out: its interval alone
-        low, high = _interval(kind, a, b, design.nominal(n))  # (every look's covers at once: as valid)
+        low, high = _interval(kind, a, b, design.nominal(n), (priors or {}).get(n, NONE))  # (every look's
+        # interval covers at once: as valid)
     return Evidence(kind, effect, low, high, bound, design.sequential_p(rights), design.sequential_p(wrongs), n,
-                    tie=no_spread(d[:n], size))
+                    tie=no_spread(d[:n], size), spreads=tuple(spreads),
+                    shared=any(not math.isnan(prior.scale) for prior in (priors or {}).values()))
 
 
 def _log_evidence(design: Design, left: np.ndarray, right: np.ndarray | None, relation: str, scale: float,
-                  shift: float, kind: str) -> Evidence:
+                  shift: float, kind: str, priors: Mapping[int, Prior] | None = None) -> Evidence:
     """`evidence` on the log scale: the difference check log A - log B against log scale (or log A against
     log c), its effect and interval exponentiated back to a ratio (or a value)."""
     logs = np.log(left)
     if right is not None:  # log A - log B against log scale: A's logs shifted by it, the effect shifted back
         bound = math.log(scale)
-        ev = _linear(design, logs - bound, np.log(right), relation, 1.0, 0.0, DIFFERENCE)
+        ev = _linear(design, logs - bound, np.log(right), relation, 1.0, 0.0, DIFFERENCE, priors)
     else:  # log A against log c
         bound = 0.0
-        ev = _linear(design, logs, None, relation, 1.0, math.log(shift), VALUE)
+        ev = _linear(design, logs, None, relation, 1.0, math.log(shift), VALUE, priors)
     return Evidence(kind, math.exp(ev.effect + bound), math.exp(ev.low + bound), math.exp(ev.high + bound),
-                    scale if kind == RATIO else shift, ev.p_right, ev.p_wrong, ev.seeds, tie=ev.tie, log=True)
+                    scale if kind == RATIO else shift, ev.p_right, ev.p_wrong, ev.seeds, tie=ev.tie, log=True,
+                    spreads=ev.spreads, shared=ev.shared)
+
+
+def shared_priors(checks: list[Evidence]) -> dict[int, Prior]:
+    """The study's shared variance at each look (seeds -> shrinkage.Prior): fitted on the sample variances
+    of every tested check that reached that look (its per-seed differences on the first n seeds, ties left
+    out), each on n - 1 degrees of freedom (shrinkage.fit)."""
+    from .shrinkage import fit
+
+    by_look: dict[int, list[float]] = {}
+    for check in checks:
+        for n, s2 in check.spreads:
+            by_look.setdefault(n, []).append(s2)
+    return {n: fit(values, n - 1) for n, values in sorted(by_look.items())}
 
 
 def claim_p(checks: list[Evidence]) -> tuple[float, bool]:

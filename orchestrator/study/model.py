@@ -318,6 +318,9 @@ class Decide(_Strict):
                                                    "estimate per trial; none: no limit.")
     alpha: Annotated[float, Field(gt=0, lt=0.5)] = Field(0.05, description="The study's error rate: the chance "
                                                          "that any claim is decided wrongly (Holm across claims).")
+    shared_variance: StrictBool = Field(False, description="Judge the claims with the seed-to-seed variance "
+                                        "estimated jointly over all of them (empirical-Bayes shrinkage, a "
+                                        "moderated t-test: docs/deciding.md).")
 
     @model_validator(mode="after")
     def _ordered(self) -> "Decide":
