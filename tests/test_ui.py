@@ -75,13 +75,13 @@ def test_html_report_renders_in_chromium(built, chromium, tmp_path):
                                       r"\?workflowType=machine_learning", link) for link in links), links
 
     shot = tmp_path / "report.png"
-    # Tall enough for the plots, which follow the tables, the cost front and the published values.
-    rendered = _chromium(chromium, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,4000",
+    # Tall enough for the plots, which follow the tables, the claims, the cost front and the published values.
+    rendered = _chromium(chromium, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,7000",
                          page.as_uri())
     assert rendered.returncode == 0, rendered.stderr[-2000:]
     assert _console_messages(rendered.stderr) == []
     image = Image.open(shot).convert("RGB")
-    assert image.size == (1280, 4000)
+    assert image.size == (1280, 7000)
     colours = image.getcolors(maxcolors=1 << 20)
     assert len(colours) > 50  # text, rules, plots: not a blank page
     # The plots' lines are drawn in matplotlib's first colours (blue, orange); nothing else on the page is.

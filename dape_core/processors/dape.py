@@ -59,8 +59,8 @@ def modules() -> SimpleNamespace:
     from torch import nn
     from torch.nn import functional as F
 
-    from . import score_conv
     from .base import ScoreProcessor
+    from .score_conv import applies, conv_pair
 
     class ConvScoreProcessor(ScoreProcessor):
         """`tril(z) -> Conv(C_in -> D, kq x kk) -> LeakyReLU(0.01) -> Conv(D -> H, kq x kk)`, combined by `form`.
@@ -108,8 +108,8 @@ def modules() -> SimpleNamespace:
             if bias is not None:
                 bias = bias.to(scores.dtype)
             keep = None if not self.tril else (k_pos[None, :] <= q_pos[:, None]).to(scores.dtype)  # tril
-            if score_conv.applies(scores):  # CPU: both convolutions as batched GEMMs (score_conv.py)
-                logits = score_conv.conv_pair(keep, scores.shape[0], self.conv_in, self.conv_out,
+            if applies(scores):  # CPU: both convolutions as batched GEMMs (score_conv.py)
+                logits = conv_pair(keep, scores.shape[0], self.conv_in, self.conv_out,
                                               self.feature_parts(scores, bias))
             else:
                 z = TrilConcat.apply(keep, scores.shape[0], *self.feature_parts(scores, bias))
