@@ -5,13 +5,13 @@ the check named); `model.leak` only on a component that reads it."""
 from __future__ import annotations
 
 import re
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 from cli_support import run_cli
+from registry_support import restored_registry
 
 from dape_core import ModelConfig, components, plugins
 from dape_core.contract import COST_FACTOR, leak_refusal, measured_macs, refusals, small_config
@@ -23,20 +23,8 @@ EXAMPLES = ROOT / "examples"
 @pytest.fixture(autouse=True)
 def registry_restored(tmp_path_factory):
     """Each test's plugins leave the registry, the loaded plugins and sys.modules as they were."""
-    temporary = str(tmp_path_factory.getbasetemp())
-    components.discover_contrib()
-    registries = [(registry, dict(registry.records)) for registry in
-                  (components.encodings, components.processors, components.forms)]
-    loaded, modules = dict(plugins._LOADED), set(sys.modules)
-    yield
-    for registry, records in registries:
-        registry.records.clear()
-        registry.records.update(records)
-    plugins._LOADED.clear()
-    plugins._LOADED.update(loaded)
-    for name in set(sys.modules) - modules:
-        if str(getattr(sys.modules[name], "__file__", None) or "").startswith((temporary, str(EXAMPLES))):
-            sys.modules.pop(name, None)
+    with restored_registry(tmp_path_factory):
+        yield
 
 
 def _builtin_cases():

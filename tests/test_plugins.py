@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_support import run_cli
+from registry_support import restored_registry
 
 from dape_core import components, plugins
 from dape_core.plugins import PluginError, load_shipped
@@ -24,21 +25,8 @@ EXAMPLE = ROOT / "examples" / "kq_conv.py"
 @pytest.fixture(autouse=True)
 def registry_restored(tmp_path_factory):
     """Each test's plugins leave the registry, the loaded plugins and sys.modules as they were."""
-    temporary = str(tmp_path_factory.getbasetemp())
-    components.discover_contrib()  # the built-ins and contrib's registered before the snapshot
-    components.processors.names()
-    registries = [(registry, dict(registry.records)) for registry in
-                  (components.encodings, components.processors, components.forms)]
-    loaded, modules = dict(plugins._LOADED), set(sys.modules)
-    yield
-    for registry, records in registries:
-        registry.records.clear()
-        registry.records.update(records)
-    plugins._LOADED.clear()
-    plugins._LOADED.update(loaded)
-    for name in set(sys.modules) - modules:  # the plugins' modules (and their helpers) of this test
-        if str(getattr(sys.modules[name], "__file__", None) or "").startswith((temporary, str(EXAMPLE))):
-            sys.modules.pop(name, None)
+    with restored_registry(tmp_path_factory):
+        yield
 
 
 def _study(folder: Path, plugin_text: str | None, *, name="plugin.py", processor="planted", extra=None) -> Path:
