@@ -22,6 +22,7 @@ __all__ = [
     "Cost",
     "Encoding",
     "Form",
+    "LayerConfig",
     "Processor",
     "Setting",
     "encodings",
@@ -67,6 +68,23 @@ class Cost:
     macs: float = 0
     stored: float = 0
     working: float = 0
+
+
+class LayerConfig(Protocol):
+    """What a component's builder is given: the model's settings (dape_core.config.ModelConfig satisfies it). The
+    builders here and in `encodings/base.py`, `processors/base.py` name this, not the config's class, so that
+    the components need not import the config that imports them."""
+
+    n_layer: int
+    causal: bool
+
+    @property
+    def encoding(self) -> Encoding: ...
+
+    @property
+    def processor_facts(self) -> Processor: ...
+
+    def to_dict(self) -> dict: ...
 
 
 NO_COST = Cost()

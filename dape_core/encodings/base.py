@@ -19,14 +19,10 @@ Each encoding is one file of this folder: its record and its module (built when 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from ..config import ModelConfig
-    from ..registry import Encoding
+from ..registry import Encoding, LayerConfig
 
 
 def causal_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
@@ -69,7 +65,7 @@ class PositionEncoding(nn.Module):
         return None
 
 
-def build_position_encodings(cfg: ModelConfig) -> list[PositionEncoding]:
+def build_position_encodings(cfg: LayerConfig) -> list[PositionEncoding]:
     """One encoding per layer. Learnable encodings (Kerple, FIRE) have per-layer parameters, as in the
     authors' code; T5's table is one module shared by all layers (docs/method.md §2)."""
     facts = cfg.encoding  # its record builds it (dape_core/encodings.py, contrib or a plugin)
@@ -84,6 +80,7 @@ def build_position_encodings(cfg: ModelConfig) -> list[PositionEncoding]:
     return encodings
 
 
-def build_position_encoding(cfg: ModelConfig) -> PositionEncoding:
+def build_position_encoding(cfg: LayerConfig) -> PositionEncoding:
     """A single layer's encoding (for tests and tools that look at one layer)."""
-    return build_position_encodings(cfg.__class__(**{**cfg.to_dict(), "n_layer": 1}))[0]
+    one_layer: type = type(cfg)  # the config's own class (ModelConfig), built again with one layer
+    return build_position_encodings(one_layer(**{**cfg.to_dict(), "n_layer": 1}))[0]

@@ -9,12 +9,9 @@ blocks of rows (see `attention.py`):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from torch import nn
 
-if TYPE_CHECKING:
-    from ..config import ModelConfig
+from ..registry import LayerConfig
 
 
 class ScoreProcessor(nn.Module):
@@ -32,7 +29,7 @@ class ScoreProcessor(nn.Module):
         raise NotImplementedError
 
 
-def build_processor(cfg: ModelConfig, has_bias: bool) -> ScoreProcessor | None:
+def build_processor(cfg: LayerConfig, has_bias: bool) -> ScoreProcessor | None:
     """The layer's processor, built by its record (None without one); the module keeps its record as `facts`."""
     facts = cfg.processor_facts
     if facts.build is None:  # `none`: no processor (what Processor.present reads)

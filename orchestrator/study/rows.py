@@ -4,11 +4,34 @@ zipped keys, minus the excluded assignments. Seeds repeat every row (trial/trial
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .model import Study, Variant
+
+class RowVariant(Protocol):
+    """What the rows read of a variant (model.py's `Variant`)."""
+
+    label: str
+    set: dict
+    baseline: bool
+
+
+class _Baseline(Protocol):
+    baseline: str | None
+
+
+class RowSource(Protocol):
+    """What the rows read of a study (model.py's `Study`, which imports this module to expand itself)."""
+
+    variants: Any
+    axes: dict
+    zip: dict
+    exclude: Any
+    one_at_a_time: bool
+
+    @property
+    def report(self) -> _Baseline: ...
 
 
 @dataclass(frozen=True)
@@ -23,7 +46,7 @@ class Cell:
     swept: dict  # the axis/zip values of this row (for tags and swept-value plots)
 
 
-def swept_points(study: "Study") -> list[dict[str, Any]]:
+def swept_points(study: RowSource) -> list[dict[str, Any]]:
     """Swept assignments: the axes grid (or one-at-a-time) crossed with the zipped rows, minus excludes."""
     zipped = [dict(zip(study.zip, values)) for values in zip(*study.zip.values())] if study.zip else [{}]
     if study.one_at_a_time:
@@ -36,7 +59,7 @@ def swept_points(study: "Study") -> list[dict[str, Any]]:
     return [p for p in points if not any(all(p.get(k) == v for k, v in ex.items()) for ex in study.exclude)]
 
 
-def study_cells(study: "Study", variants: list["Variant"]) -> list[Cell]:
+def study_cells(study: RowSource, variants: Sequence[RowVariant]) -> list[Cell]:
     """`variants`: the study's, or one standing for the base alone when it declares none."""
     points = swept_points(study)
     rows = []
@@ -53,7 +76,7 @@ def study_cells(study: "Study", variants: list["Variant"]) -> list[Cell]:
             for variant, number, point, label, where in rows]
 
 
-def _is_baseline(study: "Study", variant: "Variant", number: int, label: str, labels: set[str]) -> bool:
+def _is_baseline(study: RowSource, variant: RowVariant, number: int, label: str, labels: set[str]) -> bool:
     """A baseline row (see `comparisons`). `report.baseline` names a row, or a variant (its row at every
     swept point); without it, the variant marked `baseline: true`, at every swept point; without variants,
     the one-at-a-time centre point (a plain grid has no natural baseline)."""
