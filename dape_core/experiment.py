@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Sequence, cast
 
 import dape_core.metric_names as names
 
@@ -26,6 +26,21 @@ from .experiment_config import ExperimentConfig
 if TYPE_CHECKING:
     from .train import CheckpointStore
     from .train.distributed import World
+
+
+@dataclass
+class LaterScores:
+    """Lengths scored after the experiment's own evaluation, on the trained model, without changing its config
+    (a study's `report.lengths`): the values `evaluate_stored(model, cfg, lengths=...)` gives for its stored
+    model (the same windows, the same code; no forward timing, no maps). `error`: why they could not be
+    scored (held-out text too short, memory): the experiment's own results stand, the caller scores them later."""
+
+    lengths: list[int]
+    perplexity: dict[int, float] = field(default_factory=dict)
+    delta_p: dict[int, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    eval_protocol: int | None = None
+    error: str | None = None
 
 
 @dataclass
@@ -60,6 +75,8 @@ class ExperimentResult:
     # The evaluation protocol its per-length perplexities were measured under (dape_core.data.PROTOCOL_VERSION;
     # docs/protocol.md); None where there are none (CHE).
     eval_protocol: int | None = None
+    # The caller's later lengths (run_experiment's `later_lengths`), scored after the rest: None where none were asked.
+    later: LaterScores | None = None
 
     def metrics(self) -> dict[str, float]:
         """Flat numeric metrics, named as the orchestrator logs them (dape_core/metric_names.py)."""
@@ -71,7 +88,9 @@ class ExperimentResult:
             out[names.MS_PER_STEP] = self.ms_per_step
         if self.weights:
             out[names.WEIGHTS_SECONDS] = self.weights_seconds
-        for prefix, by_length in ((names.PPL, self.perplexity), (names.DELTA_P, self.delta_p),
+        later = self.later or LaterScores(lengths=[])
+        for prefix, by_length in ((names.PPL, {**self.perplexity, **later.perplexity}),
+                                  (names.DELTA_P, {**self.delta_p, **later.delta_p}),
                                   (names.MS_FORWARD, self.ms_forward)):
             out.update({names.per_length(prefix, length): value for length, value in by_length.items()})
         if self.che_acc_test is not None:
@@ -90,7 +109,7 @@ def check_vocabulary(cfg: ExperimentConfig, corpus_vocab: int, tokenizer: str) -
 def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = None, *,
                    checkpoint_dir: str | Path | None = None, checkpoint_every: int | None = None,
                    resume: bool = True, artifacts_dir: str | Path | None = None,
-                   weights_dir: str | Path | None = None) -> ExperimentResult | None:
+                   weights_dir: str | Path | None = None, later_lengths: Sequence[int] = ()) -> ExperimentResult | None:
     """Train and evaluate one config. Every data problem (missing files, held-out text too short for the
     longest evaluation length, ids beyond the vocabulary) is raised before training starts.
 
@@ -98,7 +117,10 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
     sharded checkpoints on several); with `resume`, continue from the one already there. artifacts_dir:
     where `eval.visualise` writes its heat maps. weights_dir: where the trained model is kept (its weights,
     config and data record: `dape_core.stored.save_model`; a sharded model gathered first), before it is
-    evaluated (a CHE experiment's data record is its task and lengths).
+    evaluated (a CHE experiment's data record is its task and lengths). later_lengths: lengths scored last, on
+    the trained model, outside the config (a study's `report.lengths`): `result.later` (LaterScores), in its
+    metrics as ppl_<L>/delta_p_<L>, exactly as `evaluate_stored` scores them on the stored model; a failure there
+    is `result.later.error`, never the experiment's (a language-model experiment's; CHE ignores them).
 
     With `cfg.distributed.workers` > 1, call it on every rank of a torch.distributed process group of that
     size (initialized by the caller). Every rank trains; rank 0 alone evaluates and returns the result,
@@ -123,7 +145,7 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
         result = _run_che_experiment(cfg, callback, checkpoints, checkpoint_every, resume, weights_dir)
     else:
         result = _run_lm_experiment(cfg, callback, checkpoints, checkpoint_every, resume, artifacts_dir, world,
-                                    weights_dir)
+                                    weights_dir, later_lengths)
     if result is not None:
         result.attention_kernels = recorded()
     return result
@@ -131,7 +153,7 @@ def run_experiment(cfg: ExperimentConfig, callback=None, threads: int | None = N
 
 def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointStore | None,
                        checkpoint_every: int | None, resume: bool, artifacts_dir, world: World,
-                       weights_dir=None) -> ExperimentResult | None:
+                       weights_dir=None, later_lengths: Sequence[int] = ()) -> ExperimentResult | None:
     import torch
 
     from .data import TrainStream, load_corpus
@@ -187,8 +209,28 @@ def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointS
         weights=weights,
         weights_seconds=weights_seconds,
     )
+    if later_lengths:  # after the peak memory above: the trial's own figure, as without them
+        result.later = score_later(evaluated, cfg, corpus, precision.name, later_lengths)
     world.barrier()
     return result
+
+
+def score_later(model, cfg: ExperimentConfig, corpus, precision: str, lengths: Sequence[int]) -> LaterScores:
+    """`lengths` scored on a trained model as `orchestrator evaluate` scores a stored one: its own `eval:`
+    protocol with the lengths added, no timing and no maps, `evaluate_stored` at those lengths only (and the
+    training length, for ΔP). Any error is the LaterScores' `error`, the model's results standing."""
+    wanted = sorted(set(lengths))
+    started = time.perf_counter()
+    quiet = dataclasses.replace(cfg, eval=dataclasses.replace(
+        cfg.eval, lengths=sorted(set(cfg.eval.lengths) | set(wanted)), visualise=False, timing=False))
+    try:
+        scored = evaluate_stored(model, quiet, None, corpus, precision, lengths=wanted)
+    except Exception as error:  # the caller (the orchestrator's `evaluate_later`) tries them again and reports it
+        return LaterScores(lengths=wanted, seconds=time.perf_counter() - started,
+                           error=f"{type(error).__name__}: {error}")
+    return LaterScores(lengths=wanted, perplexity={length: scored["perplexity"][length] for length in wanted},
+                       delta_p={length: value for length, value in scored["delta_p"].items() if length in wanted},
+                       seconds=time.perf_counter() - started, eval_protocol=scored["eval_protocol"])
 
 
 def protocol_windows(cfg: ExperimentConfig, corpus, lengths: list[int] | None = None) -> dict:

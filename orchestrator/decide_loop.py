@@ -6,14 +6,14 @@ claim is decided, `max_seeds` is reached or the budget (trials, or GPU-hours of 
 would be overspent. A claim decided at a look keeps that decision: its rows train more seeds only where another,
 undecided claim reads them.
 
-Each look is an ordinary run of the study's trials (execution/runner.py's `run_study`, on Ray, a cluster, SLURM or
-`--local`) over the trials planned so far, followed by the scoring of their `report.lengths` (run.py's
-`evaluate_later`, so that claims at those lengths are judged at every look), so finished trials are skipped by
-their identity (config hash with its seed) and nothing is trained twice. The sequence keeps no state of its own: it
-is recomputed from the store, look by look, judging each look on exactly the seeds that look planned, so a rerun
-after Ctrl-C, a killed driver or a SLURM requeue takes the same looks and reaches the same decisions. Each look is
-recorded on the study's MLflow parent run: metrics at step = look index (LOOK_METRICS) and the artifact
-`looks.json` (every look so far).
+Each look is an ordinary run of the study's trials (run.py's `run_trials`, on Ray, a cluster, SLURM or
+`--local`) over the trials planned so far, each scoring the study's `report.lengths` itself, followed by the
+scoring of those they still lack (run.py's `evaluate_later`, so that claims at those lengths are judged at every
+look), so finished trials are skipped by their identity (config hash with its seed) and nothing is trained twice.
+The sequence keeps no state of its own: it is recomputed from the store, look by look, judging each look on exactly
+the seeds that look planned, so a rerun after Ctrl-C, a killed driver or a SLURM requeue takes the same looks and
+reaches the same decisions. Each look is recorded on the study's MLflow parent run: metrics at step = look index
+(LOOK_METRICS) and the artifact `looks.json` (every look so far).
 
 A trial that fails stops only the claims that read it ("a trial it reads failed"); the others go on.
 """
@@ -29,10 +29,10 @@ from typing import Any, Callable
 
 from . import decide_design
 from .errors import StaleTrials, UserInputError
-from .execution.runner import StudyOutcome, run_study
+from .execution.runner import StudyOutcome
 from .reporting.build import build_report
 from .reporting.render_md import summary
-from .run import evaluate_later
+from .run import evaluate_later, run_trials
 from .run_context import RunContext
 from .study import Decide, Study
 from .study.code_identity import changed_since, code_fingerprint
@@ -252,7 +252,7 @@ def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
                 f"trials of the {index} look(s) done are in the store; run again to start the sequence at the "
                 "current code (`run` then names the trials of the earlier code: --retrain-stale or --keep-stale).")
         look_context = replace(context, rows=planned, progress=None)
-        outcome = run_study(look_context)
+        outcome = run_trials(look_context)  # each trial scoring its report.lengths itself
         evaluate_later(look_context, outcome, reports_dir, say)  # the look's report.lengths, as `run` scores them
         _add(total, outcome)
         look = Look(index, seeds, [label for label in labels if label in active], len(distinct(planned)),

@@ -1,7 +1,9 @@
-"""`orchestrator run`'s work, above both halves it joins: run the study's unfinished trials (execution/), score
-the lengths of its `report.lengths` its finished trials lack (evaluation/), then write its report from the store
-(reporting/), all from one expansion of the study (the run context's rows). None of the halves imports another;
-the command line and the tests that run a study call this."""
+"""`orchestrator run`'s work, above both halves it joins: run the study's unfinished trials (execution/), each
+scoring the lengths of the study's `report.lengths` itself after its own evaluation (which ones: evaluation/
+in_trial.py), then score those its finished trials still lack (evaluation/: trials of a store written before, or
+that could not score them), then write its report from the store (reporting/), all from one expansion of the study
+(the run context's rows). None of the halves imports another; the command line and the tests that run a study
+call this."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from .evaluation.in_trial import later_lengths_by_trial
 from .evaluation.request import EvalRequest
 from .evaluation.runner import EvaluationRefused, evaluate_study
 from .execution.runner import StudyOutcome, run_study
@@ -19,10 +22,10 @@ from .run_context import RunContext
 
 def run_and_report(context: RunContext, reports_dir: Path = Path("reports"),
                    say: Callable[[str], None] = print) -> StudyOutcome:
-    """Run the study (execution/runner.py), evaluate its `report.lengths` (`evaluate_later`), then build its
-    report into `reports_dir` and attach it to the study's parent run. The outcome's wall time covers all three,
-    from the context's start."""
-    outcome = run_study(context)
+    """Run the study (`run_trials`), evaluate the `report.lengths` its trials still lack (`evaluate_later`), then
+    build its report into `reports_dir` and attach it to the study's parent run. The outcome's wall time covers all
+    three, from the context's start."""
+    outcome = run_trials(context)
     evaluate_later(context, outcome, reports_dir, say)
     report = build_report(context, reports_dir)
     outcome.report_dir, outcome.claims = report.folder, report.claims
@@ -31,9 +34,18 @@ def run_and_report(context: RunContext, reports_dir: Path = Path("reports"),
     return outcome
 
 
+def run_trials(context: RunContext) -> StudyOutcome:
+    """Run the study's unfinished trials (execution/runner.py), each scoring the study's `report.lengths` it
+    would lack itself, once its own lengths are scored (evaluation/in_trial.py): that evaluation runs while the
+    other trials train, and the trial order counts its cost (planning/schedule.py)."""
+    return run_study(context, later_lengths=later_lengths_by_trial(context))
+
+
 def evaluate_later(context: RunContext, outcome: StudyOutcome, reports_dir: Path,
                    say: Callable[[str], None] = print) -> None:
-    """The main job ends judged: the lengths of the study's `report.lengths` that its finished trials lack are
+    """The main job ends judged: the lengths of the study's `report.lengths` that its finished trials lack (none
+    where its trials scored them themselves, `run_trials`: those of a store written before, or a trial whose
+    own attempt failed) are
     scored from their kept models as `orchestrator evaluate STUDY` scores them, on the Ray the trials ran on
     (one task per trial, reserving the study's resources) or in this process with `local`. Resumable like it:
     a length a trial has is never scored again, so a second run adds nothing. A trial whose evaluation failed

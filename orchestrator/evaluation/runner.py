@@ -14,7 +14,6 @@ is FINISHED) is left alone, and so is a run stopped early by a scheduler.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from ..study import Study
 from ..tracking.leases import LeaseBook
 from ..tracking.relocation import require_artifacts_here
 from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
-from ..trial.protocol import EVAL_PROTOCOL_TAG, EVALUATION_TAG_PREFIX, SERIES, measured_under
+from ..trial.protocol import EVAL_PROTOCOL_TAG, SERIES, evaluation_tag, measured_under
 from .leasing import lease_tasks, release_task
 from .request import EvalRequest, TrialTask, missing_lengths, timed, weights_path
 
@@ -205,7 +204,7 @@ def check_memory(study: Study, tasks: list[TrialTask]) -> None:
 
     from ..planning.estimate import evaluation_memory_bytes
 
-    budget, where = _memory_budget(study)
+    budget, where = memory_budget(study)
     too_big = []
     for task in tasks:
         model = ModelConfig(**task.config["model"])
@@ -221,7 +220,7 @@ def check_memory(study: Study, tasks: list[TrialTask]) -> None:
             "--lengths, or a smaller eval batch in the study (eval.batch_size). Nothing was evaluated.")
 
 
-def _memory_budget(study: Study) -> tuple[float, str]:
+def memory_budget(study: Study) -> tuple[float, str]:
     if study.resources.gpus:
         if study.resources.gpu_memory_gb:
             return study.resources.gpu_memory_gb * 2**30 * min(1.0, study.resources.gpus), "resources.gpu_memory_gb"
@@ -244,20 +243,15 @@ def record(store: StudyStore, task: TrialTask, result: dict, request: EvalReques
     if not task.suffix:
         for name, prefix in SERIES.items():
             entries += [(name, value, length) for length, value in names.by_length(metrics, prefix).items()]
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    what = {"lengths": task.lengths, "protocol": {key: task.eval_section.get(key) for key in
-                                                  ("tail_tokens", "n_windows", "tokens_per_length", "batch_size",
-                                                   "split", "seed")},
-            "metric_suffix": task.suffix, "eval_protocol": result.get("eval_protocol"), "visualise": task.visualise,
-            "time": task.time,
-            "code_version": version, "when": stamp, "device": result.get("device"),
-            "precision": result.get("precision"), "threads": result.get("threads"),
-            "seconds": round(result.get("seconds", 0.0), 3)}
+    more = {}
     if task.time:  # when it ran (epoch seconds): the timings of one study never overlap
-        what["timing"] = {"warmup": task.warmup, "repeats": task.repeats, "alone": True,
+        more["timing"] = {"warmup": task.warmup, "repeats": task.repeats, "alone": True,
                           "began": round(result.get("began", 0.0), 3), "ended": round(result.get("ended", 0.0), 3)}
     # One transaction: a process killed while recording leaves every value of this evaluation or none of them.
-    tags = {f"{EVALUATION_TAG_PREFIX}{stamp}": json.dumps(what)[:4000]}
+    tags = evaluation_tag(task.lengths, task.eval_section, version=version, eval_protocol=result.get("eval_protocol"),
+                          device=result.get("device"), precision=result.get("precision"),
+                          threads=result.get("threads"), seconds=result.get("seconds", 0.0), suffix=task.suffix,
+                          visualise=task.visualise, time_it=task.time, **more)
     if not task.suffix and result.get("eval_protocol") is not None and task.lengths:  # all the row's lengths if stale
         tags[EVAL_PROTOCOL_TAG] = str(result["eval_protocol"])
     store.log_batch(task.run_id, entries, tags, now)

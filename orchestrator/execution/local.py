@@ -21,7 +21,9 @@ def multi_worker_problem(trials: list[Trial]) -> str | None:
             "without --local (Ray Train starts their workers), or set resources.workers / distributed.workers to 1")
 
 
-def run_local(trials: list[Trial], events: TrialEvents, study: Study, storage_dir: Path) -> None:
+def run_local(trials: list[Trial], events: TrialEvents, study: Study, storage_dir: Path,
+              later_lengths: dict[str, list[int]] | None = None) -> None:
+    """`later_lengths`: trial id -> the lengths it scores after its own (trainable.py `later_lengths`)."""
     problem = multi_worker_problem(trials)
     if problem:
         raise ValueError(problem)
@@ -30,7 +32,8 @@ def run_local(trials: list[Trial], events: TrialEvents, study: Study, storage_di
         events.started(trial)
         try:
             tune_config = {"trial": trial.payload(), "checkpoint_root": str(storage_dir.resolve() / "checkpoints"),
-                           "launch_dir": str(Path.cwd()), "keep_weights": study.keep_weights}
+                           "launch_dir": str(Path.cwd()), "keep_weights": study.keep_weights,
+                           "later_lengths": later_lengths or {}}
             execute(tune_config, functools.partial(events.result, trial), threads)
         except Exception as error:  # a failing trial is recorded; the study goes on
             events.errored(trial, f"{type(error).__name__}: {error}")

@@ -104,8 +104,10 @@ def _scheduler(study: Study, max_steps: int):
 
 
 def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storage_dir: Path,
-                  address: str | None, progress: ConsoleProgress) -> int:
-    """Run the trials; returns how many could run at once (for the overhead figure)."""
+                  address: str | None, progress: ConsoleProgress,
+                  later_lengths: dict[str, list[int]] | None = None) -> int:
+    """Run the trials; returns how many could run at once (for the overhead figure). `later_lengths`: trial id ->
+    the lengths it scores after its own (trainable.py `later_lengths`)."""
     start_ray(address)
     cpus = ray.cluster_resources().get("CPU", 1)
     progress.message(f"Running {progress.total} trial(s) on Ray ({cpus:.0f} CPUs)")
@@ -126,6 +128,7 @@ def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storag
     param_space["checkpoint_root"] = str(storage_dir.resolve() / "checkpoints")
     param_space["launch_dir"] = str(Path.cwd())  # relative data paths are relative to it, not to a trial's folder
     param_space["keep_weights"] = study.keep_weights
+    param_space["later_lengths"] = later_lengths or {}  # not a search dimension: a constant of every trial
     # Multi-worker trials: what Ray Train reserves per worker, and where it keeps its runs' state.
     param_space["worker_resources"] = {"CPU": study.resources.cpus, "GPU": study.resources.gpus}
     param_space["train_storage"] = str(storage_dir.resolve() / "ray_train")

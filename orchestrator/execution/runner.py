@@ -128,11 +128,14 @@ class _Running:
     leases: LeaseBook
     outcome: StudyOutcome
     code: str  # the current code fingerprint
+    later_lengths: dict[str, list[int]]  # trial id -> lengths it scores after its own (run_study's argument)
 
 
-def run_study(context: RunContext) -> StudyOutcome:
+def run_study(context: RunContext, later_lengths: dict[str, list[int]] | None = None) -> StudyOutcome:
     """Run the study's unfinished trials. Everything that can be checked before a trial runs is checked before
     anything is written: the store (created with the context), Ray and whether a node can host a trial.
+    `later_lengths`: trial id -> lengths that trial scores after its own evaluation, outside its config and
+    identity (the study's report.lengths: orchestrator/run.py says which); they count in the trials' order.
     Raises StudyInterrupted after Ctrl-C, StudyTerminated after SIGTERM (the trials it stopped are closed as
     KILLED; interrupt.py)."""
     study, store = context.study, context.store
@@ -140,7 +143,7 @@ def run_study(context: RunContext) -> StudyOutcome:
     todo, skipped, check = _select(study, context.rows, store, context.failed_only, context.stale, code)
     if todo:  # (the measured durations read every finished run of the store: not for nothing to run)
         # longest first, so that no long trial ends the study alone
-        todo = longest_first(todo, study, load_measured(context.store.reader))
+        todo = longest_first(todo, study, load_measured(context.store.reader), later_lengths)
     progress = context.progress or ConsoleProgress(len(todo))
     progress.total = study.search.samples_per_row * len(todo)
     if todo and not context.local:  # before the parent run: an unreachable cluster leaves nothing behind
@@ -166,7 +169,7 @@ def run_study(context: RunContext) -> StudyOutcome:
         if skipped:
             progress.message(f"{len(skipped)} trial(s) already finished in the tracking store: not rerun")
             _link_reused(store, check, skipped, progress.message)
-        _run_and_close(context, _Running(todo, events, progress, leases, outcome, code.digest))
+        _run_and_close(context, _Running(todo, events, progress, leases, outcome, code.digest, later_lengths or {}))
     outcome.wall_seconds = time.monotonic() - context.started
     return outcome
 
@@ -195,7 +198,8 @@ def _run_and_close(context: RunContext, running: _Running) -> None:
         if todo:
             with progress, interrupt.last_resort(last_resort):
                 shared = run_leased(study, context.rows, todo, store, leases,
-                                    lambda batch: _run_trials(context, batch, events, progress), progress.message,
+                                    lambda batch: _run_trials(context, batch, events, progress, running.later_lengths),
+                                    progress.message,
                                     code=running.code)
             outcome.concurrency = shared.concurrency
             if shared.by_others:
@@ -254,16 +258,18 @@ def _prepare_ray(context: RunContext, say) -> None:
         require_plugins_on_workers(context.study, where)
 
 
-def _run_trials(context: RunContext, todo: list[Trial], events: TrialEvents, progress: ConsoleProgress) -> int:
+def _run_trials(context: RunContext, todo: list[Trial], events: TrialEvents, progress: ConsoleProgress,
+                later_lengths: dict[str, list[int]]) -> int:
     """Run the trials; returns how many could run at once."""
+    later = {trial.trial_id: later_lengths[trial.trial_id] for trial in todo if trial.trial_id in later_lengths}
     if context.local:
         from .local import run_local
 
-        run_local(todo, events, context.study, context.storage_dir)
+        run_local(todo, events, context.study, context.storage_dir, later)
         return 1
     from .ray_tune import run_with_tune  # Ray is imported only when trials run on it
 
-    return run_with_tune(context.study, todo, events, context.storage_dir, context.address, progress)
+    return run_with_tune(context.study, todo, events, context.storage_dir, context.address, progress, later)
 
 
 def _tally_outcome(outcome: StudyOutcome, tally: Tally, study: Study, todo: list[Trial]) -> None:

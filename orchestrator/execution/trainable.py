@@ -23,6 +23,7 @@ from ..trial.protocol import (
     ENVIRONMENT_KEY,
     EVAL_PROTOCOL_TAG,
     FINAL_FLAG,
+    LATER_EVALUATION_KEY,
     LOG_KEY,
     WEIGHTS_FOLDER,
     WEIGHTS_KEY,
@@ -106,7 +107,9 @@ def run_trial(tune_config: dict, report: Report, threads: int, all_ranks: bool =
     folder = _checkpoint_folder(Path(root), trial) if root else None
     log = TrialLog()
     sink = ReportingSink(report, steps, log, all_ranks)
-    log.write(f'trial "{trial.run_name}" (id {trial.trial_id}): {_summary(experiment)}; {threads} thread(s)')
+    later = later_lengths(tune_config, trial)
+    log.write(f'trial "{trial.run_name}" (id {trial.trial_id}): {_summary(experiment)}; {threads} thread(s)'
+              + (f"; then the study's report.lengths {later}" if later else ""))
     # The final model, kept as an artifact of the trial's run (the driver logs the folder), CHE models too.
     keep = tune_config.get("keep_weights", "final") == "final" and folder is not None
     with log.capturing():
@@ -114,7 +117,8 @@ def run_trial(tune_config: dict, report: Report, threads: int, all_ranks: bool =
             result = run_experiment(experiment, sink, threads=threads, checkpoint_dir=folder,
                                     checkpoint_every=checkpoint_every(steps) if folder else None,
                                     artifacts_dir=folder / "artifacts" if folder else None,
-                                    weights_dir=folder / WEIGHTS_FOLDER if keep and folder else None)
+                                    weights_dir=folder / WEIGHTS_FOLDER if keep and folder else None,
+                                    later_lengths=later)
         except NonFiniteLossError as error:
             # Deterministic: retrying would diverge again. End the trial with its reason instead.
             log.write(f"FAILED: NonFiniteLossError: {error}")
@@ -130,6 +134,8 @@ def run_trial(tune_config: dict, report: Report, threads: int, all_ranks: bool =
         report({})
         return
     final = _final_result(result, sink, steps, log)
+    if result.later is not None:
+        _later(final, result.later, result, experiment, log, threads)
     if folder is not None:  # kept until the driver has recorded the result (execution/checkpoints.py)
         store = CheckpointStore(folder, experiment.fingerprint())
         final[CHECKPOINT_FILES_KEY] = [str(store.path), str(store.sharded.directory)]
@@ -137,6 +143,14 @@ def run_trial(tune_config: dict, report: Report, threads: int, all_ranks: bool =
                   + ("; the final model is kept (above)" if result.weights else ""))
         final[LOG_KEY] = log.text()
     report(final)
+
+
+def later_lengths(tune_config: dict, trial) -> list[int]:
+    """The lengths of the study's `report.lengths` this trial scores itself after its own evaluation: the driver's
+    `later_lengths` by trial identity (orchestrator/run.py: what `evaluate_later` would otherwise score from the
+    kept model once every trial has finished). Not part of the trial's config, nor of its identity."""
+    by_trial = tune_config.get("later_lengths") or {}
+    return sorted(by_trial.get(trial.trial_id) or [])
 
 
 def _checkpoint_folder(root: Path, trial) -> Path:
@@ -183,7 +197,7 @@ def _final_result(result, sink: ReportingSink, steps: int, log: TrialLog) -> dic
         log.write(f"resumed from step {result.resumed_from} (its last checkpoint)")
     if sink.last_val_loss is not None:
         final[names.VAL_LOSS] = sink.last_val_loss  # searchers read the metric from the final result
-    # train_loss, ppl_<L>, delta_p_<L>, ms_per_step, ms_forward_<L>, flops_per_token, peak_memory_mb, ...
+    # train_loss, ppl_<L>, delta_p_<L> (the report.lengths too), ms_per_step, ms_forward_<L>, flops_per_token, ...
     metrics = result.metrics()
     final.update(metrics)
     log.write(f"finished on {result.device} ({result.precision}): train {result.train_seconds:.1f}s, "
@@ -191,3 +205,19 @@ def _final_result(result, sink: ReportingSink, steps: int, log: TrialLog) -> dic
     log.write("metrics: " + ", ".join(f"{key} {value:.4g}" for key, value in sorted(metrics.items())))
     final[LOG_KEY] = log.text()
     return final
+
+
+def _later(final: dict, later, result, experiment: ExperimentConfig, log: TrialLog, threads: int) -> None:
+    """The report.lengths the trial scored (dape_core's LaterScores; their values are among the metrics), or why
+    not: `evaluate_later` then scores them from the kept model and reports its own error. The driver logs them
+    with the evaluation tag `orchestrator evaluate` would have logged (tracking/recorder.py)."""
+    if later.error:
+        log.write(f"report.lengths {later.lengths} not scored here ({later.error}): left to the evaluation after "
+                  "training")
+    else:
+        final[LATER_EVALUATION_KEY] = json.dumps({
+            "lengths": later.lengths, "eval_section": dataclasses.asdict(experiment.eval),
+            "eval_protocol": later.eval_protocol, "device": result.device, "precision": result.precision,
+            "threads": threads, "seconds": later.seconds})
+        log.write(f"report.lengths {later.lengths} scored after the trial's own lengths, in {later.seconds:.1f}s")
+    final[LOG_KEY] = log.text()

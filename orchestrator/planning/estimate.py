@@ -93,6 +93,18 @@ def estimate(cfg: ExperimentConfig, gpus: float, cpus: float) -> TrialEstimate:
                          flops * train.steps / throughput, workers, cfg.distributed.parallelism)
 
 
+def evaluation_flops(cfg: ExperimentConfig, lengths: list[int] | tuple[int, ...] = ()) -> float:
+    """The forward FLOPs of a trial's evaluation: every window of its `eval.lengths`, of its training length
+    (ΔP) and of `lengths` (those it scores after them: a study's report.lengths), each window a full forward at
+    its length (the protocol scores its tail). 0 for a CHE trial (its test strings are short next to training)."""
+    if cfg.che is not None:
+        return 0.0
+    model = cfg.model
+    parameters = count_parameters(model)
+    scored = set(cfg.eval.lengths) | {cfg.train.seq_len} | set(lengths)
+    return cfg.eval.windows_per_length * sum(forward_flops_per_sequence(model, length, parameters) for length in scored)
+
+
 def evaluation_memory_bytes(model: ModelConfig, batch: int, length: int) -> float:
     """Peak memory of evaluating one batch of `batch` windows of `length` tokens (no gradients, so one layer's
     tensors at a time): the float32 weights, the hidden states of the batch (about 16 x width per token) and the

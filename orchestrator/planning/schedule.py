@@ -5,25 +5,47 @@ longest trial comes last ends with that trial running alone while the other slot
 1x7 trial, the slowest, is its last row). Longest-first (the LPT rule) starts the long trials while the
 short ones can still fill the other slots around them, which bounds the idle tail by the shortest trials.
 
-The duration is the one `orchestrator plan` shows (plan_view.trial_duration): the measured ms per step of the
-store's finished runs of the same shape where there are some, else the analytic estimate (estimate.py). The
-measured one matters on CPU, where the analytic FLOP count misjudges the processors' cost (in one loaded run
+The duration is the training time `orchestrator plan` shows (plan_view.trial_duration): the measured ms per step
+of the store's finished runs of the same shape where there are some, else the analytic estimate (estimate.py).
+The measured one matters on CPU, where the analytic FLOP count misjudges the processors' cost (in one loaded run
 here a DAPE-Kerple step took 2.3x a Kerple step; by FLOPs it is 1.1x), so it can misorder a study's rows.
+To it is added the trial's evaluation: its own lengths and the report.lengths it scores itself (orchestrator/
+run.py), by their forward FLOPs at the rate its training time implies (measured or not), so that the trials whose
+long evaluation makes them longest start first: kernel_size's 1x7 scores 1024 tokens per window at the end.
 """
 
 from __future__ import annotations
 
+from dape_core import ExperimentConfig
+
 from ..study import Study
 from ..trial.trials import Trial
+from .estimate import evaluation_flops
 from .learned import MeasuredSteps
 from .plan_view import trial_duration
 
 
-def estimated_seconds(trial: Trial, study: Study, measured: MeasuredSteps | None = None) -> float:
-    return trial_duration(trial.config, study, measured)[1]
+def estimated_seconds(trial: Trial, study: Study, measured: MeasuredSteps | None = None,
+                      later: list[int] | tuple[int, ...] = ()) -> float:
+    """Training (measured, else analytic) and evaluation (its own lengths and `later`, the report.lengths the trial
+    scores itself): the evaluation's forward FLOPs at the rate of the trial's training FLOPs per second."""
+    cost, seconds, _ = trial_duration(trial.config, study, measured)
+    training_flops = cost.flops_per_step * _steps(trial.config)
+    if not training_flops:
+        return seconds
+    return seconds * (1 + evaluation_flops(ExperimentConfig(**trial.config), later) / training_flops)
 
 
-def longest_first(trials: list[Trial], study: Study, measured: MeasuredSteps | None = None) -> list[Trial]:
-    """The trials by estimated duration, longest first; ties keep the study's order (a stable sort)."""
-    seconds = {id(trial): estimated_seconds(trial, study, measured) for trial in trials}
+def _steps(config: dict) -> int:
+    cfg = ExperimentConfig(**config)
+    return cfg.che.steps if cfg.che is not None else cfg.train.steps
+
+
+def longest_first(trials: list[Trial], study: Study, measured: MeasuredSteps | None = None,
+                  later_lengths: dict[str, list[int]] | None = None) -> list[Trial]:
+    """The trials by estimated duration (training and evaluation), longest first; ties keep the study's order (a
+    stable sort). `later_lengths`: trial id -> the report.lengths it scores itself."""
+    later_lengths = later_lengths or {}
+    seconds = {id(trial): estimated_seconds(trial, study, measured, later_lengths.get(trial.trial_id, ()))
+               for trial in trials}
     return sorted(trials, key=lambda trial: -seconds[id(trial)])

@@ -31,6 +31,7 @@ from ..trial.protocol import (
     CHECKPOINT_SET_ASIDE_KEY,
     DATA_RECORD_KEY,
     ENVIRONMENT_KEY,
+    LATER_EVALUATION_KEY,
     LOG_KEY,
     PERIODIC_KEYS,
     SERIES,
@@ -39,12 +40,14 @@ from ..trial.protocol import (
     WEIGHTS_FOLDER,
     WEIGHTS_KEY,
     decode_samples,
+    evaluation_tag,
     final_metrics,
 )
 from . import run_files
 from .events import TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried, TrialStarted
 from .params import resolved_params, start_params
 from .sharing import DeviceSharing
+from .source import CODE_VERSION_TAG
 from .store import (
     CODE_FILE,
     ENV_TAG_PREFIX,
@@ -147,6 +150,8 @@ class MLflowRecorder(TrialListener):
             points = names.by_length(metrics, prefix)
             if points:
                 self.store.log_series(run_id, name, points, timestamp_ms=now)
+        if result.get(LATER_EVALUATION_KEY):  # the report.lengths the trial scored: tagged as `evaluate` tags them
+            self.store.set_tags(run_id, self._later_tag(json.loads(result[LATER_EVALUATION_KEY])))
         self.store.log_length_table(run_id)  # the same values as one table on the run's page
         self.store.log_params(run_id, resolved_params(result))
         if result.get("device") and result.get("precision"):
@@ -162,6 +167,13 @@ class MLflowRecorder(TrialListener):
             if Path(path).is_file():
                 self.store.log_artifact(run_id, Path(path), "attention")
         self._log_weights(run_id, [Path(path) for path in result.get(WEIGHTS_KEY) or []])
+
+    def _later_tag(self, later: dict) -> dict[str, str]:
+        version = self.common_tags.get(CODE_VERSION_TAG, "")
+        return evaluation_tag(later["lengths"], later["eval_section"], version=version,
+                              eval_protocol=later["eval_protocol"], device=later["device"],
+                              precision=later["precision"], threads=later["threads"], seconds=later["seconds"],
+                              scored_by="trial")
 
     def _log_weights(self, run_id: str, files: list[Path]) -> None:
         """The trial's kept model (dape_core.stored) as the run's artifacts model/, its size as `weights_mb` and

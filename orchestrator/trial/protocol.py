@@ -37,8 +37,14 @@ CHECKPOINT_SET_ASIDE_KEY = "checkpoint_set_aside"
 # result and again by `orchestrator evaluate`, which re-scores a whole row measured under an older one. A run
 # without it was measured under protocol 1.
 EVAL_PROTOCOL_TAG = "eval.protocol"
-# One tag per `orchestrator evaluate` of a run (suffixed by when): JSON saying what, how and when.
+# One tag per `orchestrator evaluate` of a run (suffixed by when): JSON saying what, how and when (`evaluation_tag`).
 EVALUATION_TAG_PREFIX = "orchestrator.evaluation."
+# JSON, with a final result: the study's `report.lengths` the trial scored itself after its own evaluation
+# (dape_core's LaterScores: lengths, eval section, protocol, device, precision, threads, seconds); the driver logs
+# it as the evaluation tag `orchestrator evaluate` would have logged for them.
+LATER_EVALUATION_KEY = "later_evaluation"
+# The `eval:` settings an evaluation tag records (its `protocol`).
+EVALUATION_PROTOCOL_KEYS = ("tail_tokens", "n_windows", "tokens_per_length", "batch_size", "split", "seed")
 # The trial's checkpoint files (paths), with its final result: the driver removes them once the result is recorded
 # (execution/checkpoints.py), so that a stop in between resumes the trial at its last step instead of retraining.
 CHECKPOINT_FILES_KEY = "checkpoint_files"
@@ -73,6 +79,22 @@ def measured_under(tags: dict[str, str]) -> int:
     """The evaluation protocol a run's per-length metrics were measured under: its tag, else 1 (runs before it)."""
     text = tags.get(EVAL_PROTOCOL_TAG, "1")
     return int(text) if text.isdigit() else 1
+
+
+def evaluation_tag(lengths: list[int], eval_section: dict, *, version: str, eval_protocol, device, precision, threads,
+                   seconds: float, suffix: str = "", visualise: bool = False, time_it: bool = False,
+                   **more) -> dict[str, str]:
+    """The tag of one evaluation of a run's `lengths` (`orchestrator evaluate`, `orchestrator run`'s report.lengths,
+    whether a task or the trial scored them): `orchestrator.evaluation.<UTC stamp>` = JSON saying what, how and
+    when; `more`: further entries (a timing's)."""
+    import time
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    what = {"lengths": lengths, "protocol": {key: eval_section.get(key) for key in EVALUATION_PROTOCOL_KEYS},
+            "metric_suffix": suffix, "eval_protocol": eval_protocol, "visualise": visualise, "time": time_it,
+            "code_version": version, "when": stamp, "device": device, "precision": precision, "threads": threads,
+            "seconds": round(seconds or 0.0, 3), **more}
+    return {f"{EVALUATION_TAG_PREFIX}{stamp}": json.dumps(what)[:4000]}
 
 
 def evaluated_later(tags: dict[str, str]) -> set[int]:

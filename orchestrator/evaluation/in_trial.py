@@ -1,0 +1,37 @@
+"""Which of a study's `report.lengths` each trial to run scores itself, right after its own evaluation, so that the
+evaluation after training (`orchestrator/run.py` `evaluate_later`) overlaps the other trials' training instead of
+following all of it: the lengths `plan_tasks` would give the trial once finished (its own protocol, the lengths
+of report.lengths at or beyond its training length that its `eval.lengths` lack), where their evaluation fits the
+device's memory (`check_memory`'s estimate; those that do not stay `evaluate_later`'s, which refuses them with its
+note). The trial scores them exactly as `orchestrator evaluate` scores its kept model (dape_core
+`run_experiment(later_lengths=...)`, tested bit-identical), outside its config and identity; what it could not
+score, `evaluate_later` finds missing and scores as before. Sampled searches (no identity before Tune samples
+a trial) and CHE trials are left to `evaluate_later`."""
+
+from __future__ import annotations
+
+from ..run_context import RunContext
+from ..trial.trials import distinct
+
+
+def later_lengths_by_trial(context: RunContext) -> dict[str, list[int]]:
+    """trial id -> the report.lengths that trial scores itself (trials with none are absent)."""
+    study = context.study
+    if not study.report.lengths or study.search.sampled:
+        return {}
+    from dape_core import ExperimentConfig
+
+    from ..planning.estimate import evaluation_memory_bytes
+    from .runner import memory_budget
+
+    budget, _ = memory_budget(study)
+    out: dict[str, list[int]] = {}
+    for trial in distinct(context.rows):
+        cfg = ExperimentConfig(**trial.config)
+        if cfg.che is not None:
+            continue
+        later = study.report.later_lengths(cfg.train.seq_len, list(cfg.eval.lengths))
+        if later and all(evaluation_memory_bytes(cfg.model, cfg.eval.batch_size, length) <= budget
+                         for length in later):
+            out[trial.trial_id] = later
+    return out
