@@ -20,6 +20,21 @@ from .reporting.render_md import summary
 from .run_context import RunContext
 
 
+def start_ray_early(tracking_uri: str, address: str | None, local: bool) -> None:
+    """Where the run will certainly train on the private local Ray (a new SQLite store, whose trials are all to
+    run; no --local, no --address), Ray starts now in the background (execution/cluster.py `start_local_early`),
+    so that it comes up while the caller creates the store (both take seconds); `run_study` waits for it.
+    Anywhere else Ray starts as before, once the trials to run are known (none: no Ray at all)."""
+    from .tracking.uri import sqlite_path
+
+    path = sqlite_path(tracking_uri)
+    if local or address or path is None or path.exists():
+        return
+    from .execution.cluster import start_local_early
+
+    start_local_early()
+
+
 def run_and_report(context: RunContext, reports_dir: Path = Path("reports"),
                    say: Callable[[str], None] = print) -> StudyOutcome:
     """Run the study (`run_trials`), evaluate the `report.lengths` its trials still lack (`evaluate_later`), then

@@ -64,11 +64,12 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
 
     log_file = storage_dir / "logs" / f"{study.name}.log"  # MLflow's and Ray's messages, not the console's
     try:
-        from ..run import run_and_report
+        from ..run import run_and_report, start_ray_early
         from ..run_context import RunContext
 
         # Ctrl-C and SIGTERM stop it cleanly (130, 143), Ray's handlers or not.
         with library_logs_to(log_file), interrupt.stop_signals():
+            start_ray_early(uri, address, local)  # a new store: Ray comes up while it is created (run.py)
             context = RunContext.create(study, uri, connect_timeout, rows=rows, storage_dir=storage_dir,
                                         address=address, local=local, failed_only=failed_only,
                                         resource_wait=resource_wait, study_path=study_path, stale=stale)

@@ -7,6 +7,8 @@ stays PENDING in Ray Tune for ever, silently. Here:
 - `connect`: a private local Ray (the default), or the cluster at an address: first one TCP connection to it
   with a timeout (a dead port fails at once), then `ray.init` in a helper thread, abandoned after the same
   timeout (Ray's own connection retries last minutes).
+- `start_local_early`: the private local Ray started in a background thread while the caller does other work
+  (`orchestrator run` opens a new store meanwhile: both take seconds); `connect` then waits for it.
 - `require_placeable`: a trial needs ONE node with its CPUs and GPUs (its bundles of resources; one bundle per
   one-worker trial). If no live node can host it, the answer depends on whether the cluster can grow: a
   fixed cluster (the local Ray, a cluster without autoscaler) is refused at once (exit 2, with what to change);
@@ -35,16 +37,57 @@ _POLL_S = 5.0
 Bundle = dict[str, float]
 
 
+_early: dict[str, Any] = {}  # the background start of the local Ray (start_local_early): its thread, its error
+
+
+def start_local_early() -> None:
+    """Start the private local Ray in a background thread, now (`ray.init` waits for processes it spawns, so the
+    caller's own work goes on meanwhile); the next `connect` waits for it, takes over what `ray.init` did to
+    the signals and loggers in the main thread, and raises its error where it failed. Only the private local
+    Ray: a cluster's address is checked by `connect` itself, within its timeout."""
+    if _early or os.environ.get("RAY_ADDRESS"):
+        return
+
+    def start() -> None:
+        try:
+            import ray
+
+            ray.init(address="local", num_cpus=os.cpu_count(), **_INIT_OPTIONS)
+        except BaseException as error:  # handed to the main thread by `connect`
+            _early["error"] = error
+
+    _early["thread"] = threading.Thread(target=start, name="ray-start", daemon=True)
+    _early["thread"].start()
+
+
+def _join_early() -> None:
+    thread = _early.get("thread")
+    if thread is None or thread is threading.current_thread():
+        return
+    thread.join()
+    _early.pop("thread")
+    interrupt.reclaim()  # what ray.init did to SIGTERM, as after a start in this thread
+    reroute()
+    error = _early.pop("error", None)
+    if error is not None:
+        raise error
+
+
+# Ray's own log lines would drown the progress; errors still surface through the trial results.
+_INIT_OPTIONS: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+
+
 def connect(address: str | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
             unreachable_message: Callable[[str, Exception], str] | None = None) -> None:
     """Start or join Ray. Raises RayClusterUnreachable (one paragraph) when the address does not answer within
-    `timeout` seconds, or refuses the driver (`unreachable_message(address, error)` words it)."""
+    `timeout` seconds, or refuses the driver (`unreachable_message(address, error)` words it). A start begun by
+    `start_local_early` is waited for first."""
     import ray
 
+    _join_early()
     if ray.is_initialized():
         return
-    # Ray's own log lines would drown the progress; errors still surface through the trial results.
-    common: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    common = _INIT_OPTIONS
     address = address or os.environ.get("RAY_ADDRESS")
     if not address or address == "local":
         # "local" starts a private Ray even when a `ray start` cluster is running on this machine.
