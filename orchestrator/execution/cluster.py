@@ -48,24 +48,30 @@ def start_local_early() -> None:
     if _early or os.environ.get("RAY_ADDRESS"):
         return
 
+    started, forever = threading.Event(), threading.Event()
+
     def start() -> None:
         try:
             import ray
 
+            reroute()  # the terminal handlers Ray's import gave its loggers: to the study's log file
             ray.init(address="local", num_cpus=os.cpu_count(), **_INIT_OPTIONS)
         except BaseException as error:  # handed to the main thread by `connect`
             _early["error"] = error
+        started.set()
+        # Ray's processes die with the thread that spawned them (Linux PR_SET_PDEATHSIG, which Ray sets): this
+        # one stays, idle, until the process ends (a daemon thread does not delay its exit).
+        forever.wait()
 
-    _early["thread"] = threading.Thread(target=start, name="ray-start", daemon=True)
-    _early["thread"].start()
+    _early["started"] = started
+    threading.Thread(target=start, name="ray-start", daemon=True).start()
 
 
 def _join_early() -> None:
-    thread = _early.get("thread")
-    if thread is None or thread is threading.current_thread():
+    started = _early.pop("started", None)
+    if started is None:
         return
-    thread.join()
-    _early.pop("thread")
+    started.wait()
     interrupt.reclaim()  # what ray.init did to SIGTERM, as after a start in this thread
     reroute()
     error = _early.pop("error", None)
