@@ -10,7 +10,6 @@ import copy
 import json
 
 import pytest
-import yaml
 from test_evaluate import BASE, VARIANTS, _runs  # the evaluate tests' tiny study and helpers
 
 from orchestrator import expand, parse_study
@@ -141,3 +140,48 @@ def _log(client, run) -> str:
     from pathlib import Path
 
     return Path(client.download_artifacts(run.info.run_id, "trial.log")).read_text()
+
+
+_EARLY_START = """
+import json, sys, threading, time
+from orchestrator.execution.cluster import connect
+from orchestrator.run import start_ray_early
+
+start_ray_early("sqlite:///" + sys.argv[1], None, False)  # a new store: Ray starts in the background ...
+time.sleep(1.0)  # ... while this thread goes on (the store being created, in `orchestrator run`)
+import ray
+connect(None)  # waits for it
+# Ray's processes outlived the start (they die with the thread that spawned them unless it stays): a task runs.
+time.sleep(2.0)
+print(json.dumps({"cpus": ray.cluster_resources().get("CPU"), "task": ray.get(ray.remote(lambda: 41 + 1).remote()),
+                  "threads": [t.name for t in threading.enumerate()]}))
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_new_stores_run_starts_ray_in_the_background_and_keeps_it(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from orchestrator.run import start_ray_early
+
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-c", _EARLY_START, str(tmp_path / "new.db")], capture_output=True,
+                          text=True, timeout=150, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert facts["task"] == 42 and facts["cpus"] == os.cpu_count() and "ray-start" in facts["threads"]
+    # Nowhere else: an existing store (its trials may all be finished), --local, a cluster address.
+    from orchestrator.execution import cluster
+
+    (tmp_path / "old.db").write_bytes(b"")
+    for uri, address, local in ((f"sqlite:///{tmp_path / 'old.db'}", None, False),
+                                (f"sqlite:///{tmp_path / 'new.db'}", None, True),
+                                (f"sqlite:///{tmp_path / 'new.db'}", "10.0.0.1:6379", False),
+                                ("http://localhost:5000", None, False)):
+        start_ray_early(uri, address, local)
+        assert not cluster._early, (uri, address, local)
