@@ -13,7 +13,7 @@ from dape_core.plugins import plugin_tags
 
 from ..errors import StaleTrials, StudyInterrupted, StudyTerminated, TrackingServerUnreachable, exception_chain
 from ..planning.learned import load_measured
-from ..planning.schedule import longest_first
+from ..planning.schedule import packed
 from ..run_context import RunContext
 from ..study import Study
 from ..study.code_identity import CodeFingerprint, code_fingerprint
@@ -143,7 +143,7 @@ def run_study(context: RunContext, later_lengths: dict[str, list[int]] | None = 
     todo, skipped, check = _select(study, context.rows, store, context.failed_only, context.stale, code)
     if todo:  # (the measured durations read every finished run of the store: not for nothing to run)
         # longest first, so that no long trial ends the study alone
-        todo = longest_first(todo, study, load_measured(context.store.reader), later_lengths)
+        todo = packed(todo, study, load_measured(context.store.reader), later_lengths, _local_slots(context, todo))
     progress = context.progress or ConsoleProgress(len(todo))
     progress.total = study.search.samples_per_row * len(todo)
     if todo and not context.local:  # before the parent run: an unreachable cluster leaves nothing behind
@@ -241,6 +241,20 @@ def _close_open_trials(events: TrialEvents) -> int:
     except Exception:  # the store may be what failed: the runs left RUNNING are closed by the next run
         logging.getLogger(__name__).debug("could not close the open trial runs", exc_info=True)
         return 0
+
+
+def _local_slots(context: RunContext, todo: list[Trial]) -> int:
+    """How many of the trials the private local Ray runs at once (it has this machine's CPUs: cluster.py); 0
+    where that is not known before Ray starts (a cluster, GPUs) and 1 with --local."""
+    import os
+
+    resources = context.study.resources
+    if context.local:
+        return 1
+    if context.address or os.environ.get("RAY_ADDRESS") or resources.gpus or not resources.cpus:
+        return 0
+    slots = int((os.cpu_count() or 1) // (resources.cpus * max(trial.workers for trial in todo)))
+    return min(slots, resources.max_concurrent) if resources.max_concurrent else slots
 
 
 def _prepare_ray(context: RunContext, say) -> None:
