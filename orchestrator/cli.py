@@ -65,6 +65,13 @@ StrictClaimsOpt = Annotated[bool, typer.Option("--strict-claims", help="Exit wit
 DecideOpt = Annotated[bool, typer.Option("--decide", help="Add seeds until the claims are decided: every row trains "
                                          "min_seeds, then only the rows undecided claims read get more, a batch "
                                          "at a time (the study's decide: section, else its defaults).")]
+NewSequenceOpt = Annotated[bool, typer.Option("--new-sequence", help="With --decide: start a new sequence of looks "
+                                              "under a design other than the one the store's sequence ran with "
+                                              "(the report says so); without it, another design is refused.")]
+RetrainStaleOpt = Annotated[bool, typer.Option("--retrain-stale", help="Train again the finished trials computed "
+                                               "by other code than the current (default: refuse to run).")]
+KeepStaleOpt = Annotated[bool, typer.Option("--keep-stale", help="Keep the finished trials computed by other code "
+                                            "than the current: reused, and marked in the report.")]
 
 
 @app.command()
@@ -99,13 +106,9 @@ def run(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     strict_claims: StrictClaimsOpt = False,
     decide: DecideOpt = False,
-    new_sequence: Annotated[bool, typer.Option("--new-sequence", help="With --decide: start a new sequence of looks "
-                                               "under a design other than the one the store's sequence ran with "
-                                               "(the report says so); without it, another design is refused.")] = False,
-    retrain_stale: Annotated[bool, typer.Option("--retrain-stale", help="Train again the finished trials computed "
-                                                "by other code than the current (default: refuse to run).")] = False,
-    keep_stale: Annotated[bool, typer.Option("--keep-stale", help="Keep the finished trials computed by other code "
-                                             "than the current: reused, and marked in the report.")] = False,
+    new_sequence: NewSequenceOpt = False,
+    retrain_stale: RetrainStaleOpt = False,
+    keep_stale: KeepStaleOpt = False,
 ) -> None:
     """Run every trial of a study that has not finished yet, then write its report."""
     from .commands.running import on_cluster
@@ -297,6 +300,9 @@ def slurm(
                                          "SLURM accepted it).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the job script; write and submit nothing.")] = False,
     decide: DecideOpt = False,
+    new_sequence: NewSequenceOpt = False,
+    retrain_stale: RetrainStaleOpt = False,
+    keep_stale: KeepStaleOpt = False,
 ) -> None:
     """Write (and with --submit, submit) a SLURM batch job that runs the study on Ray across its nodes."""
     from .commands.slurm import slurm as command
@@ -305,7 +311,13 @@ def slurm(
             reports_dir=reports_dir, storage_dir=storage_dir, nodes=nodes, gpus_per_node=gpus_per_node,
             cpus_per_node=cpus_per_node, partition=partition, account=account, time_limit=time_limit, sbatch=sbatch,
             setup=setup, join_timeout=join_timeout, signal_grace=signal_grace, requeue=requeue, script=script,
-            submit=submit, dry_run=dry_run, decide=decide, node_cores=node_cores)
+            submit=submit, dry_run=dry_run, decide=decide, node_cores=node_cores,
+            run_flags=run_flags(new_sequence=new_sequence, retrain_stale=retrain_stale, keep_stale=keep_stale))
+
+
+def run_flags(**flags: bool) -> tuple[str, ...]:
+    """The `run` flags a SLURM job passes on to its `orchestrator run` (--new-sequence, --retrain-stale, ...)."""
+    return tuple(f"--{name.replace('_', '-')}" for name, given in flags.items() if given)
 
 
 from .data_cli import data_app  # noqa: E402  (the `data` sub-commands: prepare, verify)

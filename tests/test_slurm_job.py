@@ -228,3 +228,27 @@ def test_decide_runs_the_sequence_in_the_job_sized_for_its_first_look_or_is_refu
     assert isinstance(refused.exception, UserInputError) and refused.exception.exit_code == 2, refused.output
     assert "cannot add seeds until its claims are decided: decide: the study has no claims" in str(refused.exception)
     assert not (tmp_path / "job.sbatch").exists()
+
+
+def test_the_run_flags_reach_the_jobs_run_and_contradictions_are_refused(tmp_path, monkeypatch):
+    # --new-sequence, --retrain-stale and --keep-stale mean in the job what they mean to `orchestrator run`.
+    monkeypatch.chdir(tmp_path)
+    study = write_study(tmp_path, {"cpus": 1}, "flags")
+    spec = yaml.safe_load(study.read_text())
+    spec["variants"][0]["baseline"] = True
+    spec["expect"] = [{"id": "wide_below", "kind": "compare", "source": "a test", "text": "Wide below Kerple",
+                       "variant": "Wide", "direction": "below", "metric": "ppl", "at": ["1x"]}]
+    study.write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = slurm(str(study), "--dry-run", "--decide", "--new-sequence", "--keep-stale")
+    assert result.exit_code == 0, result.output
+    run_line = next(line for line in result.stdout.splitlines() if line.startswith("python -m orchestrator run"))
+    assert run_line.endswith(" --decide --new-sequence --keep-stale &"), run_line
+    plain = slurm(str(study), "--dry-run", "--retrain-stale")
+    assert plain.exit_code == 0, plain.output
+    assert next(line for line in plain.stdout.splitlines()
+                if line.startswith("python -m orchestrator run")).endswith(" --retrain-stale &")
+    for flags, said in ((("--retrain-stale", "--keep-stale"), "either trained again or kept, not both"),
+                        (("--new-sequence",), "give --decide too")):
+        refused = slurm(str(study), *flags, "--script", str(tmp_path / "job.sbatch"))
+        assert refused.exit_code == 2 and said in " ".join(refused.output.split()), refused.output
+        assert not (tmp_path / "job.sbatch").exists()

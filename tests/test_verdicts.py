@@ -142,6 +142,15 @@ def test_resuming_with_another_design_is_refused_naming_both(tmp_path, capsys):
     assert len(store.trial_runs()) == 6  # the synthetic trials: no new one started
 
 
+def test_new_sequence_without_deciding_is_refused(tmp_path, capsys):
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({**report_study.STUDY, "expect": [BELOW]}))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    code, output = run_cli(capsys, "run", path, "--local", "--new-sequence", "--tracking-uri", uri)
+    assert code == 2 and "give --decide too" in " ".join(output.split()) and "Nothing was run" in output, output
+    assert not (tmp_path / "mlflow.db").exists()  # nothing launched, no store created
+
+
 def test_a_store_from_before_designs_were_recorded_is_checked_against_its_looks_file(tmp_path, capsys):
     import json
 

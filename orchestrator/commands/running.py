@@ -42,6 +42,9 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
     if deciding is not None and failed_only:
         stop("[red]Invalid option[/red] --failed-only: a run that adds seeds until its claims are decided reruns "
              "its failed trials anyway (run it again without --failed-only). Nothing was run.", EXIT_INVALID)
+    if deciding is None and new_sequence:
+        stop("[red]Invalid option[/red] --new-sequence: it starts a new sequence of looks of --decide (or of the "
+             "study's decide: section); give --decide too. Nothing was run.", EXIT_INVALID)
     study = deciding or study
     from ..tracking.code_check import StalePolicy
 

@@ -15,16 +15,22 @@ def slurm(invocation: Invocation, *, reports_dir: Path | None, storage_dir: Path
           gpus_per_node: int | None, cpus_per_node: int | None, partition: str | None, account: str | None,
           time_limit: str | None, sbatch: list[str] | None, setup: list[str] | None, join_timeout: float,
           signal_grace: int, requeue: bool, script: Path | None, submit: bool, dry_run: bool,
-          decide: bool = False, node_cores: int | None = None) -> None:
+          decide: bool = False, node_cores: int | None = None, run_flags: tuple[str, ...] = ()) -> None:
     """`decide` (--decide), or a study's `decide:` section: the job's `orchestrator run` adds seeds until the
     claims are decided; refused here (exit 2, nothing written) where seeds cannot decide them, and sized for its
-    first look."""
+    first look. `run_flags`: `run`'s --new-sequence, --retrain-stale, --keep-stale, passed on to the job's run."""
     from ..slurm.cores import node_cores as find_node_cores
     from ..slurm.job import JobRequest, problems
     from ..slurm.script import JobTarget, render
     from ..slurm.sizing import TimeLimitError, size_job
 
     study, study_path = invocation.study, invocation.study_path
+    if {"--retrain-stale", "--keep-stale"} <= set(run_flags):
+        stop("[red]Invalid options[/red] --retrain-stale and --keep-stale: the finished trials of other code are "
+             "either trained again or kept, not both. Nothing was written.", EXIT_INVALID)
+    if "--new-sequence" in run_flags and not decide and study.decide is None:
+        stop("[red]Invalid option[/red] --new-sequence: it starts a new sequence of looks of --decide (or of the "
+             "study's decide: section); give --decide too. Nothing was written.", EXIT_INVALID)
     sized_study, deciding_lines = _first_look(study, decide, invocation.uri)
     try:  # the defaults (CPUs for the study's concurrency) and what the job will do, said first (on stderr)
         request, largest, sized = size_job(sized_study, JobRequest(nodes, gpus_per_node, cpus_per_node, partition,
@@ -46,7 +52,7 @@ def slurm(invocation: Invocation, *, reports_dir: Path | None, storage_dir: Path
     target = JobTarget(study.name, study_path.resolve(), Path.cwd().resolve(), invocation.uri,
                        invocation.reports_folder(reports_dir).resolve(),
                        invocation.folder(storage_dir, ".orchestrator").resolve(), slurm_dir, invocation.profile,
-                       invocation.overrides, decide)
+                       invocation.overrides, decide, run_flags)
     text = render(request, target)
     if dry_run:
         sys.stdout.write(text)

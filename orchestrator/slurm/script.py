@@ -44,6 +44,7 @@ class JobTarget:
     profile: str | None = None
     overrides: tuple[str, ...] = ()
     decide: bool = False  # `run --decide` (a study's decide: section is read by `run` anyway)
+    run_flags: tuple[str, ...] = ()  # `run`'s other flags given to `orchestrator slurm`: --new-sequence, --keep-stale
 
 
 def job_name(study_name: str) -> str:
@@ -137,6 +138,7 @@ def render(request: JobRequest, target: JobTarget) -> str:
             "--reports-dir", q(str(target.reports_dir)), "--storage-dir", q(str(target.storage_dir))]
     if target.decide:
         run.append("--decide")
+    run += target.run_flags
     lines += ["[ -z \"$STOP\" ] || finish 3",
               " ".join(run) + " &",
               "RUN_PID=$!",
