@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from functools import cached_property, partial
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -23,7 +23,7 @@ from ..study import Study
 from ..study.code_identity import code_fingerprint
 from ..study.metric_families import TIME
 from ..tracking.store import StudyStore
-from . import drawing, fingerprint, plots, render_html, render_latex, render_md, sweeps
+from . import fingerprint, plots, render_html, render_latex, render_md, sweeps
 from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .cost_front import cost_front
 from .diverged import masked
@@ -204,30 +204,25 @@ def _figures(study: Study, tables: list, trials: pd.DataFrame, store: StudyStore
     """Heat maps of a grid over 2+ axes (sweeps.py), metric vs length per by-length table, perplexity vs each
     swept value (while its lines stay readable), training curves."""
     finished = masked(trials[trials["status"] == "FINISHED"])  # a diverged value is not drawn (diverged.py)
-    jobs: list[Callable[[], plots.Plot | None]] = []  # each figure's drawing, in the report's order
+    figures = []
     if tables and sweeps.sweep_axes(study):
-        jobs.append(lambda: sweeps.heatmaps(study, tables[0], finished, plot_dir))
+        heatmaps = sweeps.heatmaps(study, tables[0], finished, plot_dir)
+        figures += [heatmaps] if heatmaps else []
     for table in tables:
         if table.family.by_length:
-            note = protocol_note(trials, plain=False)  # lines joining other text say so
-            jobs.append(partial(_by_length, table, finished, plot_dir, note))
+            figures.append(plots.by_length(table, finished, plot_dir))
+            figures[-1].caption += protocol_note(trials, plain=False)  # lines joining other text say so
         if table.family.key == "perplexity":
-            jobs += [partial(plots.versus_swept, key, table, finished, plot_dir) for key in plots.swept_keys(finished)]
+            drawn = [plots.versus_swept(key, table, finished, plot_dir) for key in plots.swept_keys(finished)]
+            figures += [plot for plot in drawn if plot is not None]
     order = trials.sort_values("row_index").drop_duplicates("label")
     rows = [(row["label"], bool(row["baseline"]), row.get("block") or "", row.get("variant") or row["label"])
             for row in order.to_dict("records")]
     panels = set(plots.drawn_blocks([block for _, _, block, _ in rows]))  # the curves of panels not drawn: not read
     curves_of = finished[finished["block"].fillna("").isin(panels)] if "block" in finished else finished
     history = masked(metric_history(store, curves_of, names.TRAIN_LOSS), whole_rows=False)
-    jobs.append(lambda: plots.training_curves(history, rows, plot_dir))
-    plots.headless(loaded=True)  # once here, not in each process drawing a figure
-    return [figure for figure in drawing.draw(jobs) if figure is not None]
-
-
-def _by_length(table, finished: pd.DataFrame, plot_dir: Path, note: str) -> plots.Plot:
-    plot = plots.by_length(table, finished, plot_dir)
-    plot.caption += note
-    return plot
+    curves = plots.training_curves(history, rows, plot_dir)
+    return figures + ([curves] if curves else [])
 
 
 def _write(folder: Path, texts: dict[str, str], frame: pd.DataFrame, tables: list) -> list[Path]:

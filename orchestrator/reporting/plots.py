@@ -33,21 +33,11 @@ MAX_PANELS = 8  # small multiples per figure: beyond, they are too small to read
 MAX_LINES = 12  # lines of one axes in a metric-vs-swept-value plot
 
 
-def headless(loaded: bool = False):
+@cache
+def headless():
     """matplotlib, drawing without a display (servers, CI), imported where a figure is drawn rather than with
     the report's modules: a report kept as it was (fingerprint.py) draws nothing and never loads it. Call it
-    before pyplot is imported (Optuna's figures use pyplot). `loaded`: with the modules that draw a figure
-    (before drawing.py forks the processes that draw, so that each has them)."""
-    matplotlib = _headless()
-    if loaded:
-        import matplotlib.backends.backend_agg
-        import matplotlib.backends.backend_svg
-        import matplotlib.figure  # noqa: F401
-    return matplotlib
-
-
-@cache
-def _headless():
+    before pyplot is imported (Optuna's figures use pyplot)."""
     import matplotlib
 
     matplotlib.use("Agg")
