@@ -11,8 +11,8 @@ MAX_CHECKED per study (each a fraction of a second). A problem names the trial, 
 (a plugin's module, or built-in), the check, and what failed; docs/extending.md says what each one means.
 
 A pass is remembered (`Passed`): the contract is deterministic (fixed parameter draws, one thread), so the same
-code (dape_core's files and the study's plugins, by content: code_identity.py) and the same model the checks
-build give the same result. The next `validate` of an unchanged study then builds nothing (and loads no torch
+code (dape_core's files and the study's plugins, by content: code_identity.py), the same torch and the same model
+the checks build give the same result. The next `validate` of an unchanged study then builds nothing (and loads no torch
 where no plugin does); a change to any file of dape_core, to a plugin, or to the model checks it again.
 Refusals are never remembered.
 """
@@ -82,8 +82,18 @@ def contract_problems(trials: list, plugins: list | tuple = (), everything: bool
     return problems
 
 
+def _torch_version() -> str:
+    """The installed torch's version, read without importing it (another torch: checked again)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return ""
+
+
 class Passed:
-    """The model configs the contract passed with this code, kept in a JSON file between processes (keys: the
+    """The model configs the contract passed with this code (and torch), kept in a JSON file between processes (keys: the
     sha256 of the code's digest with the whole config the checks build). Damaged, unreadable or unwritable: the
     checks simply run. `DAPE_CONTRACT_CACHE=off` turns it off."""
 
@@ -108,7 +118,7 @@ class Passed:
             built = small_config(model).to_dict()  # what the checks build (a model that builds none: checked)
         except ValueError:
             return None
-        text = json.dumps([self.code, key(model), built], sort_keys=True, default=str)
+        text = json.dumps([self.code, _torch_version(), key(model), built], sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def known(self, model: ModelConfig) -> bool:
