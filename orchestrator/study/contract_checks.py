@@ -93,9 +93,9 @@ def _torch_version() -> str:
 
 
 class Passed:
-    """The model configs the contract passed with this code (and torch), kept in a JSON file between processes (keys: the
-    sha256 of the code's digest with the whole config the checks build). Damaged, unreadable or unwritable: the
-    checks simply run. `DAPE_CONTRACT_CACHE=off` turns it off."""
+    """The model configs the contract passed with this code (and torch), kept in a JSON file between processes
+    (keys: the sha256 of the code's digest, torch's version and the whole config the checks build). Damaged,
+    unreadable or unwritable: the checks simply run. `DAPE_CONTRACT_CACHE=off` turns it off."""
 
     KEPT = 2000  # the latest first
 
