@@ -31,7 +31,6 @@ from . import decide_design
 from .errors import StaleTrials, UserInputError
 from .execution.runner import StudyOutcome
 from .reporting.build import build_report
-from .reporting.render_md import summary
 from .run import evaluate_later, run_trials
 from .run_context import RunContext
 from .study import Decide, Study
@@ -273,7 +272,7 @@ def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
     report = build_report(replace(context, rows=planned), reports_dir)
     total.trials = distinct(planned)
     total.report_dir, total.claims = report.folder, report.claims
-    total.report_summary = summary(report.document) + "\n" + sequence_summary(sequence)
+    total.report_summary = report.summary + "\n" + sequence_summary(sequence)
     total.wall_seconds = time.monotonic() - context.started
     return total
 

@@ -16,7 +16,6 @@ from .evaluation.request import EvalRequest
 from .evaluation.runner import EvaluationRefused, evaluate_study
 from .execution.runner import StudyOutcome, run_study
 from .reporting.build import build_report
-from .reporting.render_md import summary
 from .run_context import RunContext
 
 
@@ -44,7 +43,7 @@ def run_and_report(context: RunContext, reports_dir: Path = Path("reports"),
     evaluate_later(context, outcome, reports_dir, say)
     report = build_report(context, reports_dir)
     outcome.report_dir, outcome.claims = report.folder, report.claims
-    outcome.report_summary = summary(report.document)
+    outcome.report_summary = report.summary
     outcome.wall_seconds = time.monotonic() - context.started
     return outcome
 

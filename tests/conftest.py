@@ -15,6 +15,7 @@ marked `@pytest.mark.slow`.
 """
 
 import os
+import tempfile
 
 import pytest
 
@@ -24,6 +25,9 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # tests/test_fused_attention.py runs: set it for the whole session, so that the fused kernels always run in
 # Triton's interpreter here (no test runs them on a GPU; tests/benchmarks/gpu_check.sh does).
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The orchestrator's caches (the code's file hashes, the contract's passes: ~/.cache/dape-orchestrator) in a folder
+# of this session's own, so that every run of the suite checks the contract from nothing, whatever ran before.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="dape-tests-cache-")
 
 
 @pytest.fixture(scope="session")

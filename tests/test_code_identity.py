@@ -314,3 +314,39 @@ def test_a_report_mixing_code_versions_marks_the_rows_and_names_the_versions(tmp
     kerple = next(line for line in table.splitlines() if line.startswith("| Kerple"))
     assert "3/3‡" in dape and "‡" not in kerple
     assert "‡ after n: some of the row's trials were computed by other code" in table
+
+
+def test_file_hashes_are_kept_between_processes_by_the_bytes_hash(tmp_path, monkeypatch):
+    import hashlib
+    import json
+
+    from orchestrator.study.code_identity import NORMALISATION, HashCache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    library = tmp_path / "lib"
+    library.mkdir()
+    (library / "a.py").write_text(MODULE)
+    (library / "b.py").write_text("x = 1\n")
+    forget_cached()
+    computed = code_fingerprint(root=library)
+    assert computed.files == {"lib/a.py": normalised_hash(MODULE), "lib/b.py": normalised_hash("x = 1\n")}
+    cache_file = HashCache.default_path()
+    assert cache_file.is_relative_to(tmp_path / "cache")
+    stored = json.loads(cache_file.read_text())
+    key = hashlib.sha256(MODULE.encode()).hexdigest()
+    assert stored["normalisation"] == NORMALISATION and stored["hashes"][key] == normalised_hash(MODULE)
+    # A later process reads a.py's hash from the cache (here: planted, to see it read), by its bytes' hash ...
+    stored["hashes"][key] = "planted"
+    cache_file.write_text(json.dumps(stored))
+    forget_cached()
+    assert code_fingerprint(root=library).files["lib/a.py"] == "planted"
+    # ... so a file whose bytes changed is parsed again, whatever the cache holds.
+    (library / "a.py").write_text(MODULE + "\nradius = 2\n")
+    forget_cached()
+    assert code_fingerprint(root=library).files["lib/a.py"] == normalised_hash(MODULE + "\nradius = 2\n")
+    for damaged in ("{not json", json.dumps({"normalisation": "another", "hashes": {key: "planted"}})):
+        cache_file.write_text(damaged)  # damaged, or of another normalisation: ignored, the hashes computed
+        (library / "a.py").write_text(MODULE)
+        forget_cached()
+        assert code_fingerprint(root=library) == computed
+    forget_cached()

@@ -194,3 +194,29 @@ def test_the_worker_checks_the_contract_with_the_code_it_loaded(tmp_path):
     assert problem is None
     assert len(refused) == 1 and refused[0].startswith("variants[1] (broken): processor 'broken' (broken) fails "
                                                         "the parameters check: Cost.parameters says 5"), refused
+
+
+def test_a_pass_is_remembered_for_the_same_code_and_a_change_is_checked_again(tmp_path, capsys, monkeypatch):
+    """validate remembers the configs the contract passed, by code and config (contract_checks.Passed): the next
+    validate of the unchanged study builds no model (its plugin imports torch itself); the plugin changed to
+    break a check is checked again and refused."""
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    study = _study(tmp_path, SCALE.format(params=1), {})
+    code, output = run_cli(capsys, "validate", study)
+    assert code == 0, output
+    probe = ("import sys\nfrom orchestrator.cli import main\nsys.argv = ['orchestrator', 'validate', sys.argv[1]]\n"
+             "try:\n    main()\nexcept SystemExit as stop:\n    code = stop.code\nelse:\n    code = 0\n"
+             "print('exit', code, 'built', 'dape_core.model' in sys.modules)")
+    again = subprocess.run([sys.executable, "-c", probe, str(study)], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}, cwd=tmp_path)
+    assert again.stdout.strip().splitlines()[-1] == "exit 0 built False", again.stdout + again.stderr
+    (tmp_path / "broken.py").write_text(textwrap.dedent(SCALE.format(params=5)))  # the same name, now wrong
+    code, output = run_cli(capsys, "validate", study)
+    assert code == 2 and "fails the parameters check" in " ".join(output.split()), output
+    monkeypatch.setenv("DAPE_CONTRACT_CACHE", "off")  # and with the memory off, the passing plugin is checked
+    (tmp_path / "broken.py").write_text(textwrap.dedent(SCALE.format(params=1)))
+    assert run_cli(capsys, "validate", study)[0] == 0

@@ -6,6 +6,7 @@ carries the dashboard the UI opens; the SQLite reader returns what MLflow's clie
 
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -168,13 +169,17 @@ def test_sqlite_reader_returns_what_mlflows_client_returns(grid):
 
 def test_reading_commands_do_not_load_mlflow_or_torch(grid):
     """plan, status and report on a SQLite store read it without MLflow or torch; validate needs torch only for
-    the component contract it checks (dape_core/contract.py), never MLflow or Ray."""
+    the component contract it checks (dape_core/contract.py), never MLflow or Ray, and not even torch once the
+    contract passed with this code (orchestrator/study/contract_checks.py remembers it)."""
     code = ("import sys; from orchestrator.cli import main; sys.argv = ['orchestrator', *sys.argv[1:]]\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             "print('LOADED', sorted(m for m in ('mlflow', 'torch', 'ray', 'scipy.stats') if m in sys.modules))")
-    validate = subprocess.run([sys.executable, "-c", code, "validate", str(grid.study_file)], capture_output=True,
-                              text=True, timeout=600)
-    assert "LOADED ['torch']" in validate.stdout, (validate.stdout[-2000:], validate.stderr[-2000:])
+    for memory, loaded in (("off", "['torch']"), ("on", None), ("on", "[]")):  # None: either (maybe remembered)
+        validate = subprocess.run([sys.executable, "-c", code, "validate", str(grid.study_file)], capture_output=True,
+                                  text=True, timeout=600, env={**os.environ, "DAPE_CONTRACT_CACHE": memory})
+        said = validate.stdout.splitlines()[-1] if validate.stdout else ""
+        assert said.startswith("LOADED") and (loaded is None or said == f"LOADED {loaded}"), \
+            (validate.stdout[-2000:], validate.stderr[-2000:])
     for command in (["status", str(grid.study_file), "--tracking-uri", grid.tracking_uri],
                     ["plan", str(grid.study_file), "--tracking-uri", grid.tracking_uri],
                     ["report", str(grid.study_file), "--tracking-uri", grid.tracking_uri, "--reports-dir",

@@ -133,3 +133,35 @@ def test_the_worker_side_imports_neither_mlflow_nor_the_driver():
             "print(sorted(m for m in ('mlflow', 'orchestrator.tracking', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_create_on_a_ready_store_and_an_idle_start_of_a_finished_parent_write_nothing(tmp_path):
+    # A finished study run again with nothing to run (execution/runner.py): `create` finds the experiment it
+    # made without MLflow's client, and a FINISHED parent run that has the tags already is left as it is.
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = StudyStore.create(uri, "events")
+    parent = first.start_parent({"code_version": "v1"})
+    first.end_parent("FINISHED")
+    client = MlflowClient(uri)
+    ended = client.get_run(parent).info.end_time
+    data = (tmp_path / "mlflow.db").read_bytes()
+
+    again = StudyStore.create(uri, "events")
+    assert again._client is None and (again.experiment_id, again.parent_run_id) == (first.experiment_id, parent)
+    assert again.start_parent({"code_version": "v1"}, idle=True) == parent and again.parent_kept
+    again.set_tags(parent, {"code_version": "v1"})  # what it has already
+    again.end_parent("FINISHED")
+    assert again._client is None and (tmp_path / "mlflow.db").read_bytes() == data  # nothing written
+
+    other_code = StudyStore.create(uri, "events")  # other tags: written, the run reopened and closed as always
+    other_code.start_parent({"code_version": "v2"}, idle=True)
+    assert not other_code.parent_kept and client.get_run(parent).info.status == "RUNNING"
+    other_code.end_parent("KILLED")
+    killed = StudyStore.create(uri, "events")  # a parent not FINISHED (here KILLED) is closed again
+    killed.start_parent({"code_version": "v2"}, idle=True)
+    killed.end_parent("FINISHED")
+    run = client.get_run(parent)
+    assert (run.info.status, run.data.tags["code_version"]) == ("FINISHED", "v2") and run.info.end_time >= ended
+    busy = StudyStore.create(uri, "events")  # something to run: the parent is reopened even with the same tags
+    busy.start_parent({"code_version": "v2"}, idle=False)
+    assert not busy.parent_kept and client.get_run(parent).info.status == "RUNNING"

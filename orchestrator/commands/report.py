@@ -17,17 +17,17 @@ def report(invocation: Invocation, *, reports_dir: Path | None, value: str, full
         choice = ValueChoice.parse(value)
     except ValueError as error:
         stop(f"[red]Invalid option[/red] --{error}", EXIT_INVALID)
-    from ..reporting import build_report, render_md
+    from ..reporting import build_report
     from ..run_context import RunContext
 
     reports_dir = invocation.writable_reports(reports_dir)
     store = invocation.stored_or_exit("No results")  # opened once: the report reads it through the context
     built = build_report(RunContext.of(invocation.study, store, study_path=invocation.study_path), reports_dir,
                          choice, attach)
-    console.print(built.markdown if full else render_md.summary(built.document), markup=False)
+    console.print(built.markdown if full else built.summary, markup=False)
     attached = "; attached to the study's parent run in MLflow" if attach and store.parent_run_id else ""
     console.print(f"Report: {built.folder / 'report.html'} (also report.md, tables.tex, CSV, plots/){attached}")
     console.print(browse_hint(invocation.study_path, invocation.tracking_flag))
-    claims_line(built.claims, int((built.document.trials["status"] == "FINISHED").sum()))
+    claims_line(built.claims, int((built.trials["status"] == "FINISHED").sum()))
     exit_on_failed_claims(built.claims, strict_claims)
 

@@ -163,8 +163,8 @@ def run_study(context: RunContext, later_lengths: dict[str, list[int]] | None = 
     interrupt.reset()
     with LeaseBook(store) as leases:
         store.start_parent({"description": study.description[:4000], **source_tags,
-                            "trials": str(len(todo) + len(skipped))})
-        if source.dirty:
+                            "trials": str(len(todo) + len(skipped))}, idle=not todo)
+        if source.dirty and not store.parent_kept:  # (kept: its diff's hash is its tag, the diff there)
             store.log_parent_text(source.diff, DIFF_FILE)
         if skipped:
             progress.message(f"{len(skipped)} trial(s) already finished in the tracking store: not rerun")

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -36,13 +37,20 @@ from .tables import build_tables
 from .timing_source import prefer_isolated, timing_note
 
 
-@dataclass
 class Report:
-    folder: Path
-    markdown: str
-    document: ReportDocument
-    files: list[Path]
-    claims: list[ClaimResult]
+    """A report built or kept: its folder, report.md's text, the files written, the claims' verdicts and the
+    summary the command line prints (render_md.summary), the study's trials (the results frame's). `document`,
+    the report's whole content, is computed where a caller reads it: a report kept as it was (its inputs
+    unchanged) has its summary on disk, and a finished study run again never computes its tables."""
+
+    def __init__(self, folder: Path, markdown: str, files: list[Path], claims: list[ClaimResult], summary: str,
+                 trials: pd.DataFrame, document: Callable[[], ReportDocument] | ReportDocument):
+        self.folder, self.markdown, self.files, self.claims, self.summary = folder, markdown, files, claims, summary
+        self.trials, self._document = trials, document
+
+    @cached_property
+    def document(self) -> ReportDocument:
+        return self._document if isinstance(self._document, ReportDocument) else self._document()
 
 
 def _distinct(frame: pd.DataFrame, column: str) -> str:
@@ -93,7 +101,7 @@ def _build(context: RunContext, folder: Path, value: ValueChoice, attach: bool, 
     document.search = search
     document.plots = figures + _figures(study, document.tables, tabled, store, plot_dir)
     document.plots += stored_heat_maps(store, tabled, plot_dir)  # where eval.visualise / evaluate --visualise drew them
-    markdown = render_md.render(document)
+    markdown, summary = render_md.render(document), render_md.summary(document)
     files = _write(folder, {"report.md": markdown, "report.html": render_html.render(document),
                             "tables.tex": render_latex.render(document)}, frame, document.tables)
     files += [path for figure in document.plots for path in figure.files]
@@ -102,8 +110,8 @@ def _build(context: RunContext, folder: Path, value: ValueChoice, attach: bool, 
         _attach(store, folder, document.claims)
         _record_pareto(store, search)
     if search is None:
-        fingerprint.write(folder, inputs, document.plots, files, attached=attach)
-    return Report(folder, markdown, document, files, document.claims)
+        fingerprint.write(folder, inputs, document.plots, files, attached=attach, summary=summary)
+    return Report(folder, markdown, files, document.claims, summary, trials, document)
 
 
 def _decide_note(study: Study, store: StudyStore, trials: pd.DataFrame, claims: list[ClaimResult]) -> str:
@@ -161,7 +169,7 @@ def _document(context: RunContext, value: ValueChoice, trials: pd.DataFrame, out
             table.tail_text += timing_note(tabled)
         elif table.family.by_length:
             table.tail_text += protocol
-    claims = evaluate_claims(study, trials, context.study_path, _design(study, store))
+    claims = _claims(context, trials)
     return ReportDocument(study_name=study.name, description=study.description, tracking_uri=store.tracking_uri,
                           experiment_id=store.experiment_id, value_text=value_text, trials=trials, outside=outside,
                           tables=tables, plots=figures or [], claims=claims,
@@ -174,16 +182,22 @@ def _document(context: RunContext, value: ValueChoice, trials: pd.DataFrame, out
                           published_notes=published_notes(study))
 
 
+def _claims(context: RunContext, trials: pd.DataFrame) -> list[ClaimResult]:
+    return evaluate_claims(context.study, trials, context.study_path, _design(context.study, context.store))
+
+
 def _kept(context: RunContext, folder: Path, value: ValueChoice, trials: pd.DataFrame, outside: pd.DataFrame,
           kept: fingerprint.Kept, attach: bool) -> Report:
-    """The report of unchanged inputs: its files stay as they are (nothing is drawn or written); its content
-    is computed again for the caller (the tables are quick, the figures are what takes the time). Attached
-    once: again only when it was not yet."""
-    document = _document(context, value, trials, outside, trials, kept.plots)
+    """The report of unchanged inputs: its files stay as they are (nothing is drawn or written), its summary
+    is the one written with them; the claims are judged again (by the design the store records now), the rest
+    of its content computed only where a caller reads it (`Report.document`). Attached once: again only when
+    it was not yet."""
+    claims = _claims(context, trials)
     if attach and not kept.attached:
-        _attach(context.store, folder, document.claims)
+        _attach(context.store, folder, claims)
         fingerprint.mark_attached(folder)
-    return Report(folder, (folder / "report.md").read_text(encoding="utf-8"), document, kept.files, document.claims)
+    return Report(folder, (folder / "report.md").read_text(encoding="utf-8"), kept.files, claims, kept.summary,
+                  trials, lambda: _document(context, value, trials, outside, trials, kept.plots))
 
 
 def _figures(study: Study, tables: list, trials: pd.DataFrame, store: StudyStore, plot_dir: Path) -> list:

@@ -24,7 +24,7 @@ import dape_core.metric_names as names
 from ..study import Study
 from ..study.metric_families import ACCURACY, TIME
 from .pareto import pareto_mask
-from .plots import Plot, save_figure
+from .plots import Plot, headless, save_figure
 from .tables import Table
 
 _ISOLATED = names.isolated(names.MS_PER_STEP)
@@ -156,6 +156,7 @@ def _draw(front: CostFront, folder: Path) -> Plot:
     (a call per point, and a label per point, cost seconds and overlap into an unreadable cloud)."""
     from matplotlib.figure import Figure
 
+    headless()
     fig = Figure(figsize=(7.0, 4.5))
     ax = fig.subplots(gridspec_kw={"left": 0.11, "right": 0.97, "bottom": 0.12, "top": 0.95})
     points = front.points

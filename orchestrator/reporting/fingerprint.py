@@ -4,8 +4,9 @@ hash of everything a report is made of: the study as parsed (`Study.model_dump`)
 (final/best/step), the current code's fingerprint (study/code_identity.py: the setup says when the trials'
 is another), the results frame (every trial's run id, status, config, swept values and metrics: a rerun
 trial or a new trial changes it) and the source of the code that draws the report (orchestrator/
-reporting/*.py); with it, the figures' names and captions and the files written, and whether the folder was
-attached to the study's parent run. A report is kept when the fingerprint matches and all its files are there.
+reporting/*.py); with it, the figures' names and captions, the files written, the summary the command line
+prints, and whether the folder was attached to the study's parent run. A report is kept when the fingerprint
+matches and all its files are there.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Kept:
     plots: list[Plot]
     files: list[Path]
     attached: bool
+    summary: str  # what the command line prints (render_md.summary), written with the report
 
 
 @cache
@@ -56,7 +58,7 @@ def unchanged(folder: Path, inputs: str) -> Kept | None:
         record = json.loads((folder / FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if record.get("inputs") != inputs:
+    if record.get("inputs") != inputs or not isinstance(record.get("summary"), str):
         return None
     files = [folder / name for name in record.get("files", [])]
     plots = [Plot(p["name"], p["title"], p["caption"], folder / p["path"],
@@ -64,11 +66,11 @@ def unchanged(folder: Path, inputs: str) -> Kept | None:
              for p in record.get("plots", [])]
     if not all(path.is_file() for path in files + [plot.path for plot in plots]):
         return None
-    return Kept(plots, files, bool(record.get("attached")))
+    return Kept(plots, files, bool(record.get("attached")), record["summary"])
 
 
-def write(folder: Path, inputs: str, plots: list[Plot], files: list[Path], attached: bool) -> None:
-    record = {"inputs": inputs, "attached": attached,
+def write(folder: Path, inputs: str, plots: list[Plot], files: list[Path], attached: bool, summary: str) -> None:
+    record = {"inputs": inputs, "attached": attached, "summary": summary,
               "files": [str(path.relative_to(folder)) for path in files],
               "plots": [{"name": p.name, "title": p.title, "caption": p.caption,
                          "path": str(p.path.relative_to(folder)),

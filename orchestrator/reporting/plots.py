@@ -11,27 +11,37 @@ import math
 import sys
 import weakref
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")  # no display on servers and in CI
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator  # noqa: E402
+from dape_core import PRESETS
 
-from dape_core import PRESETS  # noqa: E402
+from ..tracking.store import SWEPT_TAG_PREFIX
+from .names import assignment, setting
+from .names import point as point_words
+from .tables import Table
 
-from ..tracking.store import SWEPT_TAG_PREFIX  # noqa: E402
-from .names import assignment, setting  # noqa: E402
-from .names import point as point_words  # noqa: E402
-from .tables import Table  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 DPI = 110
 MAX_PANELS = 8  # small multiples per figure: beyond, they are too small to read (and slow to draw)
 MAX_LINES = 12  # lines of one axes in a metric-vs-swept-value plot
+
+
+@cache
+def headless():
+    """matplotlib, drawing without a display (servers, CI), imported where a figure is drawn rather than with
+    the report's modules: a report kept as it was (fingerprint.py) draws nothing and never loads it. Call it
+    before pyplot is imported (Optuna's figures use pyplot)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    return matplotlib
 
 
 # The layout each figure of `Frame.figure` was made with (a Figure has no field of its own for it); weak, so a
@@ -75,6 +85,9 @@ class Frame:
         """A Figure of this size with its `lines` x `columns` axes placed (always a 2-D array). A Figure of its
         own, not pyplot's: no global figure registry to close, and pyplot's import (most of a second) is left
         to the figures that need it (Optuna's)."""
+        headless()
+        from matplotlib.figure import Figure
+
         fig = Figure(figsize=self.size())
         axes = fig.subplots(self.lines, self.columns, squeeze=False, gridspec_kw=self.edges(), **options)
         _FRAMES[fig] = self  # read by _legend_outside
@@ -122,6 +135,9 @@ def _save(fig, folder: Path, name: str, tight: bool = False) -> Path:
     """PNG at DPI and the same figure as SVG, each drawn once. The report's own figures are laid out before
     they are drawn (Frame); `tight`: a figure drawn elsewhere (Optuna's), laid out again and cropped to what is
     drawn, which costs drawing passes of its own."""
+    matplotlib = headless()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.png"
     crop = None
@@ -151,6 +167,8 @@ def _legend_outside(fig, ax) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if not handles:
         return
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     frame = _FRAMES[fig]
     legend = fig.legend(handles, labels, loc="upper left", fontsize=8, frameon=False, borderaxespad=0)
     box = legend.get_window_extent(FigureCanvasAgg(fig).get_renderer())
@@ -205,6 +223,8 @@ def _line(ax, x, mean, std, label: str, baseline: bool) -> None:
 
 def by_length(table: Table, finished: pd.DataFrame, folder: Path) -> Plot:
     """One line per row against the evaluation length; a study read in blocks gets one panel per grid point."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
     family = table.family
     metric = "perplexity" if family.key == "perplexity" else family.title.split(" by ")[0]
     blocks, capped = _capped(table.blocks or [""])
@@ -354,6 +374,8 @@ def training_curves(history: pd.DataFrame, rows: list[tuple[str, bool, str, str]
     variant) in table order. A study read in blocks gets one panel per grid point."""
     if history.empty:
         return None
+    from matplotlib.ticker import MaxNLocator
+
     blocks = list(dict.fromkeys(block for _, _, block, _ in rows))
     in_blocks = len(blocks) > 1
     blocks, capped = _capped(blocks)

@@ -173,6 +173,10 @@ def _param(value, distribution):
 def optuna_plots(rebuilt, folder: Path) -> tuple[list[Plot], dict[str, float]]:
     """Optuna's optimisation history and parameter importances, as report figures."""
     import optuna
+
+    from .plots import headless
+
+    headless()  # before Optuna imports pyplot
     from optuna.visualization import matplotlib as optuna_plot
 
     completed = [trial for trial in rebuilt.trials if trial.state == optuna.trial.TrialState.COMPLETE]

@@ -13,7 +13,10 @@ it is. The fingerprint is the hash of the sorted (file, hash) pairs; the per-fil
 that two fingerprints name the files that differ (`changed_files`).
 
 It is taken once per process (the library's part is cached; a plugin's part is its source's), by the driver:
-the trial processes run the driver's plugins (shipped) and the same installed library.
+the trial processes run the driver's plugins (shipped) and the same installed library. Across processes, each
+file's normalised hash is kept by its bytes' hash (`HashCache`: in the user's cache folder), so that a command
+parses only the files that changed since one last did (a finished study run again starts sooner); the bytes
+are always read, so a file changed on disk is always seen.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -78,14 +83,63 @@ def library_root() -> Path:
     return Path(dape_core.__file__).resolve().parent
 
 
+class HashCache:
+    """Normalised hashes by the sha256 of a file's bytes, kept in a JSON file between processes (the syntax tree
+    is what takes the time: a tenth of a second per ten files). The key is the bytes' whole hash, so an entry
+    is never stale; the file names the normalisation and Python's version (whose `ast.dump` the hash reads), and
+    one of another normalisation, damaged or unwritable is ignored (the hashes are then computed)."""
+
+    KEPT = 2000  # entries kept, the latest used first (several checkouts and versions of the library)
+
+    def __init__(self, path: Path | None):
+        self.path, self.added = path, False
+        self.used: dict[str, str] = {}  # this process's files, kept first
+        self.known: dict[str, str] = {}
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8")) if path is not None else {}
+            if stored.get("normalisation") == NORMALISATION and isinstance(stored.get("hashes"), dict):
+                self.known = {str(key): str(value) for key, value in stored["hashes"].items()}
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    @staticmethod
+    def default_path() -> Path:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        return base / "dape-orchestrator" / f"code_hashes-py{sys.version_info[0]}.{sys.version_info[1]}.json"
+
+    def hash(self, data: bytes, name: str) -> str:
+        key = hashlib.sha256(data).hexdigest()
+        value = self.known.get(key)
+        if value is None:
+            text = data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")  # as read_text
+            value, self.added = normalised_hash(text, name), True
+        self.used[key] = value
+        return value
+
+    def save(self) -> None:
+        if not self.added or self.path is None:
+            return
+        kept = {**self.used, **{k: v for k, v in self.known.items() if k not in self.used}}
+        text = json.dumps({"normalisation": NORMALISATION, "hashes": dict(list(kept.items())[:self.KEPT])})
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+            partial.write_text(text, encoding="utf-8")
+            os.replace(partial, self.path)  # whole or not at all, whichever process writes last
+        except OSError:
+            pass
+
+
 @lru_cache(maxsize=4)
 def _library_files(root: Path) -> tuple[tuple[str, str], ...]:
+    cache = HashCache(HashCache.default_path())
     files = []
     for path in sorted(root.rglob("*.py")):
         if "__pycache__" in path.parts:
             continue
         name = f"{root.name}/{path.relative_to(root).as_posix()}"
-        files.append((name, normalised_hash(path.read_text(encoding="utf-8", errors="replace"), name)))
+        files.append((name, cache.hash(path.read_bytes(), name)))
+    cache.save()
     return tuple(files)
 
 

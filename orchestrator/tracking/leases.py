@@ -32,8 +32,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlflow.exceptions import MlflowException
-
 from .store import ROLE_TAG, STUDY_TAG, StudyStore
 
 LEASE_ROLE = "lease"
@@ -171,6 +169,8 @@ class LeaseBook:
             self.store.set_tags(self.run_id, holds)
 
     def _withdraw(self, trial_ids: set[str]) -> None:
+        from mlflow.exceptions import MlflowException  # (here: a run with nothing to lease never loads MLflow)
+
         for trial_id in trial_ids:
             try:
                 self.store.client.delete_tag(self.run_id, f"{HOLDS_PREFIX}{trial_id}")
@@ -178,6 +178,8 @@ class LeaseBook:
                 pass
 
     def _delete(self, run_id: str) -> None:
+        from mlflow.exceptions import MlflowException
+
         try:  # closed first: a store read without MLflow's filter on deleted runs sees no RUNNING lease left
             self.store.client.set_terminated(run_id, status="FINISHED")
             self.store.client.delete_run(run_id)

@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import ForeignExperiment, StoreUnusable
 from . import dashboard
 from .lookup import no_experiment, require_store
-from .readers import ClientReader, SQLiteReader, reader_for
+from .readers import TESTED_REVISIONS, ClientReader, SQLiteReader, reader_for
 from .relocation import relocate
 from .sqlite_file import check_folder_writable, check_readable, check_writable, store_lock
 from .uri import is_server, sqlite_path
@@ -55,6 +55,8 @@ class StudyStore:
         self.tracking_uri, self.study_name, self.experiment_id = tracking_uri, study_name, experiment_id
         self._client = client
         self.reader = reader or ClientReader(self.client)
+        self._parent = None  # the parent run as last read (its status and tags: `start_parent`'s `idle`)
+        self.parent_kept = False  # start_parent(idle=True) left the finished parent run as it was
         self.parent_run_id: str | None = self._find_parent()
 
     @property
@@ -77,11 +79,30 @@ class StudyStore:
         relocate(path)  # a store moved or copied with its artifacts folder writes there (relocation.py)
         with store_lock(path):  # one process at a time creates the tables and the experiment
             check_writable(path)
+            ready = cls._existing(tracking_uri, study_name, path)
+            if ready is not None:  # MLflow's client is made at the first write (a rerun with none: never)
+                return ready
             store = cls._create_experiment(tracking_uri, study_name, _client(tracking_uri))
         # Reads straight from the file (readers.py: what MLflow's client returns, without its ORM: a study of
         # a thousand trials is read in a second rather than in several); writes still go through MLflow.
         store.reader = reader_for(tracking_uri, store.client)  # the client where the schema is not the tested one
         return store
+
+    @classmethod
+    def _existing(cls, tracking_uri: str, study_name: str, path: Path) -> "StudyStore | None":
+        """The study's store where `create` has nothing to create or change: a SQLite file of a schema the direct
+        reader is tested with (readers.py), holding the study's experiment, this tool's, with its dashboard's
+        kind; None otherwise (MLflow's client then creates, migrates or tags what is missing)."""
+        if not path.is_file():
+            return None
+        reader = SQLiteReader(path)
+        if reader.revision() not in TESTED_REVISIONS:
+            return None
+        existing = reader.experiment(study_name)
+        if existing is None or existing[1].get(dashboard.EXPERIMENT_KIND_TAG) != dashboard.TRAINING_KIND:
+            return None
+        _check_ownership(reader, existing[0], existing[1], tracking_uri, study_name)
+        return cls(tracking_uri, study_name, existing[0], None, reader)
 
     @classmethod
     def _create_experiment(cls, tracking_uri: str, study_name: str, client) -> "StudyStore":
@@ -136,15 +157,29 @@ class StudyStore:
     # --- the study's parent run ---------------------------------------------------------------------------
     def _find_parent(self) -> str | None:
         runs = self.reader.runs(self.experiment_id, ROLE_TAG, "study")
+        self._parent = runs[0] if runs else None
         return runs[0].info.run_id if runs else None
 
-    def start_parent(self, tags: dict[str, str]) -> str:
+    def start_parent(self, tags: dict[str, str], idle: bool = False) -> str:
         """Reuse the study's parent run across invocations so that resumed trials nest under it. On a SQLite
-        store, two orchestrators starting at once find or create it one after the other (one parent)."""
+        store, two orchestrators starting at once find or create it one after the other (one parent).
+        `idle`: nothing will run (a finished study run again). A parent run that is FINISHED and already has
+        these tags is then left as it is (`parent_kept`): nothing is written, neither here nor by
+        `end_parent("FINISHED")` nor by `set_tags` of values it has, so that such a rerun never loads MLflow."""
         path = sqlite_path(self.tracking_uri)
         with store_lock(path) if path is not None else nullcontext():
             self.parent_run_id = self._find_parent()
+            self.parent_kept = idle and self._parent_has("FINISHED", tags)
+            if self.parent_kept:
+                assert self.parent_run_id is not None, "a parent run was found (_parent_has)"
+                return self.parent_run_id
             return self._start_parent(tags)
+
+    def _parent_has(self, status: str, tags: dict[str, str]) -> bool:
+        """The parent run, as read, has this status and these tags (as MLflow stores them: strings)."""
+        parent = self._parent
+        return parent is not None and parent.info.status == status and \
+            all(parent.data.tags.get(key) == str(value) for key, value in tags.items())
 
     def _start_parent(self, tags: dict[str, str]) -> str:
         if self.parent_run_id:
@@ -158,6 +193,9 @@ class StudyStore:
         return self.parent_run_id
 
     def end_parent(self, status: str = "FINISHED") -> None:
+        if self.parent_kept and status == "FINISHED":
+            return  # nothing ran: the parent run is FINISHED already (start_parent's `idle`)
+        self.parent_kept = False
         if self.parent_run_id:
             self.client.set_terminated(self.parent_run_id, status=status)
 
@@ -295,6 +333,8 @@ class StudyStore:
             self.client.log_inputs(run_id, datasets=datasets)
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        if self.parent_kept and run_id == self.parent_run_id and self._parent_has("FINISHED", tags):
+            return  # a kept parent run (start_parent's `idle`) has them already
         from mlflow.entities import RunTag
 
         self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
