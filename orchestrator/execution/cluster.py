@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import socket
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -46,6 +47,9 @@ def start_local_early() -> None:
     the signals and loggers in the main thread, and raises its error where it failed. Only the private local
     Ray: a cluster's address is checked by `connect` itself, within its timeout."""
     if _early or os.environ.get("RAY_ADDRESS"):
+        return
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():  # this process has its Ray already (a test's, a notebook's)
         return
 
     started, forever = threading.Event(), threading.Event()
