@@ -197,17 +197,24 @@ def test_writing_a_job_and_the_nodes_helpers_load_neither_torch_ray_nor_mlflow()
     assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_decide_runs_the_sequence_in_the_job_sized_for_its_first_look_or_is_refused(tmp_path, monkeypatch):
-    # `orchestrator slurm --decide`: the job's `orchestrator run` adds seeds until the claims are decided; the
-    # summary sizes the first look (every row at min_seeds) and says how far later looks may go.
-    monkeypatch.chdir(tmp_path)
-    study = write_study(tmp_path, {"cpus": 1}, "deciding")
+def _claimed_study(folder, name: str, **extra):
+    """A study with a baseline and one claim (seeds can decide it); `extra`: more top-level fields. Returns its
+    path and its spec."""
+    study = write_study(folder, {"cpus": 1}, name)
     spec = yaml.safe_load(study.read_text())
     spec["variants"][0]["baseline"] = True
     spec["expect"] = [{"id": "wide_below", "kind": "compare", "source": "a test", "text": "Wide below Kerple",
                        "variant": "Wide", "direction": "below", "metric": "ppl", "at": ["1x"]}]
-    spec["decide"] = {"min_seeds": 3, "max_seeds": 7, "batch": 2}
+    spec.update(extra)
     study.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return study, spec
+
+
+def test_decide_runs_the_sequence_in_the_job_sized_for_its_first_look_or_is_refused(tmp_path, monkeypatch):
+    # `orchestrator slurm --decide`: the job's `orchestrator run` adds seeds until the claims are decided; the
+    # summary sizes the first look (every row at min_seeds) and says how far later looks may go.
+    monkeypatch.chdir(tmp_path)
+    study, spec = _claimed_study(tmp_path, "deciding", decide={"min_seeds": 3, "max_seeds": 7, "batch": 2})
     result = slurm(str(study), "--dry-run", "--decide")
     assert result.exit_code == 0, result.output
     run_line = next(line for line in result.stdout.splitlines() if line.startswith("python -m orchestrator run"))
@@ -233,12 +240,7 @@ def test_decide_runs_the_sequence_in_the_job_sized_for_its_first_look_or_is_refu
 def test_the_run_flags_reach_the_jobs_run_and_contradictions_are_refused(tmp_path, monkeypatch):
     # --new-sequence, --retrain-stale and --keep-stale mean in the job what they mean to `orchestrator run`.
     monkeypatch.chdir(tmp_path)
-    study = write_study(tmp_path, {"cpus": 1}, "flags")
-    spec = yaml.safe_load(study.read_text())
-    spec["variants"][0]["baseline"] = True
-    spec["expect"] = [{"id": "wide_below", "kind": "compare", "source": "a test", "text": "Wide below Kerple",
-                       "variant": "Wide", "direction": "below", "metric": "ppl", "at": ["1x"]}]
-    study.write_text(yaml.safe_dump(spec, sort_keys=False))
+    study, _ = _claimed_study(tmp_path, "flags")
     result = slurm(str(study), "--dry-run", "--decide", "--new-sequence", "--keep-stale")
     assert result.exit_code == 0, result.output
     run_line = next(line for line in result.stdout.splitlines() if line.startswith("python -m orchestrator run"))

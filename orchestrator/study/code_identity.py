@@ -120,14 +120,20 @@ class HashCache:
         if not self.added or self.path is None:
             return
         kept = {**self.used, **{k: v for k, v in self.known.items() if k not in self.used}}
-        text = json.dumps({"normalisation": NORMALISATION, "hashes": dict(list(kept.items())[:self.KEPT])})
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-            partial.write_text(text, encoding="utf-8")
-            os.replace(partial, self.path)  # whole or not at all, whichever process writes last
-        except OSError:
-            pass
+        write_cache(self.path, json.dumps({"normalisation": NORMALISATION,
+                                           "hashes": dict(list(kept.items())[:self.KEPT])}))
+
+
+def write_cache(path: Path, text: str) -> None:
+    """A cache file of ~/.cache/dape-orchestrator written whole or not at all (whichever process writes last);
+    one that cannot be written is left alone (the next process computes its values again)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+    except OSError:
+        pass
 
 
 @lru_cache(maxsize=4)

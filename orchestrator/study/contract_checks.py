@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from dape_core.contract import key, leak_refusal, small_config
 
-from .code_identity import HashCache, code_fingerprint
+from .code_identity import HashCache, code_fingerprint, write_cache
 
 if TYPE_CHECKING:
     from dape_core import ModelConfig
@@ -134,10 +134,4 @@ class Passed:
     def save(self) -> None:
         if not self.added or self.path is None:
             return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-            partial.write_text(json.dumps(self.keys[:self.KEPT]), encoding="utf-8")
-            os.replace(partial, self.path)  # whole or not at all, whichever process writes last
-        except OSError:
-            pass
+        write_cache(self.path, json.dumps(self.keys[:self.KEPT]))
