@@ -20,6 +20,7 @@ documentation quotes a measured figure (a test checks both)."""
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -86,6 +87,28 @@ def figures(found: list[Record]) -> dict[str, object]:
     return {name: value for name, (value, _) in named.items()}
 
 
+_LINK = re.compile(r"\]\(([^)#\s]+)(#[^)\s]*)?\)")
+
+
+def rebased(body: str, folder: Path = RECORDS) -> str:
+    """A record's links, written relative to its own file (`../protocol.md`, `main-job.md`: right where the record is
+    read in the repository), made relative to the generated page, which sits one folder up: a sibling record
+    becomes its section's anchor (`#main-job`), a page of the site `protocol.md`, a file outside the site
+    `../orchestrator/run.py` (which the site's hook then names as a path)."""
+    docs = folder.parent.resolve()
+
+    def replace(match: re.Match) -> str:
+        target, anchor = match.group(1), match.group(2) or ""
+        if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("/"):
+            return match.group(0)
+        resolved = (folder / target).resolve()
+        if resolved.parent == folder.resolve() and resolved.suffix == ".md":
+            return f"](#{resolved.stem})" if not anchor else f"]({anchor})"
+        return f"]({Path(os.path.relpath(resolved, docs)).as_posix()}{anchor})"
+
+    return _LINK.sub(replace, body)
+
+
 def render(folder: Path = RECORDS) -> str:
     found = records(folder)
     figures(found)
@@ -104,7 +127,7 @@ def render(folder: Path = RECORDS) -> str:
     for record in found:
         lines += ["", f"## {record.title} {{#{record.name}}}", ""]
         lines += [f"Command: `{command}`  " for command in record.commands]
-        lines += [f"Machine: `{record.machine}`", "", record.body]
+        lines += [f"Machine: `{record.machine}`", "", rebased(record.body, folder)]
     return "\n".join(lines) + "\n"
 
 

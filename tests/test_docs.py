@@ -216,6 +216,20 @@ def test_links_to_benchmark_records_point_at_the_benchmarks_page():
                                         "[c](../benchmarks.md) and [d](claims.md)")
 
 
+def test_a_records_links_written_from_its_own_file_work_on_the_generated_page():
+    """A record is read in the repository (docs/benchmarks/NAME.md) and on the generated page one folder up: its
+    links, written from its own file, are rebased so that both work (`mkdocs build --strict` refused the
+    unrebased ones)."""
+    records = ROOT / "docs" / "benchmarks"
+    body = ("[the protocol](../protocol.md), [the main job](main-job.md), [a row](decisions.md#kernel), "
+            "[a guide](../guides/claims.md#one), [the runner](../../orchestrator/run.py) and [Ray](https://docs.ray.io)")
+    assert benchmarks.rebased(body, records) == (
+        "[the protocol](protocol.md), [the main job](#main-job), [a row](#kernel), "
+        "[a guide](guides/claims.md#one), [the runner](../orchestrator/run.py) and [Ray](https://docs.ray.io)")
+    page = benchmarks.render()
+    assert "](../protocol.md)" not in page and "](main-job.md)" not in page
+
+
 def test_links_to_repository_files_outside_the_site_become_paths_and_broken_links_stay():
     page = ("See [the runner](../../orchestrator/run.py), [`tests/conftest.py`](../../tests/conftest.py), "
             "[a guide](claims.md), [gone](../../orchestrator/no_such_file.py) and [Ray](https://docs.ray.io).")
