@@ -23,6 +23,7 @@ from dape_core import PRESETS
 from ..tracking.store import SWEPT_TAG_PREFIX
 from .names import assignment, setting
 from .names import point as point_words
+from .png_file import write_png
 from .tables import Table
 
 if TYPE_CHECKING:
@@ -145,7 +146,10 @@ def _save(fig, folder: Path, name: str, tight: bool = False) -> Path:
         fig.tight_layout()
         canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
         crop = fig.get_tightbbox(canvas.get_renderer()).padded(0.1)  # measured once, for both files
-    fig.savefig(path, dpi=DPI, bbox_inches=crop)
+    if crop is None:
+        write_png(fig, path, DPI)  # savefig's pixels, written faster (png_file.py)
+    else:
+        fig.savefig(path, dpi=DPI, bbox_inches=crop)
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # the same figure as vectors, its text as text
         fig.savefig(path.with_suffix(".svg"), bbox_inches=crop)
     pyplot = sys.modules.get("matplotlib.pyplot")
