@@ -309,8 +309,10 @@ def swept_keys(finished: pd.DataFrame) -> list[str]:
     for key in keys:
         others = [k for k in keys if k != key]
         rows = finished[finished[key].notna()]
-        groups = rows.groupby([rows[k].astype(str) for k in others], dropna=False) if others else [((), rows)]
-        if any(group[key].astype(str).nunique() >= 2 for _, group in groups):
+        values = rows[key].astype(str)
+        distinct = (values.groupby([rows[k].astype(str) for k in others], dropna=False).nunique() if others
+                    else pd.Series([values.nunique()]))  # per group of the other values, in one pass
+        if (distinct >= 2).any():
             worth.append(key)
     return worth
 

@@ -9,7 +9,9 @@ the store has no run for appear with status MISSING, so that nothing is silently
 from __future__ import annotations
 
 import ast
+import copy
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +65,15 @@ class ValueChoice:
 
 
 def _param_value(text: str) -> Any:
-    """MLflow keeps params as text; numbers, booleans, None and lists come back as Python values."""
+    """MLflow keeps params as text; numbers, booleans, None and lists come back as Python values. Parsed once
+    per distinct text (a study's runs repeat a few hundred texts tens of thousands of times); a list or dict is
+    each row's own copy."""
+    value = _literal(text)
+    return copy.deepcopy(value) if isinstance(value, (list, dict, set, tuple)) else value
+
+
+@lru_cache(maxsize=8192)
+def _literal(text: str) -> Any:
     try:
         return ast.literal_eval(text)  # literals only: never evaluates code
     except (ValueError, SyntaxError):
