@@ -117,6 +117,30 @@ def test_gradient_accumulation_matches_one_big_batch(corpus):
     assert torch.allclose(params[0], params[1], atol=5e-5), (params[0] - params[1]).abs().max()
 
 
+def test_the_multi_tensor_update_is_the_per_parameter_one_bit_for_bit(corpus):
+    """make_optimizer and clip_gradients take PyTorch's multi-tensor (`foreach`) path on CPU for speed; the
+    weights after a few steps (with clipping active) are those of PyTorch's default per-parameter loop, bit for
+    bit, so the main job's perplexities do not move."""
+    from dape_core.train import loop, schedule
+
+    weights = []
+    for multi in (schedule.multi_tensor, lambda parameters: False):
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(**TINY_MODEL))
+        original = schedule.multi_tensor
+        schedule.multi_tensor = loop.multi_tensor = multi
+        try:
+            assert schedule.make_optimizer(model, TrainConfig(steps=4)).defaults["foreach"] == multi(
+                list(model.parameters()))
+            train(model, TrainStream(corpus.stream_regions(), 32, seed=0),
+                  TrainConfig(steps=4, batch_size=8, seq_len=32, grad_clip=0.05, log_every=1))
+        finally:
+            schedule.multi_tensor = loop.multi_tensor = original
+        weights.append([p.detach().clone() for p in model.parameters()])
+    assert schedule.multi_tensor(list(build_model(ModelConfig(**TINY_MODEL)).parameters())) is True
+    assert all(torch.equal(a, b) for a, b in zip(*weights))
+
+
 def test_resume_from_a_checkpoint_continues_the_same_loss_curve(tmp_path):
     cfg = _config(eval_every=8)
     straight = Recorder()

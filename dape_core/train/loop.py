@@ -33,7 +33,7 @@ from .checkpoint import CheckpointStore
 from .config import TrainConfig
 from .distributed import World, gradient_sync
 from .precision import Precision, resolve_precision
-from .schedule import cosine_lr, make_optimizer
+from .schedule import cosine_lr, make_optimizer, multi_tensor
 from .sharded_checkpoint import load_full_state
 
 TIMING_WARMUP_STEPS = 5  # the first steps (allocations, lazy init) are left out of ms_per_step
@@ -60,7 +60,8 @@ def lm_loss(model: nn.Module, batch) -> torch.Tensor:
 
 
 def clip_gradients(model: nn.Module, max_norm: float) -> None:
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    parameters = list(model.parameters())
+    torch.nn.utils.clip_grad_norm_(parameters, max_norm, foreach=multi_tensor(parameters))
 
 
 @dataclass

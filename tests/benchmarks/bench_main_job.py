@@ -10,7 +10,9 @@ dape_core/evaluate/flops.py, x steps x batch x length) over the cores (os.cpu_co
 gives) at the matmul throughput one thread reaches here on the model's shapes ((1024 x 128) @ (128 x 384),
 float32), measured in the same run before and after the study (the faster of the two, each a median of
 repetitions). Printed: wall / limit (goal: 2.4), and each trial's perplexities (to compare before and after
-a change: they must not move). With --skip-run, the wall is the finished study's run in the store (its
+a change: they must not move), and the timeline read from the store's run times: start-up to the first trial,
+the trials' span with how busy the slots were, and the end. The run gets a cache folder of its own (a newcomer
+has no remembered contract pass). With --skip-run, the wall is the finished study's run in the store (its
 MLflow parent run, start to end), which leaves out the CLI's start-up and shutdown.
 """
 
@@ -65,8 +67,9 @@ def training_flops(study_path: Path) -> dict[str, float]:
     return flops
 
 
-def stored_runs(uri: str, study: str) -> tuple[float | None, dict[str, dict[int, float]]]:
-    """(the study run's wall seconds, or None; each trial run's perplexity by length, by run name)."""
+def stored_runs(uri: str, study: str) -> tuple[float | None, dict[str, dict[int, float]], dict[str, tuple]]:
+    """(the study run's wall seconds, or None; each trial run's perplexity by length, by run name; the runs'
+    (start, end) in epoch seconds: the study's under "study", each trial's under its run name)."""
     from mlflow.tracking import MlflowClient
 
     from orchestrator.tracking import ROLE_TAG
@@ -77,15 +80,40 @@ def stored_runs(uri: str, study: str) -> tuple[float | None, dict[str, dict[int,
         raise SystemExit(f"no study named {study!r} in {uri}")
     runs = client.search_runs([experiment.experiment_id], max_results=10000)
     wall = None
-    trials = {}
+    trials, spans = {}, {}
     for run in runs:
         role = run.data.tags.get(ROLE_TAG)
+        span = (run.info.start_time / 1e3, (run.info.end_time or run.info.start_time) / 1e3)
         if role == "study" and run.info.end_time:
             wall = (run.info.end_time - run.info.start_time) / 1e3
+            spans["study"] = span
         elif role == "trial":
+            spans[run.info.run_name] = span
             trials[run.info.run_name] = {int(key[4:]): value for key, value in run.data.metrics.items()
                                          if key.startswith("ppl_") and key[4:].isdigit()}  # by length
-    return wall, trials
+    return wall, trials, spans
+
+
+def timeline(spans: dict[str, tuple], launched: float | None, exited: float | None) -> list[str]:
+    """Where the wall went, from the store's run times: start-up (the command's start, or the study run's, to
+    the first trial run's start), the trials' span and how busy the slots were in it (the trial runs' summed
+    durations over slots x span: process start, training, evaluation and recording, each in its trial's run),
+    and the end (the last trial run's end to the exit, or to the study run's end)."""
+    trials = {name: span for name, span in spans.items() if name != "study"}
+    if not trials:
+        return []
+    first = min(start for start, _ in trials.values())
+    last = max(end for _, end in trials.values())
+    origin = launched if launched is not None else spans.get("study", (first,))[0]
+    finish = exited if exited is not None else spans.get("study", (None, last))[1]
+    cores = os.cpu_count() or 1
+    busy = sum(end - start for start, end in trials.values()) / (cores * (last - first))
+    lines = [f"timeline: start-up {first - origin:.1f} s (to the first trial run), trials {last - first:.1f} s "
+             f"(slots busy {100 * busy:.0f}%), end {finish - last:.1f} s (the last trial run's end to "
+             + ("the exit)" if exited is not None else "the study run's end)")]
+    lines += [f"  {name}: {start - origin:6.1f} s to {end - origin:6.1f} s ({end - start:.1f} s)"
+              for name, (start, end) in sorted(trials.items(), key=lambda item: item[1])]
+    return lines
 
 
 def main() -> None:
@@ -106,7 +134,8 @@ def main() -> None:
     folder = None
     if args.skip_run:
         uri = args.tracking_uri
-        wall, trials = stored_runs(uri, name)
+        wall, trials, spans = stored_runs(uri, name)
+        launched = exited = None
         if wall is None:
             raise SystemExit(f"the study {name!r} in {uri} has no finished study run")
         source = "the store's study run"
@@ -117,17 +146,21 @@ def main() -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_DISABLE_TELEMETRY": "true",
                "RAY_USAGE_STATS_ENABLED": "0"}
         env.pop("MLFLOW_TRACKING_URI", None)
+        # A newcomer's caches: none (the contract's remembered passes, the code hashes: study/code_identity.py).
+        env["XDG_CACHE_HOME"] = str(folder / "cache")
+        launched = time.time()
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "orchestrator", "run", f"studies/{study_path.name}"],
                               cwd=folder, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - started
+        exited = time.time()
         own = [line for line in done.stdout.splitlines() if "Wall time" in line]
         print("\n".join(own) or done.stdout[-2000:])
         if done.returncode != 0:
             print(done.stderr[-4000:], file=sys.stderr)
             raise SystemExit(f"orchestrator run exited {done.returncode}")
         uri = f"sqlite:///{folder / 'mlruns' / 'mlflow.db'}"
-        _, trials = stored_runs(uri, name)
+        _, trials, spans = stored_runs(uri, name)
         source = "`orchestrator run`, start to exit"
     after = matmul_gflops()
     throughput = max(before, after)
@@ -139,6 +172,7 @@ def main() -> None:
     print(f"matmul, one thread, (1024x128)@(128x384): {before:.0f} GFLOP/s before, {after:.0f} after; "
           f"{cores} cores")
     print(f"compute limit {limit:.0f} s; wall {wall:.0f} s ({source}); wall / limit {wall / limit:.2f} (goal 2.4)")
+    print("\n".join(timeline(spans, launched, exited)))
     for run in sorted(trials):
         print(f"  {run}: " + ", ".join(f"ppl_{length} {value:.4f}" for length, value in sorted(trials[run].items())))
     if folder is not None:
