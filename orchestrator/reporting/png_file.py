@@ -1,4 +1,4 @@
-"""A report figure as a PNG file: the pixels matplotlib's `savefig` draws, written in about half its time.
+"""A report figure as a PNG file: the pixels matplotlib's `savefig` draws, compressed in half the time.
 
 `savefig(..., format="png")` draws the figure with Agg and hands the RGBA buffer to Pillow at zlib level 6:
 in a 240-row report that compression was a fifth of the figures' PNG time. Here the figure is drawn the same
