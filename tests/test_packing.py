@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from orchestrator.planning.schedule import estimated_seconds, longest_first, makespan, packed
 from orchestrator.study.load import load_study
 from orchestrator.trial.trials import expand
@@ -43,3 +45,49 @@ def test_packing_on_two_slots_ends_sooner_than_longest_first():
     assert span(best) < span(lpt) and best[0].label == lpt[0].label == "DAPE1x7-Kerple"
     for slots in (0, 1, 5):  # unknown, one at a time, all at once: longest first
         assert packed(trials, study, None, later, slots=slots) == lpt
+
+
+def test_the_plan_counts_each_trials_evaluation_and_says_the_local_makespan(tmp_path, monkeypatch):
+    """`orchestrator plan`'s est. time is a trial's training and its evaluation (its eval.lengths and the
+    report.lengths it scores itself), as `run` orders the trials by; the summary splits the two and, on this
+    machine's private local Ray (2 slots here), gives the packed makespan of the trials still to run; the SLURM
+    sizing counts each trial whole too."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+    from orchestrator.evaluation.in_trial import later_lengths_for
+    from orchestrator.planning.plan_table import summary_lines
+    from orchestrator.planning.plan_view import plan_rows
+    from orchestrator.planning.schedule import best_order, local_slots
+    from orchestrator.slurm.sizing import study_work
+
+    study = load_study(KERNEL_SIZE)
+    trials = expand(study)
+    later = later_lengths_for(study, trials)
+    assert all(later[trial.trial_id] == [1024] for trial in trials)  # report.lengths: 16x = 1024
+    rows = plan_rows(study, None, set())
+    for row, trial in zip(rows, trials):
+        assert row.eval_seconds > 0 and row.total == pytest.approx(
+            estimated_seconds(trial, study, None, later[trial.trial_id]))
+    work = study_work(study)
+    assert [seconds for _, seconds in work.trials] == pytest.approx([row.total for row in rows])
+    lines = summary_lines(study, rows, slots=2)
+    training, evaluation = sum(r.seconds for r in rows), sum(r.eval_seconds for r in rows)
+    assert "(training " in lines[0] and "evaluation " in lines[0]
+    span = makespan([rows[i].total for i in best_order([r.total for r in rows], 2)], 2)
+    assert (training + evaluation) / 2 <= span < training + evaluation and "2 trials at a time" in lines[1]
+    assert summary_lines(study, rows, slots=0)[1:] == lines[2:]  # no line where the slots are not known
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert local_slots(study.resources) == 2
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert local_slots(study.resources) == 0
+    monkeypatch.delenv("RAY_ADDRESS")
+    result = CliRunner().invoke(app, ["plan", str(KERNEL_SIZE), "--tracking-uri", f"sqlite:///{tmp_path}/none.db"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert re.search(r"Estimated time, one trial at a time on 1 CPU per worker: \S+ \(training \S+, evaluation \S+;",
+                     said), said[:2000]
+    assert "On this machine's private local Ray, 2 trials at a time" in said

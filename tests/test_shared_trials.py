@@ -75,7 +75,7 @@ def test_plan_fits_100_columns_without_cutting_a_label(tmp_path, monkeypatch):
     path.write_text(yaml.safe_dump(spec))
     result = CliRunner().invoke(app, ["plan", str(path)])
     assert result.exit_code == 0, result.output
-    table = result.output.split("Estimated training time")[0]
+    table = result.output.split("Estimated time")[0]
     assert "…" not in table and max(len(line) for line in table.splitlines()) <= 100
     lines = table.splitlines()
     header = next(line for line in lines if " trial " in line)

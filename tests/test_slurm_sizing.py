@@ -50,7 +50,7 @@ def test_a_cpu_study_gets_cpus_for_its_trials_at_once_and_a_summary_first(tmp_pa
     assert "Study five: 5 trial(s) to run; each 1 worker(s) x (2 CPU, no GPU)" in text
     assert "Job: 1 node(s) x (11 CPUs, no GPU): 5 trial(s) at once, 5 trial worker(s) per node" in text
     assert "--time 2-00:00:00 (48.0h)" in text and "Warning" not in text
-    estimated = re.search(r"Estimated training time: (\S+) with 5 at once \(one at a time: (\S+);", text)
+    estimated = re.search(r"Estimated time: (\S+) with 5 at once \(one at a time: (\S+);", text)
     assert estimated, text
     # resources.max_concurrent caps the trials at once, and so the default CPUs.
     capped = slurm(str(study), "--dry-run", "resources.max_concurrent=2")
@@ -58,7 +58,7 @@ def test_a_cpu_study_gets_cpus_for_its_trials_at_once_and_a_summary_first(tmp_pa
     assert "2 trial(s) at once" in said(capped) and "(resources.max_concurrent: 2)" in said(capped)
     # One at a time: the estimate is the serial one.
     serial = slurm(str(study), "--dry-run", "train.steps=20000", "resources.max_concurrent=1")
-    one = re.search(r"Estimated training time: (\S+) with 1 at once \(one at a time: (\S+);", said(serial))
+    one = re.search(r"Estimated time: (\S+) with 1 at once \(one at a time: (\S+);", said(serial))
     assert one and one.group(1) == one.group(2) == estimated.group(2) != estimated.group(1)
     # Given CPUs are kept, and say how many trials they run at once.
     given = slurm(str(study), "--dry-run", "--cpus-per-node", "4")
@@ -71,7 +71,7 @@ def test_a_time_limit_that_cuts_the_study_is_said_before_submitting(tmp_path, mo
     result = slurm(str(study), "--dry-run", "train.steps=50000", "--time", "10")
     assert result.exit_code == 0, result.output
     text = said(result)
-    assert re.search(r"Warning: the time limit will cut the study: about \S+ of training against 8min before the job "
+    assert re.search(r"Warning: the time limit will cut the study: about \S+ of trials against 8min before the job "
                      r"is asked to stop \(--time less --signal-grace\); it stops cleanly and resumes when the script "
                      r"is submitted again \(by itself with --requeue\)", text), text
     # An unreadable --time is refused before anything is written.

@@ -26,7 +26,11 @@ def plan(invocation: Invocation) -> None:
     measured = None if store_missing(invocation.uri) is not None else load_measured(invocation.uri)
     rows = plan_rows(study, measured, finished)
     console.print(plan_table(study, invocation.profile, rows))
-    for line in summary_lines(study, rows):
+    from ..planning.schedule import local_slots
+
+    trials = expand(study)
+    slots = local_slots(study.resources, max(trial.workers for trial in trials)) if trials else 0
+    for line in summary_lines(study, rows, slots):
         console.print(line)
     for line in legend(study):
         console.print(line)

@@ -10,13 +10,22 @@ a trial) and CHE trials are left to `evaluate_later`."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..run_context import RunContext
 from ..trial.trials import distinct
+
+if TYPE_CHECKING:
+    from ..study import Study
 
 
 def later_lengths_by_trial(context: RunContext) -> dict[str, list[int]]:
     """trial id -> the report.lengths that trial scores itself (trials with none are absent)."""
-    study = context.study
+    return later_lengths_for(context.study, context.rows)
+
+
+def later_lengths_for(study: "Study", trials: list) -> dict[str, list[int]]:
+    """`later_lengths_by_trial` for these trials of the study (`orchestrator plan`'s, before any run)."""
     if not study.report.lengths or study.search.sampled:
         return {}
     from dape_core import ExperimentConfig
@@ -26,7 +35,7 @@ def later_lengths_by_trial(context: RunContext) -> dict[str, list[int]]:
 
     budget, _ = memory_budget(study)
     out: dict[str, list[int]] = {}
-    for trial in distinct(context.rows):
+    for trial in distinct(trials):
         cfg = ExperimentConfig(**trial.config)
         if cfg.che is not None:
             continue

@@ -7,8 +7,6 @@ stays PENDING in Ray Tune for ever, silently. Here:
 - `connect`: a private local Ray (the default), or the cluster at an address: first one TCP connection to it
   with a timeout (a dead port fails at once), then `ray.init` in a helper thread, abandoned after the same
   timeout (Ray's own connection retries last minutes).
-- Both start the private local Ray with warm workers: each imports PyTorch and the trial's modules as it
-  starts (`WARM_MODULES`), so that the first trial on a slot does not wait for them.
 - `start_local_early`: the private local Ray started in a background thread while the caller does other work
   (`orchestrator run` opens a new store meanwhile: both take seconds); `connect` then waits for it.
 - `require_placeable`: a trial needs ONE node with its CPUs and GPUs (its bundles of resources; one bundle per
@@ -61,7 +59,7 @@ def start_local_early() -> None:
             import ray
 
             reroute()  # the terminal handlers Ray's import gave its loggers: to the study's log file
-            ray.init(address="local", num_cpus=os.cpu_count(), **_LOCAL_OPTIONS)
+            ray.init(address="local", num_cpus=os.cpu_count(), **_INIT_OPTIONS)
         except BaseException as error:  # handed to the main thread by `connect`
             _early["error"] = error
         started.set()
@@ -87,12 +85,6 @@ def _join_early() -> None:
 
 # Ray's own log lines would drown the progress; errors still surface through the trial results.
 _INIT_OPTIONS: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
-# What the private local Ray's workers import as they start, before any trial reaches them (Ray starts one
-# per CPU with the driver): PyTorch and dape_core's trial modules (dape_core/warm.py) and the trainable. The
-# first trial on each slot then starts warm instead of spending its first seconds in imports. A cluster's
-# workers are started by its own `ray start`, which this driver does not configure.
-WARM_MODULES = ("dape_core.warm", "orchestrator.execution.tune_trial")
-_LOCAL_OPTIONS: dict[str, Any] = dict(_INIT_OPTIONS, _system_config={"preload_python_modules": list(WARM_MODULES)})
 
 
 def connect(address: str | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
@@ -109,7 +101,7 @@ def connect(address: str | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
     address = address or os.environ.get("RAY_ADDRESS")
     if not address or address == "local":
         # "local" starts a private Ray even when a `ray start` cluster is running on this machine.
-        ray.init(address="local", num_cpus=os.cpu_count(), **_LOCAL_OPTIONS)
+        ray.init(address="local", num_cpus=os.cpu_count(), **common)
         interrupt.reclaim()  # ray.init took SIGTERM (a Python handler, and a native one that dumps and aborts)
         reroute()  # and may have set its loggers' terminal handlers again (library_logs.py)
         return

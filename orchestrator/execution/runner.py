@@ -13,7 +13,7 @@ from dape_core.plugins import plugin_tags
 
 from ..errors import StaleTrials, StudyInterrupted, StudyTerminated, TrackingServerUnreachable, exception_chain
 from ..planning.learned import load_measured
-from ..planning.schedule import packed
+from ..planning.schedule import local_slots, packed
 from ..run_context import RunContext
 from ..study import Study
 from ..study.code_identity import CodeFingerprint, code_fingerprint
@@ -246,15 +246,11 @@ def _close_open_trials(events: TrialEvents) -> int:
 def _local_slots(context: RunContext, todo: list[Trial]) -> int:
     """How many of the trials the private local Ray runs at once (it has this machine's CPUs: cluster.py); 0
     where that is not known before Ray starts (a cluster, GPUs) and 1 with --local."""
-    import os
-
-    resources = context.study.resources
     if context.local:
         return 1
-    if context.address or os.environ.get("RAY_ADDRESS") or resources.gpus or not resources.cpus:
+    if context.address:
         return 0
-    slots = int((os.cpu_count() or 1) // (resources.cpus * max(trial.workers for trial in todo)))
-    return min(slots, resources.max_concurrent) if resources.max_concurrent else slots
+    return local_slots(context.study.resources, max(trial.workers for trial in todo))
 
 
 def _prepare_ray(context: RunContext, say) -> None:

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from ..study import Study
 from .plan_view import PlanRow
+from .schedule import best_order, makespan
 
 
 def duration(seconds: float) -> str:
@@ -53,23 +54,33 @@ def plan_table(study: Study, profile: str | None, rows: list[PlanRow]) -> Table:
         if gpu_memory is not None:
             cells.append("yes" if cost.peak_memory_bytes <= gpu_memory * 2**30 else "NO")
         cells += [sizes[number - 1]] if weights else []
-        cells += [duration(row.seconds) + (f"–{duration(row.seconds_high)}" if row.seconds_high else ""),
+        cells += [duration(row.seconds + row.eval_seconds)
+                  + (f"–{duration(row.seconds_high + row.eval_seconds)}" if row.seconds_high else ""),
                   row.basis, row.status]
         table.add_row(*cells)
     return table
 
 
-def summary_lines(study: Study, rows: list[PlanRow]) -> list[str]:
-    """The lines under the table: the estimated total time and how much of it is measured, the trials that do
-    not fit resources.gpu_memory_gb (where any), then what the weights column means."""
+def summary_lines(study: Study, rows: list[PlanRow], slots: int = 0) -> list[str]:
+    """The lines under the table: the estimated total time (training and evaluation) and how much of it is
+    measured; with `slots` (the trials the private local Ray runs at once), how long the trials still to run take
+    there, packed as `run` packs them; the trials that do not fit resources.gpu_memory_gb (where any)."""
     device = f"{study.resources.gpus:g} GPU" if study.resources.gpus else f"{study.resources.cpus:g} CPU"
-    total = sum(row.seconds for row in rows)
-    high = sum(row.seconds_high or row.seconds for row in rows)
-    spread = f"–{duration(high)}" if high > total else ""
+    training = sum(row.seconds for row in rows)
+    evaluation = sum(row.eval_seconds for row in rows)
+    total = training + evaluation
+    high = sum(row.total for row in rows)
+    spread = f"–{duration(high)}" if any(row.seconds_high for row in rows) else ""
     measured = sum(row.basis.startswith("measured") for row in rows)
     estimated = sum(row.basis != "-" for row in rows)  # a row sharing another's trial adds no time
-    lines = [(f"Estimated training time, one trial at a time on {device} per worker: {duration(total)}{spread} "
-              f"({measured} of {estimated} estimate(s) measured in the store, the rest analytic).")]
+    lines = [(f"Estimated time, one trial at a time on {device} per worker: {duration(total)}{spread} (training "
+              f"{duration(training)}, evaluation {duration(evaluation)}; {measured} of {estimated} estimate(s) "
+              "measured in the store, the rest analytic).")]
+    if slots > 1:
+        to_run = [row.total for row in rows if row.status == "to run"]
+        span = makespan([to_run[index] for index in best_order(to_run, slots)], slots)
+        lines.append(f"On this machine's private local Ray, {slots} trials at a time in the order `run` gives them: "
+                     f"about {duration(span)} for the trials still to run (start-up and the report aside).")
     gpu_memory = study.resources.gpu_memory_gb
     too_big = sum(gpu_memory is not None and row.cost.peak_memory_bytes > gpu_memory * 2**30 for row in rows)
     if too_big:

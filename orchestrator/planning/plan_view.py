@@ -15,7 +15,7 @@ from dape_core import ExperimentConfig
 from ..study import Distribution, Study, resolve
 from ..tracking.params import effective_params
 from ..trial.trials import StoredIdentities, Trial, expand, shared_rows
-from .estimate import CPU_FLOPS_PER_CORE, GPU_FLOPS, TrialEstimate, estimate
+from .estimate import CPU_FLOPS_PER_CORE, GPU_FLOPS, TrialEstimate, estimate, evaluation_flops
 from .learned import MeasuredSteps, shape_key
 
 
@@ -28,6 +28,12 @@ class PlanRow:
     basis: str  # "measured (n runs)" | "analytic"
     status: str
     seconds_high: float | None = None  # a search sample: the costliest corner of the space
+    eval_seconds: float = 0.0  # its evaluation (evaluation_seconds), besides `seconds` of training
+
+    @property
+    def total(self) -> float:
+        """Training and evaluation; a search sample's costliest corner."""
+        return (self.seconds_high or self.seconds) + self.eval_seconds
 
 
 def _device(study: Study) -> str:
@@ -45,6 +51,27 @@ def trial_duration(config: dict, study: Study, measured: MeasuredSteps | None,
     ms, runs = found
     steps = cfg.che.steps if cfg.che is not None else cfg.train.steps
     return cost, ms * steps / 1000, f"measured ({runs} run{'s' if runs > 1 else ''})"
+
+
+def evaluation_seconds(config: dict, cost: TrialEstimate, seconds: float,
+                       later: list[int] | tuple[int, ...] = ()) -> float:
+    """The trial's evaluation: its eval.lengths, its training length (ΔP) and `later` (the study's report.lengths
+    it scores itself), by their forward FLOPs at the rate its training time (`seconds`, measured or analytic)
+    implies for its training FLOPs."""
+    cfg = ExperimentConfig(**config)
+    steps = cfg.che.steps if cfg.che is not None else cfg.train.steps
+    training_flops = cost.flops_per_step * steps
+    return seconds * evaluation_flops(cfg, later) / training_flops if training_flops else 0.0
+
+
+def trial_seconds(config: dict, study: Study, measured: MeasuredSteps | None) -> float:
+    """A trial's training and evaluation, the study's report.lengths it would score itself included (all of them
+    beyond its own lengths: the memory check that may leave one to `evaluate_later` is not made here)."""
+    cost, seconds, _ = trial_duration(config, study, measured)
+    cfg = ExperimentConfig(**config)
+    later = (study.report.later_lengths(cfg.train.seq_len, list(cfg.eval.lengths))
+             if study.report.lengths and cfg.che is None else [])
+    return seconds + evaluation_seconds(config, cost, seconds, later)
 
 
 def _extremes(dist: Distribution) -> list:
@@ -76,9 +103,12 @@ def _sample_rows(study: Study, template: Trial, measured: MeasuredSteps | None) 
 def plan_rows(study: Study, measured: MeasuredSteps | None, finished: set[str]) -> list[PlanRow]:
     """A row that shares another row's trial (it differs only in settings the trial does not read) says
     "shared with #N" (N: that row's number) and costs nothing: the trial runs once."""
+    from ..evaluation.in_trial import later_lengths_for
+
     rows: list[PlanRow] = []
     trials = expand(study)
     stored, shared = StoredIdentities(trials), shared_rows(trials)
+    later = later_lengths_for(study, trials)
     for position, trial in enumerate(trials):
         if study.search.sampled:
             rows += _sample_rows(study, trial, measured)
@@ -88,7 +118,9 @@ def plan_rows(study: Study, measured: MeasuredSteps | None, finished: set[str]) 
             rows.append(PlanRow(trial.run_name, trial.trial_id, cost, 0.0, "-", f"shared with #{shared[position] + 1}"))
             continue
         rows.append(PlanRow(trial.run_name, trial.trial_id, cost, seconds, basis,
-                            "finished" if stored.done(trial, finished) else "to run"))
+                            "finished" if stored.done(trial, finished) else "to run",
+                            eval_seconds=evaluation_seconds(trial.config, cost, seconds,
+                                                            later.get(trial.trial_id, ()))))
     return rows
 
 
@@ -104,7 +136,9 @@ def legend(study: Study) -> list[str]:
         "workers plus a gathered block) plus the activations of one micro-batch of the worker's share. It is not "
         "the peak_memory_mb a trial logs, which on CPU is the whole trial process's peak RSS (Python, torch, data) "
         "and on a GPU the CUDA allocator's peak. fits: GiB/worker within resources.gpu_memory_gb.",
-        "est. time: the training steps only (no evaluation, no start-up). measured: the median ms_per_step of "
+        "est. time: the trial's training steps and its evaluation (its eval.lengths, and the study's report.lengths "
+        "it scores itself), without start-up; the evaluation is its forward FLOPs at the rate its training time "
+        "implies. measured: the median ms_per_step of "
         "finished runs in this store (any experiment) with the same model shape, processor and kernel, sequence "
         "length, batch, precision and device kind, x the steps. analytic: GFLOP/step x steps over an assumed "
         f"sustained throughput of {cpu:g} GFLOP/s per CPU core x resources.cpus on CPU, or {gpu:g} TFLOP/s per "

@@ -24,29 +24,18 @@ from __future__ import annotations
 
 import itertools
 
-from dape_core import ExperimentConfig
-
 from ..study import Study
 from ..trial.trials import Trial
-from .estimate import evaluation_flops
 from .learned import MeasuredSteps
-from .plan_view import trial_duration
+from .plan_view import evaluation_seconds, trial_duration
 
 
 def estimated_seconds(trial: Trial, study: Study, measured: MeasuredSteps | None = None,
                       later: list[int] | tuple[int, ...] = ()) -> float:
     """Training (measured, else analytic) and evaluation (its own lengths and `later`, the report.lengths the trial
-    scores itself): the evaluation's forward FLOPs at the rate of the trial's training FLOPs per second."""
+    scores itself: plan_view.evaluation_seconds), as `orchestrator plan` shows them."""
     cost, seconds, _ = trial_duration(trial.config, study, measured)
-    training_flops = cost.flops_per_step * _steps(trial.config)
-    if not training_flops:
-        return seconds
-    return seconds * (1 + evaluation_flops(ExperimentConfig(**trial.config), later) / training_flops)
-
-
-def _steps(config: dict) -> int:
-    cfg = ExperimentConfig(**config)
-    return cfg.che.steps if cfg.che is not None else cfg.train.steps
+    return seconds + evaluation_seconds(trial.config, cost, seconds, later)
 
 
 def longest_first(trials: list[Trial], study: Study, measured: MeasuredSteps | None = None,
@@ -57,6 +46,18 @@ def longest_first(trials: list[Trial], study: Study, measured: MeasuredSteps | N
     seconds = {id(trial): estimated_seconds(trial, study, measured, later_lengths.get(trial.trial_id, ()))
                for trial in trials}
     return sorted(trials, key=lambda trial: -seconds[id(trial)])
+
+
+def local_slots(resources, workers: int = 1) -> int:
+    """How many trials of `workers` workers the private local Ray runs at once: this machine's CPUs over each
+    trial's (`resources.cpus` per worker), at most resources.max_concurrent; 0 where it is not known before Ray
+    starts (a cluster at RAY_ADDRESS, GPUs)."""
+    import os
+
+    if os.environ.get("RAY_ADDRESS") or resources.gpus or not resources.cpus:
+        return 0
+    slots = int((os.cpu_count() or 1) // (resources.cpus * workers))
+    return min(slots, resources.max_concurrent) if resources.max_concurrent else slots
 
 
 EXHAUSTIVE_UP_TO = 7  # 7! = 5040 orders, simulated in milliseconds
@@ -76,14 +77,21 @@ def packed(trials: list[Trial], study: Study, measured: MeasuredSteps | None = N
            later_lengths: dict[str, list[int]] | None = None, slots: int = 0) -> list[Trial]:
     """The order with the shortest estimated makespan on `slots` slots (0: unknown, then LPT): LPT's unless
     another order of at most EXHAUSTIVE_UP_TO trials ends sooner (ties keep LPT's)."""
-    ordered = longest_first(trials, study, measured, later_lengths)
+    later_lengths = later_lengths or {}
+    seconds = [estimated_seconds(trial, study, measured, later_lengths.get(trial.trial_id, ())) for trial in trials]
+    return [trials[index] for index in best_order(seconds, slots)]
+
+
+def best_order(seconds: list[float], slots: int) -> list[int]:
+    """`packed` on durations: the indices in the order to start them. Longest first (a stable sort); on a known
+    number of slots (2 or more, fewer trials than EXHAUSTIVE_UP_TO and more than the slots) the first order found
+    whose simulated makespan is shorter than that, if any."""
+    ordered = sorted(range(len(seconds)), key=lambda index: -seconds[index])
     if slots < 2 or len(ordered) <= slots or len(ordered) > EXHAUSTIVE_UP_TO:
         return ordered
-    later_lengths = later_lengths or {}
-    seconds = [estimated_seconds(trial, study, measured, later_lengths.get(trial.trial_id, ())) for trial in ordered]
-    best, shortest = tuple(range(len(ordered))), makespan(seconds, slots)
-    for order in itertools.permutations(range(len(ordered))):
+    best, shortest = ordered, makespan([seconds[index] for index in ordered], slots)
+    for order in itertools.permutations(ordered):
         span = makespan([seconds[index] for index in order], slots)
         if span < shortest * (1 - 1e-9):
-            best, shortest = order, span
-    return [ordered[index] for index in best]
+            best, shortest = list(order), span
+    return best

@@ -28,7 +28,7 @@ from ..study import Decide, Study
 from ..study.claim_checks import Check, claim_checks, study_rows
 from ..tracking.params import effective_params
 from .learned import shape_key
-from .plan_view import trial_duration
+from .plan_view import trial_seconds
 
 if TYPE_CHECKING:
     from ..tracking.readers import ClientReader, SQLiteReader
@@ -195,7 +195,7 @@ def claim_costs(study: Study, runs: SeedRuns, measured=None, decide: Decide | No
         cost = ClaimCost(claim.id, rows, seeds, known, basis, trials=len(rows) * seeds, first=first,
                          ceiling=decide.max_seeds)
         for label in rows:
-            _, seconds, _ = trial_duration(configs[label], study, measured)
+            seconds = trial_seconds(configs[label], study, measured)
             cost.per_seed_hours += seconds * per_device * configs[label]["distributed"]["workers"] / 3600
         cost.hours = cost.per_seed_hours * seeds
         costs.append(cost)
@@ -212,7 +212,7 @@ def study_cost(study: Study, costs: list[ClaimCost], measured=None, which: str =
             seeds[label] = max(seeds[label], getattr(cost, which))
     configs = {row.label: row.config.to_dict() for _, row in study_rows(study)}
     per_device = study.resources.gpus or study.resources.cpus
-    hours = sum(trial_duration(configs[label], study, measured)[1] * n * per_device
+    hours = sum(trial_seconds(configs[label], study, measured) * n * per_device
                 * configs[label]["distributed"]["workers"] / 3600 for label, n in seeds.items())
     return sum(seeds.values()), hours
 
@@ -262,7 +262,7 @@ def range_words(study: Study, costs: list[ClaimCost], measured=None) -> str:
 
 def decide_note(study: Study, store: str | SQLiteReader | ClientReader, finished: int) -> str:
     """What deciding the claims by seeds would add to a study run without it (its report says so): the trials
-    beyond the `finished` ones it has, and their training time, as `orchestrator plan` expects them."""
+    beyond the `finished` ones it has, and their time (training and evaluation), as `orchestrator plan` expects them."""
     if not study.expect or study.decide is not None or study.search.sampled:
         return ""
     from .learned import load_measured
@@ -279,8 +279,8 @@ def decide_note(study: Study, store: str | SQLiteReader | ClientReader, finished
     return (f"Deciding these claims by seeds (`orchestrator run --decide`, defaults) would train about "
             f"{max(trials - finished, 0)} more trial(s) (at most {max(ceiling - finished, 0)}): {trials} in all, "
             f"about {_minutes(hours * 3600 / per_device)} "
-            f"of training for all of them, one trial at a time on {device}{spread}; `orchestrator plan` gives the "
-            "seeds and cost per claim.")
+            f"of training and evaluation for all of them, one trial at a time on {device}{spread}; "
+            "`orchestrator plan` gives the seeds and cost per claim.")
 
 
 def _minutes(seconds: float) -> str:

@@ -14,7 +14,7 @@ it), and the estimate is then the analytic one for every trial.
 How many trials run at once: Ray gives every trial worker `resources.cpus` CPUs and `resources.gpus` GPUs of
 one node, and each node offers Ray all the CPUs and GPUs SLURM granted it; `resources.max_concurrent` caps the
 count. The wall time: the plan's estimate of each trial to run (`orchestrator plan`: the store's measured ms
-per step where it has the shape, else analytic; training steps only, no start-up or evaluation), scheduled
+per step where it has the shape, else analytic; training and evaluation, no start-up), scheduled
 longest first onto that many slots, which is the order the driver starts them (planning/schedule.py).
 """
 
@@ -76,12 +76,12 @@ class StudyWork:
 
 def study_work(study, measured=None, finished_ids: set[str] | frozenset = frozenset()) -> StudyWork:
     """The plan's rows of the study (planning/plan_view.py) as the job sees them: a row that shares another's
-    trial costs nothing, a finished one is skipped."""
+    trial costs nothing, a finished one is skipped; each trial lasts its training and its evaluation."""
     from ..planning.plan_view import plan_rows
 
     rows = plan_rows(study, measured, set(finished_ids))
     to_run = [row for row in rows if row.status == "to run"]
-    return StudyWork([(row.cost.workers, row.seconds_high or row.seconds) for row in to_run],
+    return StudyWork([(row.cost.workers, row.total) for row in to_run],
                      sum(row.status == "finished" for row in rows),
                      sum(row.basis.startswith("measured") for row in to_run),
                      study.resources.cpus, study.resources.gpus, study.resources.max_concurrent)
@@ -163,12 +163,12 @@ def summary(request: JobRequest, work: StudyWork, study_name: str) -> Summary:
         limit = time_limit_seconds(request.time)
         against = (f"--time {request.time} ({duration(limit)})" if limit is not None
                    else "no --time: the partition's default limit")
-        lines.append(f"Estimated training time: {duration(wall)} with {at_once} at once (one at a time: "
+        lines.append(f"Estimated time: {duration(wall)} with {at_once} at once (one at a time: "
                      f"{duration(serial)}; the plan's estimate, {work.measured} of {len(work.trials)} measured in the "
-                     f"store, training steps only); {against}")
+                     f"store, training and evaluation); {against}")
         usable = limit - request.signal_grace if limit is not None else None
         if usable is not None and wall > usable:
-            warnings.append(f"the time limit will cut the study: about {duration(wall)} of training against "
+            warnings.append(f"the time limit will cut the study: about {duration(wall)} of trials against "
                             f"{duration(max(usable, 0))} before the job is asked to stop (--time less --signal-grace); "
                             "it stops cleanly and resumes when the script is submitted again"
                             + (" (by itself with --requeue)" if not request.requeue else " (--requeue requeues it)")

@@ -12,8 +12,9 @@ float32), measured in the same run before and after the study (the faster of the
 repetitions). Printed: wall / limit (goal: 2.4), and each trial's perplexities (to compare before and after
 a change: they must not move), and the timeline read from the store's run times: start-up to the first trial,
 the trials' span with how busy the slots were, and the end. The run gets a cache folder of its own (a newcomer
-has no remembered contract pass). With --skip-run, the wall is the finished study's run in the store (its
-MLflow parent run, start to end), which leaves out the CLI's start-up and shutdown.
+has no remembered contract pass; matplotlib's font list is the machine's). With --skip-run, the wall is the
+finished study's run in the store (its MLflow parent run, start to end), which leaves out the CLI's start-up and
+shutdown.
 """
 
 from __future__ import annotations
@@ -146,7 +147,11 @@ def main() -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_DISABLE_TELEMETRY": "true",
                "RAY_USAGE_STATS_ENABLED": "0"}
         env.pop("MLFLOW_TRACKING_URI", None)
-        # A newcomer's caches: none (the contract's remembered passes, the code hashes: study/code_identity.py).
+        # A newcomer's caches: none of ours (the contract's remembered passes, the code hashes:
+        # study/code_identity.py); matplotlib's font list stays where it is (any earlier use of matplotlib made it).
+        import matplotlib
+
+        env["MPLCONFIGDIR"] = env.get("MPLCONFIGDIR") or matplotlib.get_cachedir()
         env["XDG_CACHE_HOME"] = str(folder / "cache")
         launched = time.time()
         started = time.perf_counter()
