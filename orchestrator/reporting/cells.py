@@ -97,8 +97,7 @@ def names(table: Table, row: Row) -> list[str]:
     """A row's name cells: its grid point (on the first row of its block only) and its variant; else its label."""
     if not table.blocks:
         return [row.label]
-    first = next(other for other in table.rows if other.block == row.block)
-    return [row.block if first is row else "", row.variant]
+    return [row.block if table.first_in_block(row.block) is row else "", row.variant]
 
 
 def compared_names(table: Table, row: Row) -> list[str]:

@@ -47,6 +47,7 @@ class Table:
     _by_label: dict = field(default_factory=dict, repr=False, compare=False)
     _best: dict = field(default_factory=dict, repr=False, compare=False)
     _blocks: tuple | None = field(default=None, repr=False, compare=False)
+    _firsts: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def reference(self) -> str:
@@ -61,6 +62,16 @@ class Table:
             for row in self.rows:
                 self._by_label.setdefault(row.label, row)
         return self._by_label.get(label) if label is not None else None
+
+    def first_in_block(self, block: str) -> Row | None:
+        """The first row of a block (the one a table names the grid point on); indexed once, as `row`: a
+        renderer asks for every row, and a scan each time grew with the square of the rows."""
+        if self._firsts is None or self._firsts[0] != len(self.rows):
+            firsts: dict[str, Row] = {}
+            for row in self.rows:
+                firsts.setdefault(row.block, row)
+            self._firsts = (len(self.rows), firsts)
+        return self._firsts[1].get(block)
 
     @property
     def has_baseline(self) -> bool:
