@@ -14,7 +14,9 @@ few steps, the session's `local_ray` and a module's `one_torch_thread` below; a 
 marked `@pytest.mark.slow`.
 """
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -28,6 +30,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 # The orchestrator's caches (the code's file hashes, the contract's passes: ~/.cache/dape-orchestrator) in a folder
 # of this session's own, so that every run of the suite checks the contract from nothing, whatever ran before.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="dape-tests-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)  # gone with the session
 
 
 @pytest.fixture(scope="session")

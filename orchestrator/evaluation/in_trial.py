@@ -25,21 +25,21 @@ def later_lengths_by_trial(context: RunContext) -> dict[str, list[int]]:
 
 
 def later_lengths_for(study: "Study", trials: list) -> dict[str, list[int]]:
-    """`later_lengths_by_trial` for these trials of the study (`orchestrator plan`'s, before any run)."""
-    if not study.report.lengths or study.search.sampled:
-        return {}
+    """`later_lengths_by_trial` for these trials of the study: the plan's later lengths of each (planning/
+    plan_view.py: those of report.lengths beyond its own), where their evaluation fits the memory budget."""
     from dape_core import ExperimentConfig
 
     from ..planning.estimate import evaluation_memory_bytes
+    from ..planning.plan_view import later_lengths
     from .runner import memory_budget
 
+    wanted = {trial.trial_id: later_lengths(trial.config, study) for trial in distinct(trials)}
+    if not any(wanted.values()):
+        return {}
     budget, _ = memory_budget(study)
     out: dict[str, list[int]] = {}
     for trial in distinct(trials):
-        cfg = ExperimentConfig(**trial.config)
-        if cfg.che is not None:
-            continue
-        later = study.report.later_lengths(cfg.train.seq_len, list(cfg.eval.lengths))
+        later, cfg = wanted[trial.trial_id], ExperimentConfig(**trial.config)
         if later and all(evaluation_memory_bytes(cfg.model, cfg.eval.batch_size, length) <= budget
                          for length in later):
             out[trial.trial_id] = later

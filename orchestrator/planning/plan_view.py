@@ -64,14 +64,20 @@ def evaluation_seconds(config: dict, cost: TrialEstimate, seconds: float,
     return seconds * evaluation_flops(cfg, later) / training_flops if training_flops else 0.0
 
 
-def trial_seconds(config: dict, study: Study, measured: MeasuredSteps | None) -> float:
-    """A trial's training and evaluation, the study's report.lengths it would score itself included (all of them
-    beyond its own lengths: the memory check that may leave one to `evaluate_later` is not made here)."""
-    cost, seconds, _ = trial_duration(config, study, measured)
+def later_lengths(config: dict, study: Study) -> list[int]:
+    """The study's report.lengths a trial scores after its own (orchestrator/evaluation/in_trial.py), for the
+    estimate: all those beyond its lengths (the memory check that may leave one to `evaluate_later` instead, which
+    then scores it, is not made here); none for a CHE trial or a sampled search."""
+    if not study.report.lengths or study.search.sampled:
+        return []
     cfg = ExperimentConfig(**config)
-    later = (study.report.later_lengths(cfg.train.seq_len, list(cfg.eval.lengths))
-             if study.report.lengths and cfg.che is None else [])
-    return seconds + evaluation_seconds(config, cost, seconds, later)
+    return [] if cfg.che is not None else study.report.later_lengths(cfg.train.seq_len, list(cfg.eval.lengths))
+
+
+def trial_seconds(config: dict, study: Study, measured: MeasuredSteps | None) -> float:
+    """A trial's training and its evaluation, the study's report.lengths it scores itself included."""
+    cost, seconds, _ = trial_duration(config, study, measured)
+    return seconds + evaluation_seconds(config, cost, seconds, later_lengths(config, study))
 
 
 def _extremes(dist: Distribution) -> list:
@@ -103,12 +109,9 @@ def _sample_rows(study: Study, template: Trial, measured: MeasuredSteps | None) 
 def plan_rows(study: Study, measured: MeasuredSteps | None, finished: set[str]) -> list[PlanRow]:
     """A row that shares another row's trial (it differs only in settings the trial does not read) says
     "shared with #N" (N: that row's number) and costs nothing: the trial runs once."""
-    from ..evaluation.in_trial import later_lengths_for
-
     rows: list[PlanRow] = []
     trials = expand(study)
     stored, shared = StoredIdentities(trials), shared_rows(trials)
-    later = later_lengths_for(study, trials)
     for position, trial in enumerate(trials):
         if study.search.sampled:
             rows += _sample_rows(study, trial, measured)
@@ -120,7 +123,7 @@ def plan_rows(study: Study, measured: MeasuredSteps | None, finished: set[str]) 
         rows.append(PlanRow(trial.run_name, trial.trial_id, cost, seconds, basis,
                             "finished" if stored.done(trial, finished) else "to run",
                             eval_seconds=evaluation_seconds(trial.config, cost, seconds,
-                                                            later.get(trial.trial_id, ()))))
+                                                            later_lengths(trial.config, study))))
     return rows
 
 
