@@ -24,7 +24,7 @@ def multi_tensor(parameters: Sequence[torch.Tensor]) -> bool | None:
     """Whether the optimizer and the gradient clipping take their multi-tensor (`foreach`) path: on CPU, where
     PyTorch's default is a Python loop over the parameters (about 600 op calls a step for the main job's model,
     1.2 of its ~5.8 ms of update), plain tensors take it; it computes the same values, bit for bit, in the same
-    order (tests/test_training.py). None: PyTorch's own choice (the multi-tensor path on CUDA already; FSDP's
+    order (tests/test_train_loop.py). None: PyTorch's own choice (the multi-tensor path on CUDA already; FSDP's
     sharded parameters)."""
     plain = all(type(p) is torch.nn.Parameter or type(p) is torch.Tensor for p in parameters)
     return True if plain and all(p.device.type == "cpu" for p in parameters) else None

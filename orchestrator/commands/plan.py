@@ -19,7 +19,8 @@ def plan(invocation: Invocation) -> None:
     from ..tracking.code_check import CURRENT, UNKNOWN, code_lines, store_code_check
     from ..trial.trials import expand
 
-    code = store_code_check(store, expand(study), code_fingerprint(study.plugin_payloads())) if store else None
+    trials = expand(study)
+    code = store_code_check(store, trials, code_fingerprint(study.plugin_payloads())) if store else None
     # finished: the trials `run` reuses (their code is the current one, or unknown); stale ones are not
     finished = {trial_id for trial_id, state in code.states.items() if state in (CURRENT, UNKNOWN)} if code else set()
     # ms per step of the store's finished runs (any experiment), or None where there is no store yet
@@ -28,7 +29,6 @@ def plan(invocation: Invocation) -> None:
     console.print(plan_table(study, invocation.profile, rows))
     from ..planning.schedule import local_slots
 
-    trials = expand(study)
     slots = local_slots(study.resources, max(trial.workers for trial in trials)) if trials else 0
     for line in summary_lines(study, rows, slots):
         console.print(line)
@@ -40,5 +40,5 @@ def plan(invocation: Invocation) -> None:
     for line in plan_lines(study, runs, measured):  # the claims' expected seeds and their cost (run --decide)
         console.print(line, markup=False)
     console.print(weights_line(study, rows))
-    for line in code_lines(code, expand(study)) if code else []:
+    for line in code_lines(code, trials) if code else []:
         console.print(line, markup=False)

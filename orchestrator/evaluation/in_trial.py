@@ -33,14 +33,15 @@ def later_lengths_for(study: "Study", trials: list) -> dict[str, list[int]]:
     from ..planning.plan_view import later_lengths
     from .runner import memory_budget
 
-    wanted = {trial.trial_id: later_lengths(trial.config, study) for trial in distinct(trials)}
-    if not any(wanted.values()):
-        return {}
-    budget, _ = memory_budget(study)
+    budget = None
     out: dict[str, list[int]] = {}
     for trial in distinct(trials):
-        later, cfg = wanted[trial.trial_id], ExperimentConfig(**trial.config)
-        if later and all(evaluation_memory_bytes(cfg.model, cfg.eval.batch_size, length) <= budget
-                         for length in later):
+        later = later_lengths(trial.config, study)
+        if not later:
+            continue
+        if budget is None:
+            budget, _ = memory_budget(study)
+        cfg = ExperimentConfig(**trial.config)
+        if all(evaluation_memory_bytes(cfg.model, cfg.eval.batch_size, length) <= budget for length in later):
             out[trial.trial_id] = later
     return out

@@ -42,10 +42,7 @@ def longest_first(trials: list[Trial], study: Study, measured: MeasuredSteps | N
                   later_lengths: dict[str, list[int]] | None = None) -> list[Trial]:
     """The trials by estimated duration (training and evaluation), longest first; ties keep the study's order (a
     stable sort). `later_lengths`: trial id -> the report.lengths it scores itself."""
-    later_lengths = later_lengths or {}
-    seconds = {id(trial): estimated_seconds(trial, study, measured, later_lengths.get(trial.trial_id, ()))
-               for trial in trials}
-    return sorted(trials, key=lambda trial: -seconds[id(trial)])
+    return packed(trials, study, measured, later_lengths, slots=0)
 
 
 def local_slots(resources, workers: int = 1) -> int:
