@@ -4,7 +4,9 @@ Per layer: S = QKᵀ/√d (Q, K rotated for the rotary family) -> bias B -> proc
 mask -> softmax -> ·V. Four ways to compute it, all giving the same result:
 
 - fused: no processor. PyTorch's `scaled_dot_product_attention`, with `is_causal` when there is no bias and
-  with the bias as an additive mask (−inf above the diagonal) otherwise.
+  with the bias as an additive mask (−inf above the diagonal) otherwise. A learned bias (Kerple, FIRE) needs
+  a gradient, for which PyTorch takes its math path; training computes that path itself (`math_attention`,
+  the same values, less a check for fully masked rows).
 - fused processor (`dape_core.fused`): Triton kernels that compute the processor, the mask, the softmax and
   ·V tile by tile on chip, FlashAttention-style, in training and in evaluation; nothing of size T² is kept.
   Chosen automatically on CUDA when Triton is installed and the layer is supported (1 x k kernels, biases
@@ -70,6 +72,17 @@ def fused_setting() -> bool | None:
     if value in ("0", "false", "off"):
         return False
     raise ValueError(f"{FUSED_ENV}={value!r}: expected 1, 0 or auto")
+
+
+def math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """softmax(QKᵀ/√d + mask)·V as PyTorch's `scaled_dot_product_attention` computes it where its mask needs a
+    gradient (its math path: q and k each scaled by d^(-1/4), the mask added, softmax, ·V), bit for bit
+    (tests/test_attention_paths.py), less the math path's `_safe_softmax`: a check, over the whole map, for rows
+    masked entirely (zeroed instead of NaN), three passes that cost a Kerple training step about 4% (issue 45).
+    No row here is masked entirely: a query always sees its own key."""
+    root_scale = math.sqrt(1.0 / math.sqrt(q.shape[-1]))
+    scores = (q * root_scale) @ (k.transpose(-2, -1) * root_scale)
+    return (scores + mask).softmax(dim=-1) @ v
 
 
 class CausalSelfAttention(nn.Module):
@@ -210,6 +223,8 @@ class CausalSelfAttention(nn.Module):
             mask = bias.to(q.dtype)
             if self.causal:
                 mask = mask.masked_fill(future, float("-inf"))
+            if torch.is_grad_enabled() and mask.requires_grad:  # a learned bias in training (Kerple, FIRE...)
+                return math_attention(q[:, :, start:stop], k[:, :, :end], v[:, :, :end], mask)
             return F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :end], v[:, :, :end], attn_mask=mask)
         # Scaling q rather than the scores: a pass over [rows, d] instead of [rows, keys].
         scores = (q[:, :, first:stop] / math.sqrt(self.head_dim)) @ k[:, :, :end].transpose(-2, -1)

@@ -204,3 +204,54 @@ def test_uniform_blocks_match_the_direct_path(params):
         results.append([out, *torch.autograd.grad(out.square().sum(), [q, k, v, *layer.processor.parameters()])])
     for direct, blocked in zip(*results):
         assert (direct - blocked).abs().max() <= 1e-12
+
+
+@pytest.mark.parametrize("rows", [(0, 24), (8, 24)])  # every row, and a block of rows over its keys
+def test_a_learned_bias_in_training_is_pytorchs_math_attention_bit_for_bit(rows):
+    """With a bias that needs a gradient (Kerple's), training attends through `math_attention` (issue 45), which
+    must give what `scaled_dot_product_attention` gives, output and every gradient, bit for bit: the same
+    trained model as before it."""
+    from dape_core import attention as attention_module
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(preset="tiny", n_layer=1, pos_encoding="kerple", train_length=24)
+    layer = build_model(cfg).blocks[0].attn.train()
+    start, stop = rows
+    batch, heads, length = 3, cfg.n_head, 24
+    q, k, v = (torch.randn(batch, heads, length, cfg.head_dim, requires_grad=True) for _ in range(3))
+    positions = torch.arange(length)
+    grad = torch.randn(batch, heads, stop - start, cfg.head_dim)
+    taken = []
+    real = attention_module.math_attention
+
+    def counted(*args):
+        taken.append(1)
+        return real(*args)
+
+    results = []
+    for path in ("ours", "pytorch"):
+        for tensor in (q, k, v, *layer.parameters()):
+            tensor.grad = None
+        if path == "ours":
+            attention_module.math_attention = counted
+            try:
+                out = layer.attend_rows(q, k, v, positions, start, stop)
+            finally:
+                attention_module.math_attention = real
+        else:
+            future = positions[None, :stop] > positions[start:stop, None]
+            mask = layer.pos.bias(positions[start:stop], positions[:stop]).masked_fill(future, float("-inf"))
+            out = F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop], attn_mask=mask)
+        out.backward(grad)
+        results.append([out.detach(), *(t.grad.clone() for t in (q, k, v, *layer.pos.parameters()))])
+    assert taken == [1]
+    assert len(results[0]) > 4  # Kerple's learned parameters got gradients too
+    for ours, pytorch in zip(*results):
+        assert torch.equal(ours, pytorch)
+    with torch.no_grad():  # evaluation keeps PyTorch's kernel (no gradient: no math path to replace)
+        attention_module.math_attention = counted
+        try:
+            layer.attend_rows(q, k, v, positions, start, stop)
+        finally:
+            attention_module.math_attention = real
+    assert taken == [1]
