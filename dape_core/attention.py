@@ -74,6 +74,13 @@ def fused_setting() -> bool | None:
     raise ValueError(f"{FUSED_ENV}={value!r}: expected 1, 0 or auto")
 
 
+def uses_math_path(q: torch.Tensor) -> bool:
+    """Whether `math_attention` stands in for PyTorch's kernel: on CPU outside autocast, where PyTorch takes its
+    math path for a mask that needs a gradient. On CUDA PyTorch has fused kernels for that case, and under
+    autocast it picks the precision of each step itself."""
+    return q.device.type == "cpu" and not torch.is_autocast_enabled("cpu")
+
+
 def math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """softmax(QKᵀ/√d + mask)·V as PyTorch's `scaled_dot_product_attention` computes it where its mask needs a
     gradient (its math path: q and k each scaled by d^(-1/4), the mask added, softmax, ·V), bit for bit
@@ -223,7 +230,7 @@ class CausalSelfAttention(nn.Module):
             mask = bias.to(q.dtype)
             if self.causal:
                 mask = mask.masked_fill(future, float("-inf"))
-            if torch.is_grad_enabled() and mask.requires_grad:  # a learned bias in training (Kerple, FIRE...)
+            if mask.requires_grad and torch.is_grad_enabled() and uses_math_path(q):  # a learned bias in training
                 return math_attention(q[:, :, start:stop], k[:, :, :end], v[:, :, :end], mask)
             return F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :end], v[:, :, :end], attn_mask=mask)
         # Scaling q rather than the scores: a pass over [rows, d] instead of [rows, keys].

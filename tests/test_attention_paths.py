@@ -248,10 +248,12 @@ def test_a_learned_bias_in_training_is_pytorchs_math_attention_bit_for_bit(rows)
     assert len(results[0]) > 4  # Kerple's learned parameters got gradients too
     for ours, pytorch in zip(*results):
         assert torch.equal(ours, pytorch)
-    with torch.no_grad():  # evaluation keeps PyTorch's kernel (no gradient: no math path to replace)
-        attention_module.math_attention = counted
-        try:
+    attention_module.math_attention = counted
+    try:
+        with torch.no_grad():  # evaluation keeps PyTorch's kernel (no gradient: no math path to replace)
             layer.attend_rows(q, k, v, positions, start, stop)
-        finally:
-            attention_module.math_attention = real
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast picks each step's precision: PyTorch's
+            layer.attend_rows(q, k, v, positions, start, stop)
+    finally:
+        attention_module.math_attention = real
     assert taken == [1]
