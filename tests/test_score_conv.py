@@ -100,3 +100,35 @@ def test_autocast_and_the_reference_keep_pytorch_convolutions():
     with score_conv.convolutions():
         assert not score_conv.applies(scores)
     assert score_conv.applies(scores)
+
+
+@pytest.mark.parametrize("kernel", [3, 7])
+def test_evaluation_blocks_within_the_byte_budget_give_the_same_values_bit_for_bit(monkeypatch, kernel):
+    """Without gradients the processor's row blocks are cut to BLOCK_BYTES (issue 45: a 1x7 map of 8 windows at
+    L=1024 had a 60 MB im2col matrix per block, mapped and faulted in anew each time); the model's evaluation
+    logits must be those of the uncut blocks, bit for bit, at an evaluation's shapes (8 windows of 512 tokens,
+    where the budget cuts the blocks of the longer rows from 32 rows to 16 (1x3) and 8 (1x7))."""
+    from dape_core.model import build_model
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(preset="small", n_layer=2, pos_encoding="kerple", processor="dapev2", kernel_size=kernel,
+                      d_dape=32, train_length=64)
+    model = build_model(cfg).eval()
+    windows = torch.randint(0, cfg.vocab_size, (8, 512), generator=torch.Generator().manual_seed(1))
+    seen: list[int] = []
+    blocks = score_conv._blocks
+
+    def counted(*args):
+        found = blocks(*args)
+        seen.append(max(block.stop - block.start for block in found))
+        return found
+
+    monkeypatch.setattr(score_conv, "_blocks", counted)
+    with torch.no_grad():
+        cut = model(windows)[0]
+        cut_rows = min(seen)
+        seen.clear()
+        monkeypatch.setattr(score_conv, "BLOCK_BYTES", 1 << 40)
+        whole = model(windows)[0]
+    assert cut_rows == {3: 16, 7: 8}[kernel] < min(seen) == 32  # the budget cut the blocks; without it 4 of 32 rows
+    assert torch.equal(cut, whole)

@@ -21,7 +21,8 @@ channels-first map, N = Tq·Tk entries per sequence, in the one autograd functio
 A causal 1 x k map (the `tril`) is computed in row blocks (`_blocks`), each over its keys up to 3·(kk//2)
 past its last non-zero key: beyond, z is zero, the hidden map LeakyReLU(b_in) and the output one value per
 head and key (`_far_logits`), filled in, and its gradient reaches b_out, W_out and b_in only (`backward`).
-On a training map (T = 64, 1x3) that skips about a third of the multiply-adds.
+On a training map (T = 64, 1x3) that skips about a third of the multiply-adds. Without gradients (evaluation)
+blocks are also cut to BLOCK_BYTES, the same values at every key attention keeps (tests/test_score_conv.py).
 
 Kernel geometry, as `ConvScoreProcessor` states it: a tap (r, c) of a kq x kk kernel reads row i − (kq − 1) + r
 and key j − kk//2 + c of its input (rows padded on the past side only, keys centred). Same function as the
@@ -39,6 +40,11 @@ from typing import NamedTuple
 import torch
 
 SLOPE = 0.01  # LeakyReLU's negative slope (docs/method.md §3)
+# Without gradients (evaluation) a block's largest map stays below this: under glibc's largest mmap threshold
+# (32 MiB, dape_core/allocator.py), so that it is reused from the heap rather than mapped and faulted in anew
+# for every block (a 1x7 block of 8 sequences x 32 rows x 1,024 keys has a 60 MB im2col matrix), and nearer the
+# caches (measured: L=1024 evaluations of 1x5 and 1x7 about 15% faster at 8 MiB; 1x3 unchanged).
+BLOCK_BYTES = 8 << 20
 _enabled = True
 
 
@@ -118,17 +124,20 @@ class Block(NamedTuple):
     exact: int
 
 
-def _blocks(keep: torch.Tensor | None, kernel: tuple[int, int], length: int, keys: int) -> list[Block]:
+def _blocks(keep: torch.Tensor | None, kernel: tuple[int, int], length: int, keys: int,
+            most_rows: int | None = None) -> list[Block]:
     """Row blocks that skip the causal map's upper triangle. Past the last non-zero key n of a block's z
     (the `tril`), the hidden map is LeakyReLU(b_in) from key n + kk//2 on, and the output one value per head
     from n + 2·(kk//2) on, so a block computes keys up to n + 3·(kk//2). One block over every key without a
     `tril` (leak, a bidirectional model) or with a kernel taller than one row (its zero row padding makes the
-    top rows differ)."""
+    top rows differ). `most_rows`: at most this many rows a block (`_most_rows`, without gradients)."""
     rows, cols = kernel
     if keep is None or rows > 1:
         return [Block(0, length, keys, keys)]
     half = cols // 2
     size = max(16, -(-length // 4))  # 4 blocks at most: each costs a few dozen op calls
+    if most_rows is not None:
+        size = min(size, most_rows)
     blocks = []
     for start in range(0, length, size):
         stop = min(length, start + size)
@@ -137,6 +146,14 @@ def _blocks(keep: torch.Tensor | None, kernel: tuple[int, int], length: int, key
         width = min(keys, last + 3 * half)
         blocks.append(Block(start, stop, width, keys if width == keys else width - half))
     return blocks
+
+
+def _most_rows(batch: int, channels: int, keys: int, element_size: int) -> int:
+    """Rows per block that keep its largest map (`channels` per entry: the im2col matrix, the hidden map or
+    Conv_out's taps) within BLOCK_BYTES. Only without gradients: the weight gradients sum over a block's
+    entries, so training keeps its blocks whatever their size; without them a block's values at the keys that
+    attention keeps do not depend on its rows (tests/test_score_conv.py)."""
+    return max(1, BLOCK_BYTES // (batch * channels * keys * element_size))
 
 
 def _far_logits(b_in: torch.Tensor, w_out: torch.Tensor, b_out: torch.Tensor, keys: int) -> torch.Tensor:
@@ -162,7 +179,9 @@ class ConvPair(torch.autograd.Function):
         length, keys = first.shape[-2:]
         hidden_channels, channels, rows, width = w_in.shape
         heads = w_out.shape[0]
-        blocks = _blocks(keep, (rows, width), length, keys)
+        widest = max(rows * width * channels + 1, hidden_channels, rows * width * heads)
+        most = None if saves else _most_rows(batch, widest, keys, first.element_size())
+        blocks = _blocks(keep, (rows, width), length, keys, most)
         weight_in = torch.cat([w_in.permute(0, 2, 3, 1).reshape(hidden_channels, -1), b_in[:, None]], dim=1)
         weight_out = w_out.permute(2, 3, 0, 1).reshape(rows * width * heads, hidden_channels)
         out = first.new_empty((batch, heads, length, keys))
