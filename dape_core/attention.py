@@ -4,9 +4,9 @@ Per layer: S = QKᵀ/√d (Q, K rotated for the rotary family) -> bias B -> proc
 mask -> softmax -> ·V. Four ways to compute it, all giving the same result:
 
 - fused: no processor. PyTorch's `scaled_dot_product_attention`, with `is_causal` when there is no bias and
-  with the bias as an additive mask (−inf above the diagonal) otherwise. A learned bias (Kerple, FIRE) needs
-  a gradient, for which PyTorch takes its math path; training computes that path itself (`math_attention`,
-  the same values, less a check for fully masked rows).
+  with the bias as an additive mask (−inf above the diagonal) otherwise. Where PyTorch would take its math
+  path for it (on CPU: a bias per head, or one that needs a gradient), that path is computed here
+  (`math_attention`, the same values, less a check for fully masked rows).
 - fused processor (`dape_core.fused`): Triton kernels that compute the processor, the mask, the softmax and
   ·V tile by tile on chip, FlashAttention-style, in training and in evaluation; nothing of size T² is kept.
   Chosen automatically on CUDA when Triton is installed and the layer is supported (1 x k kernels, biases
@@ -49,6 +49,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.attention import SDPBackend
 from torch.utils.checkpoint import checkpoint
 
 import dape_core.fused as fused
@@ -74,19 +75,23 @@ def fused_setting() -> bool | None:
     raise ValueError(f"{FUSED_ENV}={value!r}: expected 1, 0 or auto")
 
 
-def uses_math_path(q: torch.Tensor) -> bool:
-    """Whether `math_attention` stands in for PyTorch's kernel: on CPU outside autocast, where PyTorch takes its
-    math path for a mask that needs a gradient. On CUDA PyTorch has fused kernels for that case, and under
-    autocast it picks the precision of each step itself."""
-    return q.device.type == "cpu" and not torch.is_autocast_enabled("cpu")
+def takes_math_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> bool:
+    """Whether PyTorch's `scaled_dot_product_attention` would compute this call on its math path, as its own
+    chooser says (`torch._fused_sdp_choice`), on CPU outside autocast: a mask per head ([H, rows, keys]: Kerple,
+    ALiBi, FIRE) or one that needs a gradient is not one its CPU kernel takes. Elsewhere (CUDA's fused kernels,
+    autocast's choice of precisions, a PyTorch without the chooser) PyTorch computes it."""
+    choose = getattr(torch, "_fused_sdp_choice", None)
+    if choose is None or q.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
+        return False
+    return choose(q, k, v, mask, 0.0, False) == SDPBackend.MATH.value
 
 
 def math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """softmax(QKᵀ/√d + mask)·V as PyTorch's `scaled_dot_product_attention` computes it where its mask needs a
-    gradient (its math path: q and k each scaled by d^(-1/4), the mask added, softmax, ·V), bit for bit
-    (tests/test_attention_paths.py), less the math path's `_safe_softmax`: a check, over the whole map, for rows
-    masked entirely (zeroed instead of NaN), three passes that cost a Kerple training step about 4% (issue 45).
-    No row here is masked entirely: a query always sees its own key."""
+    """softmax(QKᵀ/√d + mask)·V as PyTorch's math path computes it (q and k each scaled by d^(-1/4), the mask
+    added, softmax, ·V), bit for bit, output and gradients (tests/test_attention_paths.py), less the math path's
+    `_safe_softmax`: a check over the whole map for rows masked entirely (zeroed instead of NaN), three passes
+    that cost a Kerple training step about 5% and its evaluation about a fifth (issue 45). No row here is masked
+    entirely: a query always sees its own key."""
     root_scale = math.sqrt(1.0 / math.sqrt(q.shape[-1]))
     scores = (q * root_scale) @ (k.transpose(-2, -1) * root_scale)
     return (scores + mask).softmax(dim=-1) @ v
@@ -230,9 +235,10 @@ class CausalSelfAttention(nn.Module):
             mask = bias.to(q.dtype)
             if self.causal:
                 mask = mask.masked_fill(future, float("-inf"))
-            if mask.requires_grad and torch.is_grad_enabled() and uses_math_path(q):  # a learned bias in training
-                return math_attention(q[:, :, start:stop], k[:, :, :end], v[:, :, :end], mask)
-            return F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :end], v[:, :, :end], attn_mask=mask)
+            q, k, v = q[:, :, start:stop], k[:, :, :end], v[:, :, :end]
+            if takes_math_path(q, k, v, mask):
+                return math_attention(q, k, v, mask)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         # Scaling q rather than the scores: a pass over [rows, d] instead of [rows, keys].
         scores = (q[:, :, first:stop] / math.sqrt(self.head_dim)) @ k[:, :, :end].transpose(-2, -1)
         logits = processor(scores, bias, q_pos, k_pos)[:, :, start - first :]

@@ -206,54 +206,53 @@ def test_uniform_blocks_match_the_direct_path(params):
         assert (direct - blocked).abs().max() <= 1e-12
 
 
+@pytest.mark.parametrize("encoding", ["kerple", "alibi"])  # a learned bias, and a fixed one
 @pytest.mark.parametrize("rows", [(0, 24), (8, 24)])  # every row, and a block of rows over its keys
-def test_a_learned_bias_in_training_is_pytorchs_math_attention_bit_for_bit(rows):
-    """With a bias that needs a gradient (Kerple's), training attends through `math_attention` (issue 45), which
-    must give what `scaled_dot_product_attention` gives, output and every gradient, bit for bit: the same
-    trained model as before it."""
+def test_a_bias_per_head_attends_through_pytorchs_math_path_bit_for_bit(encoding, rows):
+    """A bias per head ([H, rows, keys]) is a mask PyTorch's CPU kernel does not take: its
+    `scaled_dot_product_attention` computes it on its math path, and so does `math_attention` (issue 45), which
+    must give the same output and every gradient, bit for bit, in training and in evaluation: the same trained
+    model and the same perplexities as before it. Under autocast PyTorch computes it."""
     from dape_core import attention as attention_module
 
     torch.manual_seed(0)
-    cfg = ModelConfig(preset="tiny", n_layer=1, pos_encoding="kerple", train_length=24)
+    cfg = ModelConfig(preset="tiny", n_layer=1, pos_encoding=encoding, train_length=24)
     layer = build_model(cfg).blocks[0].attn.train()
     start, stop = rows
     batch, heads, length = 3, cfg.n_head, 24
     q, k, v = (torch.randn(batch, heads, length, cfg.head_dim, requires_grad=True) for _ in range(3))
     positions = torch.arange(length)
     grad = torch.randn(batch, heads, stop - start, cfg.head_dim)
+    future = positions[None, :stop] > positions[start:stop, None]
     taken = []
     real = attention_module.math_attention
 
     def counted(*args):
-        taken.append(1)
+        taken.append(torch.is_grad_enabled())
         return real(*args)
+
+    def pytorchs():
+        mask = layer.pos.bias(positions[start:stop], positions[:stop]).masked_fill(future, float("-inf"))
+        assert torch._fused_sdp_choice(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop], mask, 0.0, False) == 0
+        return F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop], attn_mask=mask)
 
     results = []
     for path in ("ours", "pytorch"):
         for tensor in (q, k, v, *layer.parameters()):
             tensor.grad = None
-        if path == "ours":
-            attention_module.math_attention = counted
-            try:
-                out = layer.attend_rows(q, k, v, positions, start, stop)
-            finally:
-                attention_module.math_attention = real
-        else:
-            future = positions[None, :stop] > positions[start:stop, None]
-            mask = layer.pos.bias(positions[start:stop], positions[:stop]).masked_fill(future, float("-inf"))
-            out = F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop], attn_mask=mask)
+        attention_module.math_attention = counted
+        try:
+            out = layer.attend_rows(q, k, v, positions, start, stop) if path == "ours" else pytorchs()
+            with torch.no_grad():
+                evaluated = layer.attend_rows(q, k, v, positions, start, stop) if path == "ours" else pytorchs()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                layer.attend_rows(q, k, v, positions, start, stop)
+        finally:
+            attention_module.math_attention = real
         out.backward(grad)
-        results.append([out.detach(), *(t.grad.clone() for t in (q, k, v, *layer.pos.parameters()))])
-    assert taken == [1]
-    assert len(results[0]) > 4  # Kerple's learned parameters got gradients too
+        learned = [t.grad.clone() for t in layer.pos.parameters()]
+        results.append([out.detach(), evaluated, *(t.grad.clone() for t in (q, k, v)), *learned])
+    assert taken == [True, False]  # ours: in training and in evaluation, not under autocast
+    assert (len(results[0]) > 5) == (encoding == "kerple")  # Kerple's learned parameters got gradients too
     for ours, pytorch in zip(*results):
         assert torch.equal(ours, pytorch)
-    attention_module.math_attention = counted
-    try:
-        with torch.no_grad():  # evaluation keeps PyTorch's kernel (no gradient: no math path to replace)
-            layer.attend_rows(q, k, v, positions, start, stop)
-        with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast picks each step's precision: PyTorch's
-            layer.attend_rows(q, k, v, positions, start, stop)
-    finally:
-        attention_module.math_attention = real
-    assert taken == [1]
