@@ -19,6 +19,7 @@ from dape_core.data import (
     load_tokenizer,
     stdlib_files,
 )
+from dape_core.data.corpus import _stdlib_corpus
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,29 @@ def _write_texts(folder, texts: dict[str, str]):
 
 # The embedded corpus ---------------------------------------------------------------------------------------
 
+def test_the_stdlib_corpus_is_read_once_per_process_and_handed_out_as_copies(monkeypatch):
+    """A worker's trials read the same stdlib: the second load reads no file (issue 45: about a second a
+    trial), gives the same tokens, read-only, and its own record (a trial that adds to it changes no other)."""
+    import dape_core.data.corpus as corpus_module
+
+    _stdlib_corpus.cache_clear()
+    read = []
+    real = corpus_module.read_documents
+    monkeypatch.setattr(corpus_module, "read_documents", lambda cfg: read.append(cfg) or real(cfg))
+    first = load_corpus(DataConfig(max_files=30))
+    first.record["added by a trial"] = True
+    second = load_corpus(DataConfig(max_files=30))
+    assert len(read) == 1
+    assert second.tokens is first.tokens and not second.tokens.flags.writeable
+    assert second.content_hash == first.content_hash and "added by a trial" not in second.record
+    assert second.documents == first.documents and second.documents is not first.documents
+    load_corpus(DataConfig(max_files=31))  # another config is read
+    assert len(read) == 2
+
+
+
 def test_split_is_deterministic_and_disjoint(corpus):
+    _stdlib_corpus.cache_clear()  # read again, not the process's kept copy
     again = load_corpus(DataConfig(max_files=200))
     assert again.content_hash == corpus.content_hash
     assert [len(d) for d in again.validation] == [len(d) for d in corpus.validation]

@@ -11,8 +11,12 @@ Everything lives in one 1-D token array (in memory for text, a memory map for to
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
+import json
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -103,7 +107,7 @@ def _token_file_corpus(cfg: DataConfig) -> Corpus:
     warnings.warn(f"data.path {path} has no metadata ({metadata_path(path).name}): every trial scans the whole "
                   "file for out-of-vocabulary ids and splits it into chunks (minutes at 100 GB). "
                   "dape_core.data.prepare_corpus (orchestrator data prepare) writes a file that starts instantly",
-                  stacklevel=3)
+                  stacklevel=4)  # the caller of load_corpus
     tokens = open_token_file(cfg)
     if cfg.tokenizer != "byte":
         tokenizer = load_tokenizer(cfg.tokenizer)
@@ -159,6 +163,25 @@ def check_token_ids(tokens: np.ndarray, vocab_size: int, where: str) -> None:
 
 
 def load_corpus(cfg: DataConfig) -> Corpus:
+    if cfg.source == "stdlib" and cfg.tokenizer == "byte":  # once per process: a worker's trials read the same
+        kept = _stdlib_corpus(json.dumps(asdict(cfg), sort_keys=True))
+        return dataclasses.replace(kept, documents=dict(kept.documents), regions=dict(kept.regions),
+                                   record=copy.deepcopy(kept.record))
+    return _loaded(cfg)
+
+
+@functools.lru_cache(maxsize=2)
+def _stdlib_corpus(config: str) -> Corpus:
+    """The stdlib corpus of a `data:` config (as JSON), kept for the process: the standard library does not
+    change while a process runs (its file list is kept too, sources.py), and reading, hashing and encoding it
+    took about a second per trial (issue 45). Its tokens are read-only; `load_corpus` hands out copies of the
+    rest. Byte-level only: a tokenizer file could change between two trials."""
+    corpus = _loaded(DataConfig(**json.loads(config)))
+    corpus.tokens.flags.writeable = False
+    return corpus
+
+
+def _loaded(cfg: DataConfig) -> Corpus:
     corpus = _token_file_corpus(cfg) if cfg.source == "tokens" else _document_corpus(cfg)
     if not corpus.ids_checked:
         where = f"data.path {cfg.path} (vocabulary from {corpus.record['tokenizer']})" if cfg.path else "data"
