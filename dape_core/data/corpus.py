@@ -12,11 +12,10 @@ Everything lives in one 1-D token array (in memory for text, a memory map for to
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import json
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -165,7 +164,7 @@ def check_token_ids(tokens: np.ndarray, vocab_size: int, where: str) -> None:
 def load_corpus(cfg: DataConfig) -> Corpus:
     if cfg.source == "stdlib" and cfg.tokenizer == "byte":  # once per process: a worker's trials read the same
         kept = _stdlib_corpus(json.dumps(asdict(cfg), sort_keys=True))
-        return dataclasses.replace(kept, documents=dict(kept.documents), regions=dict(kept.regions),
+        return replace(kept, documents=dict(kept.documents), regions=dict(kept.regions),
                                    record=copy.deepcopy(kept.record))
     return _loaded(cfg)
 

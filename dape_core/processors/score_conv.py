@@ -39,12 +39,14 @@ from typing import NamedTuple
 
 import torch
 
+from ..allocator import MMAP_THRESHOLD_BYTES
+
 SLOPE = 0.01  # LeakyReLU's negative slope (docs/method.md §3)
-# Without gradients (evaluation) a block's largest map stays below this: under glibc's largest mmap threshold
-# (32 MiB, dape_core/allocator.py), so that it is reused from the heap rather than mapped and faulted in anew
-# for every block (a 1x7 block of 8 sequences x 32 rows x 1,024 keys has a 60 MB im2col matrix), and nearer the
-# caches (measured: L=1024 evaluations of 1x5 and 1x7 about 15% faster at 8 MiB; 1x3 unchanged).
-BLOCK_BYTES = 8 << 20
+# Without gradients (evaluation) a block's largest map stays below this: well under glibc's largest mmap
+# threshold (allocator.py), so that it is reused from the heap rather than mapped and faulted in anew for every
+# block (a 1x7 block of 8 sequences x 32 rows x 1,024 keys has a 60 MB im2col matrix), and nearer the caches
+# (measured: L=1024 evaluations of 1x5 and 1x7 about 15% faster at 8 MiB than at 16 or 4; 1x3 unchanged).
+BLOCK_BYTES = MMAP_THRESHOLD_BYTES // 4  # 8 MiB
 _enabled = True
 
 
