@@ -221,12 +221,15 @@ def test_two_studies_of_one_store_lease_a_shared_trial_once(tmp_path):
 
 @pytest.mark.slow
 def test_diff_marks_the_cell_a_code_change_moved_and_not_the_unchanged_one(tmp_path, capsys, monkeypatch):
-    """Three seeds of a Kerple baseline and of a plugin's processor; the processor changed (its bias a thousand
+    """Five seeds of a Kerple baseline and of a plugin's processor; the processor changed (its bias a thousand
     times stronger: attention to the nearest keys only) and the trials retrained. `diff --against` the old code:
-    the processor's cells moved beyond seed noise, the baseline's (the same computation) did not."""
+    the processor's cells moved beyond seed noise, the baseline's (the same computation) did not. Five seeds, not
+    three: the effect (about 5 perplexity points after 6 steps) depends on the standard library the corpus is read
+    from, and on Debian's Python 3.11.2 one of three seeds barely moved (interval [-1.4, 13.1]); with five it was
+    [3.6, 8.9] there and [3.7, 6.1] on Python 3.11.7."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "scaled.py").write_text(SCALED)
-    spec = {"name": "diffed", "plugins": ["scaled.py"], "seeds": [0, 1, 2],
+    spec = {"name": "diffed", "plugins": ["scaled.py"], "seeds": [0, 1, 2, 3, 4],
             "base": {"model": {"preset": "tiny", "pos_encoding": "kerple", "processor": "scaled", "d_dape": 8},
                      "data": {"source": "stdlib", "max_files": 40},
                      "train": {"seq_len": 32, "batch_size": 4, "steps": 6, "device": "cpu"},
@@ -244,7 +247,7 @@ def test_diff_marks_the_cell_a_code_change_moved_and_not_the_unchanged_one(tmp_p
                                     "AND value = 'trial')").fetchall()
     (tmp_path / "scaled.py").write_text(SCALED.replace("bias * self.weight", "bias * self.weight * 1000"))
     code, output = run_cli(capsys, "run", study, "--local", "--retrain-stale", *store)
-    assert code == 0 and "0 trial(s) reused, 6 run" in output, output
+    assert code == 0 and "0 trial(s) reused, 10 run" in output, output
 
     code, output = run_cli(capsys, "diff", study, "--against", old[0], *store)
     assert code == 0, output
