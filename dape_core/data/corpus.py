@@ -165,7 +165,7 @@ def load_corpus(cfg: DataConfig) -> Corpus:
     if cfg.source == "stdlib" and cfg.tokenizer == "byte":  # once per process: a worker's trials read the same
         kept = _stdlib_corpus(json.dumps(asdict(cfg), sort_keys=True))
         return replace(kept, documents=dict(kept.documents), regions=dict(kept.regions),
-                                   record=copy.deepcopy(kept.record))
+                       record=copy.deepcopy(kept.record))
     return _loaded(cfg)
 
 
