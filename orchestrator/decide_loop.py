@@ -1,6 +1,6 @@
 """`orchestrator run STUDY --decide` (or a study with a `decide:` section): seeds added until the claims are decided.
 
-Every row trains `min_seeds` seeds; the claims are judged (reporting/claims.py's decision rule); then only the
+Every row trains `min_seeds` seeds; the claims are judged (judging/claims.py's decision rule); then only the
 rows that undecided claims read get `batch` more seeds, a planned look at a time (`Decide.looks()`), until every
 claim is decided, `max_seeds` is reached or the budget (trials, or GPU-hours of the plan's analytic estimate)
 would be overspent. A claim decided at a look keeps that decision: its rows train more seeds only where another,
@@ -21,15 +21,15 @@ A trial that fails stops only the claims that read it ("a trial it reads failed"
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from . import decide_design
 from .errors import StaleTrials, UserInputError
 from .execution.runner import StudyOutcome
+from .judging import design as decide_design
+from .judging.judged import claim_rows, judge, not_decidable
 from .reporting.build import build_report
 from .run import evaluate_later, run_trials
 from .run_context import RunContext
@@ -52,63 +52,6 @@ NOT_BY_SEEDS = "undecided: waiting on something seeds do not give"  # its reason
 
 class CodeChangedDuringSequence(StaleTrials):
     """The code changed on disk between two looks of a sequence (exit 2)."""
-
-
-# --- the decision rule, as the loop reads it (reporting/claims.py) ---------------------------------------------
-@dataclass
-class Judged:
-    """One claim as the decision rule judged it at a look: what the loop needs of a ClaimResult."""
-
-    id: str
-    verdict: str
-    decided: bool
-    decidable: bool
-    needs_seeds: bool  # more seeds on its rows could decide it (not, e.g., a length still to be evaluated)
-    rows: list[str]  # the row labels its checks read
-    seeds: int
-    reason: str = ""
-    effect: str = ""  # the effect with its interval and the claimed side, as the report says it
-    p: float | None = None
-    p_holm: float | None = None
-
-
-def claim_rows(study: Study, claim: Any) -> list[str]:
-    """The row labels a claim's checks read (both sides)."""
-    from .study.claim_checks import claim_checks
-
-    labels = {term.label for check in claim_checks(study, claim) for term in (check.left, check.right) if term}
-    return sorted(labels)
-
-
-def not_decidable(study: Study, claim: Any) -> str | None:
-    """Why seeds cannot decide this claim, or None: the decision rule's `claim_decidable`."""
-    from .reporting.claims import claim_decidable
-
-    return claim_decidable(study, claim)
-
-
-def judge(study: Study, frame: Any, study_path: Any = None) -> list[Judged]:
-    """Every claim of the study judged on `frame` (the look's trials) by the report's decision rule."""
-    from .reporting.claims import evaluate_claims
-
-    judged = []
-    for result in evaluate_claims(study, frame, study_path):
-        effect = result.effect() if callable(getattr(result, "effect", None)) else ""
-        judged.append(Judged(result.claim.id, result.words, result.decided, result.decidable, result.needs_seeds,
-                             sorted(result.rows), int(result.seeds), result.reason or result.not_decidable,
-                             effect, _plain(result.p), _plain(result.p_holm)))
-    return judged
-
-
-def _plain(value: Any) -> Any:
-    """JSON-able: NaN as None, tuples as lists."""
-    if isinstance(value, (tuple, list)):
-        return [_plain(item) for item in value]
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if hasattr(value, "item"):  # numpy scalars
-        return _plain(value.item())
-    return value
 
 
 # --- the sequence -------------------------------------------------------------------------------------------
@@ -144,7 +87,7 @@ class Sequence:
     decide: Decide
     looks: list[Look] = field(default_factory=list)
     claims: dict[str, ClaimState] = field(default_factory=dict)
-    note: str = ""  # a new sequence started with --new-sequence (decide_design.py)
+    note: str = ""  # a new sequence started with --new-sequence (judging/design.py)
     planned: tuple[int, int] = (0, 0)  # `plan`'s expected and ceiling trials before the first look
 
     def plan_versus_used(self) -> str:
@@ -203,7 +146,7 @@ def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
     """Run the sequence of looks (module docstring), then write the study's report over every trial it planned.
     `context.study` has its `decide` section (`with_decide`). The outcome sums the looks' runs; its
     `report_summary` ends with the sequence's own summary (seeds and trials per claim). The design is checked
-    against the one the store's sequence ran with (decide_design.py: another one is refused, exit 2, unless
+    against the one the store's sequence ran with (judging/design.py: another one is refused, exit 2, unless
     `new_sequence`)."""
     study, decide = context.study, context.study.decide
     assert decide is not None, "the caller gives the study its decide section (with_decide)"

@@ -182,8 +182,8 @@ def test_verdicts_are_tags_and_metrics_of_the_parent_run(judged, built):
 def test_a_verdict_on_one_seed_never_reads_like_a_tested_one(judged, built):
     """The stored 3-seed study judged on its seed 0 alone: the same claims hold and fail on the means, but
     every word says no test ran, in the report's table, its details, the command line's count and the tag."""
+    from orchestrator.judging.claims import decision_summary, evaluate_claims, mlflow_record
     from orchestrator.reporting import render_claims
-    from orchestrator.reporting.claims import decision_summary, evaluate_claims, mlflow_record
 
     study, _, tested = judged
     frame = load_results(built.study, built.tracking_uri)
@@ -308,7 +308,7 @@ def _frame(values: dict[str, dict[str, float]], seeds=(0,)):
 
 
 def _judge(study_file: str, claim_id: str, values: dict, seeds=(0,)):
-    from orchestrator.reporting.claims import evaluate_claims
+    from orchestrator.judging.claims import evaluate_claims
 
     study = load_study(study_file)
     return next(r for r in evaluate_claims(study, _frame(values, seeds)) if r.claim.id == claim_id)

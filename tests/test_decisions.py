@@ -1,4 +1,4 @@
-"""The claims' decision rule (orchestrator/reporting/decision.py) and the verdicts built on it (claims.py):
+"""The claims' decision rule (orchestrator/judging/decision.py) and the verdicts built on it (claims.py):
 under no effect its false-verdict rate on a few thousand simulated studies is within the nominal level (and
 the same check fails on the naive "add a seed until p < 0.05"); a large effect is decided at the minimum
 seeds; an equivalence claim holds only with its interval inside the margin; a claim is judged at the largest
@@ -15,8 +15,8 @@ import yaml
 from scipy import stats
 
 from orchestrator import StudyError, parse_study
-from orchestrator.reporting.claims import claim_decidable, decision_summary, evaluate_claims, rows_needing_seeds
-from orchestrator.reporting.decision import Design, claim_p, evidence, one_sided_p
+from orchestrator.judging.claims import claim_decidable, decision_summary, evaluate_claims, rows_needing_seeds
+from orchestrator.judging.decision import Design, claim_p, evidence, one_sided_p
 from orchestrator.study.model import Decide
 
 ALPHA = 0.05

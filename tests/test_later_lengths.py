@@ -113,7 +113,7 @@ def test_a_fresh_run_judges_the_claims_at_its_report_lengths(tmp_path, monkeypat
     assert len(MlflowClient(uri).get_metric_history(run_id, "ppl_128")) == 1
     result = _evaluate(path, uri, "--local")
     assert result.exit_code == 0 and "already evaluated" in result.output, result.output
-    from orchestrator.reporting.claims import decision_summary
+    from orchestrator.judging.claims import decision_summary
 
     assert f"Claims: {decision_summary(outcome.claims)}" in " ".join(result.output.split())
 

@@ -24,15 +24,15 @@ FLOORS = {
     "orchestrator.study": 1,  # the format, its validation, a trial's identity
     "orchestrator.trial": 2,  # the shared value types: what a trial is, what a trial reports
     "orchestrator.tracking": 3,
-    "orchestrator.planning": 4,
-    "orchestrator.run_context": 4,  # what one command runs with, carried through run, decide, evaluate, report
-    "orchestrator.decide_design": 4,  # the --decide design recorded on the study's run, read by the loop and report
-    "orchestrator.execution": 5, "orchestrator.reporting": 5,
-    "orchestrator.evaluation": 6, "orchestrator.slurm": 6, "orchestrator.doctor": 6,
-    "orchestrator.run": 7,  # `orchestrator run`: execution, then the report
-    "orchestrator.decide_loop": 7,  # `orchestrator run --decide`: looks of execution, judged by reporting
-    "orchestrator.commands": 7,  # each command's work over one invocation (the study located, loaded, its store)
-    "orchestrator.cli": 7, "orchestrator.data_cli": 7, "orchestrator.__main__": 7, "orchestrator": 7,
+    "orchestrator.judging": 4,  # the decision rule: claims judged from a results frame, the --decide design
+    "orchestrator.planning": 5,
+    "orchestrator.run_context": 5,  # what one command runs with, carried through run, decide, evaluate, report
+    "orchestrator.execution": 6, "orchestrator.reporting": 6,
+    "orchestrator.evaluation": 7, "orchestrator.slurm": 7, "orchestrator.doctor": 7,
+    "orchestrator.run": 8,  # `orchestrator run`: execution, then the report
+    "orchestrator.decide_loop": 8,  # `orchestrator run --decide`: looks of execution, judged by judging/
+    "orchestrator.commands": 8,  # each command's work over one invocation (the study located, loaded, its store)
+    "orchestrator.cli": 8, "orchestrator.data_cli": 8, "orchestrator.__main__": 8, "orchestrator": 8,
 }
 # Packages of one floor that must not import each other: `run` (cli.py) calls execution, then the report.
 APART = {("orchestrator.execution", "orchestrator.reporting"), ("orchestrator.reporting", "orchestrator.execution")}
@@ -233,6 +233,16 @@ def test_no_orchestrator_module_imports_a_floor_above_its_own(graph):
     edges, _ = graph
     problems = upward_imports(edges)
     assert not problems, "\n".join(problems)
+
+
+def test_the_decision_rule_sits_below_what_reads_it(graph):
+    # judging/ is read by the report, the plan, the commands and the --decide loop; it reads none of them.
+    readers = ("orchestrator.reporting", "orchestrator.planning", "orchestrator.commands", "orchestrator.decide_loop")
+    assert all(FLOORS["orchestrator.judging"] < FLOORS[reader] for reader in readers)
+    edges, _ = graph
+    assert [f"{module} -> {target}" for module, targets in sorted(edges.items())
+            if module.startswith("orchestrator.judging") for target in sorted(targets)
+            if target.startswith(readers)] == []
 
 
 def test_dape_core_imports_nothing_of_the_orchestrator(graph):

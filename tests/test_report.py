@@ -20,10 +20,10 @@ from typer.testing import CliRunner
 
 from orchestrator import parse_study
 from orchestrator.cli import app
+from orchestrator.judging.stats import compare, holm
 from orchestrator.reporting import build_report, load_results, render_html, render_latex, render_md
 from orchestrator.reporting.document import ReportDocument
 from orchestrator.reporting.families import FAMILIES
-from orchestrator.reporting.stats import compare, holm
 from orchestrator.reporting.tables import build_table
 from orchestrator.run_context import RunContext
 from orchestrator.study.model import ReportMetric

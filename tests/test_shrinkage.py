@@ -1,4 +1,4 @@
-"""The shared variance (orchestrator/reporting/shrinkage.py, Smyth 2004's moderated t): the prior's fit against
+"""The shared variance (orchestrator/judging/shrinkage.py, Smyth 2004's moderated t): the prior's fit against
 hand-computed values and a direct implementation of limma's moment equations, its limits (d0 infinite, d0
 near 0, too few comparisons), and the `decide: {shared_variance: true}` option through the claims: it
 decides a study of large effects at fewer seeds than each claim alone, and is recorded with the design."""
@@ -10,10 +10,10 @@ import pytest
 from scipy import optimize, special
 from test_decisions import BELOW, _frame, _study
 
-from orchestrator.decide_design import _record, same, words
-from orchestrator.reporting.claims import evaluate_claims
-from orchestrator.reporting.decision import Design, evidence, one_sided_p, shared_priors
-from orchestrator.reporting.shrinkage import NONE, PRIOR_WEIGHT, Prior, fit, trigamma_inverse
+from orchestrator.judging.claims import evaluate_claims
+from orchestrator.judging.decision import Design, evidence, one_sided_p, shared_priors
+from orchestrator.judging.design import _record, same, words
+from orchestrator.judging.shrinkage import NONE, PRIOR_WEIGHT, Prior, fit, trigamma_inverse
 from orchestrator.study.model import Decide
 
 

@@ -15,8 +15,8 @@ from cli_support import run_cli
 from mlflow.tracking import MlflowClient
 
 from orchestrator import parse_study
-from orchestrator.reporting.claims import evaluate_claims
-from orchestrator.reporting.diverged import describe
+from orchestrator.judging.claims import evaluate_claims
+from orchestrator.judging.diverged import describe
 
 BELOW = {"id": "below", "kind": "compare", "source": "test", "variant": "DAPE1x3-Kerple", "than": "baseline",
          "direction": "below", "metric": "ppl", "at": [64]}
@@ -124,9 +124,9 @@ def test_a_claim_keeps_the_verdict_of_its_stopping_look_and_shows_later_seeds_be
     assert (at_two.verdict, at_two.p) == (judged.verdict, judged.p)
 
 
-# --- one design per sequence of looks (orchestrator/decide_design.py) ------------------------------------------
+# --- one design per sequence of looks (orchestrator/judging/design.py) ---------------------------------------------
 def test_resuming_with_another_design_is_refused_naming_both(tmp_path, capsys):
-    from orchestrator.decide_design import record
+    from orchestrator.judging.design import record
     from orchestrator.study.model import Decide
     from orchestrator.tracking.store import StudyStore
 
@@ -169,7 +169,7 @@ def test_a_store_from_before_designs_were_recorded_is_checked_against_its_looks_
 
 
 def test_a_new_sequence_is_stated_and_the_report_judges_with_the_recorded_design(tmp_path, capsys):
-    from orchestrator.decide_design import check, record
+    from orchestrator.judging.design import check, record
     from orchestrator.study.model import Decide
     from orchestrator.tracking.store import StudyStore
 

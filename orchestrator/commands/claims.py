@@ -10,7 +10,7 @@ from .output import EXIT_CLAIMS_FAILED, console, err
 def claims_line(claims: list, trials: int | None = None) -> None:
     """How many claims are decided, how, and at what cost: `trials`, the study's finished trials."""
     if claims:
-        from ..reporting.claims import decision_summary
+        from ..judging.claims import decision_summary
 
         console.print("Claims: " + decision_summary(claims, trials)  # verdicts on one seed counted apart, untested
                       + " (the report's Claims section; MLflow tags claim.<id> on the study's run)")
@@ -18,7 +18,7 @@ def claims_line(claims: list, trials: int | None = None) -> None:
 
 def exit_on_failed_claims(claims: list, strict: bool) -> None:
     """Claims are findings: they change the exit code only when asked to (--strict-claims)."""
-    from ..reporting.claims import FAILS
+    from ..judging.claims import FAILS
 
     failing = [claim.claim.id for claim in claims if claim.verdict == FAILS]
     if strict and failing:

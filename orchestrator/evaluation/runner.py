@@ -49,7 +49,7 @@ class EvaluationOutcome:
     task_seconds: float = 0.0
     report_dir: Path | None = None
     report_summary: str = ""
-    claims: list = field(default_factory=list)  # the rebuilt report's reporting.claims.ClaimResult, one per claim
+    claims: list = field(default_factory=list)  # the rebuilt report's judging.claims.ClaimResult, one per claim
 
     @property
     def ok(self) -> bool:

@@ -51,7 +51,7 @@ class StudyOutcome:
     concurrency: int = 1
     steps_run: int = 0
     trials_run: int = 0
-    claims: list = field(default_factory=list)  # the report's reporting.claims.ClaimResult, one per claim of `expect:`
+    claims: list = field(default_factory=list)  # the report's judging.claims.ClaimResult, one per claim of `expect:`
 
     @property
     def ok(self) -> bool:

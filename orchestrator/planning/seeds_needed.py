@@ -9,7 +9,7 @@ from runs of the same shape (learned.py's shape key: model, processor, length, b
 several seeds. The expected seeds are then the first planned look (`Decide.looks()`) at which a one-sided paired
 test at the study's error rate split across its claims (alpha / claims, as Holm's first step) has about 80%
 power for the measured effect: |effect| x sqrt(n) / sd >= t(1 - alpha/claims, n - 1) + z(0.8). This is an
-expectation for planning, not the decision rule (reporting/claims.py decides). Where no run of the claim's
+expectation for planning, not the decision rule (judging/claims.py decides). Where no run of the claim's
 rows (or of the same shape) is in the store, it says so and a stated default applies: an effect of
 DEFAULT_EFFECT_SD seed standard deviations (the simulation decides it at 5.6 seeds on average: docs/deciding.md).
 

@@ -18,15 +18,15 @@ import pandas as pd
 import dape_core.metric_names as names
 
 from ..folders import folder_lock
+from ..judging.claims import ClaimResult, evaluate_claims, mlflow_record
+from ..judging.diverged import masked
 from ..run_context import RunContext
 from ..study import Study
 from ..study.code_identity import code_fingerprint
 from ..study.metric_families import TIME
 from ..tracking.store import StudyStore
 from . import fingerprint, plots, render_html, render_latex, render_md, sweeps
-from .claims import ClaimResult, evaluate_claims, mlflow_record
 from .cost_front import cost_front
-from .diverged import masked
 from .document import ReportDocument
 from .heat_maps import stored_heat_maps
 from .protocol_note import protocol_note
@@ -125,10 +125,10 @@ def _decide_note(study: Study, store: StudyStore, trials: pd.DataFrame, claims: 
 
 def _design(study: Study, store: StudyStore):
     """The design the claims are judged by: the study's `decide:` section, else the one `run --decide` recorded
-    on the study's run (so that the report gives the verdicts the loop reached: decide_design.py)."""
+    on the study's run (so that the report gives the verdicts the loop reached: judging/design.py)."""
     if study.decide is not None:
         return None
-    from ..decide_design import recorded
+    from ..judging.design import recorded
 
     return recorded(store, artifacts=False)[0]
 
@@ -136,7 +136,7 @@ def _design(study: Study, store: StudyStore):
 def _sequence_note(study: Study, store: StudyStore) -> str:
     """Which design the claims were judged by, where a sequence of looks ran: a new sequence started with
     --new-sequence, or a design recorded on the study's run that its file does not state."""
-    from ..decide_design import new_sequence_note, recorded, words
+    from ..judging.design import new_sequence_note, recorded, words
 
     design, source = recorded(store, artifacts=False)
     if design is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .stats import N_TOO_SMALL, Comparison, Summary, format_p
+from ..judging.stats import N_TOO_SMALL, Comparison, Summary, format_p
 from .tables import Row, Table
 
 DASH = "–"
@@ -29,7 +29,7 @@ def mean_std(cell: Summary, decimals: int, pm: str = " ± ") -> str:
 
 
 def diverged(cell: Summary) -> str:
-    """A cell with a diverged seed (reporting/diverged.py): no mean is computed on it."""
+    """A cell with a diverged seed (judging/diverged.py): no mean is computed on it."""
     return f"diverged ({cell.diverged} of {cell.n} seeds)"
 
 

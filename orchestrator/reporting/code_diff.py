@@ -26,13 +26,13 @@ import numpy as np
 
 import dape_core.metric_names as names
 
+from ..judging.stats import MIN_SEEDS
 from ..study import Study
 from ..study.code_identity import CodeFingerprint, changed_files, code_fingerprint
 from ..tracking.source import GIT_COMMIT_TAG, code_source
 from ..tracking.store import CODE_TAG, STOPPED_EARLY_TAG, STUDY_TAG, TRIAL_ID_TAG, StudyStore
 from ..tracking.stored_code import stored_fingerprint
 from ..trial.trials import StoredIdentities, Trial, distinct, expand
-from .stats import MIN_SEEDS
 
 LEVEL = 0.95
 MOVED, WITHIN_NOISE, UNCHANGED, NEEDS_SEEDS = "moved", "within noise", "unchanged", "needs seeds"
@@ -182,7 +182,7 @@ def resolve_sides(study: Study, store: StudyStore, ref: str) -> tuple[Side, Side
 
 
 def compare_sides(study: Study, current: Side, against: Side) -> StudyDiff:
-    from ..reporting.decision import _student_quantile
+    from ..judging.decision import _student_quantile
 
     trials = expand(study)
     identities = StoredIdentities(trials)

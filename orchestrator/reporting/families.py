@@ -121,11 +121,6 @@ _SHOWN = {  # each declared family's presentation
 FAMILIES = tuple(_SHOWN[family.name] for family in METRIC_FAMILIES)  # in the declared order
 
 
-def is_timing(column: str) -> bool:
-    """A per-step or per-forward time in milliseconds (ms_per_step, ms_forward_<L>)."""
-    return column.startswith(names.TIMING_PREFIX)
-
-
 def headline_first(metric: str) -> list[Family]:
     """The families in report order: the study's headline (report.metric) first, the others as listed."""
     return sorted(FAMILIES, key=lambda family: family.metric != metric)

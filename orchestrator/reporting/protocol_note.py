@@ -1,5 +1,6 @@
 """What the report says about the evaluation protocol its per-length columns were measured under
-(docs/protocol.md): one sentence for the by-length tables' captions, their plots and the claims.
+(docs/protocol.md): one sentence for the by-length tables' captions and their plots (what a claim says of it:
+judging/caveats.py).
 
 Protocol 2 (dape_core.evaluate.config.PROTOCOL_VERSION) scores the same tail tokens at every length, whenever a
 length is evaluated. A run without the `eval.protocol` tag was measured under protocol 1, whose windows depended
@@ -14,9 +15,8 @@ import pandas as pd
 
 from dape_core.evaluate.config import PROTOCOL_VERSION
 
+from ..judging.caveats import LATER_COLUMN, PROTOCOL_COLUMN, mixed_rows
 from ..trial.protocol import evaluated_later, measured_under
-
-PROTOCOL_COLUMN, LATER_COLUMN = "eval_protocol", "evaluated_later"  # results.py's columns, one per run
 
 
 def run_columns(tags: dict[str, str], has_lengths: bool) -> dict:
@@ -25,18 +25,6 @@ def run_columns(tags: dict[str, str], has_lengths: bool) -> dict:
     if not has_lengths:
         return {PROTOCOL_COLUMN: None, LATER_COLUMN: ""}
     return {PROTOCOL_COLUMN: measured_under(tags), LATER_COLUMN: " ".join(map(str, sorted(evaluated_later(tags))))}
-
-
-def mixed_rows(frame: pd.DataFrame) -> dict[str, list[int]]:
-    """Rows of protocol 1 with lengths evaluated later: label -> those lengths (scored on other text)."""
-    if PROTOCOL_COLUMN not in frame or frame.empty:
-        return {}
-    out: dict[str, list[int]] = {}
-    for row in frame.to_dict("records"):
-        if row.get(PROTOCOL_COLUMN) == 1 and row.get(LATER_COLUMN):
-            lengths = out.setdefault(row["label"], [])
-            lengths += [int(text) for text in str(row[LATER_COLUMN]).split() if int(text) not in lengths]
-    return out
 
 
 def protocol_note(frame: pd.DataFrame, plain: bool = True) -> str:
@@ -68,30 +56,3 @@ def protocol_note(frame: pd.DataFrame, plain: bool = True) -> str:
                      "text).")
     parts.append(f"`orchestrator evaluate` scores the rows again under protocol {PROTOCOL_VERSION}.")
     return " " + " ".join(parts)
-
-
-def _length(column: str | None) -> int | None:
-    if not column:
-        return None
-    tail = column.rsplit("_", 1)[-1]
-    return int(tail) if tail.isdigit() else None
-
-
-def check_caveat(frame: pd.DataFrame, terms: list) -> str:
-    """What a claim's check must say about protocols (terms: its sides, each with `label`, `column` and an
-    optional `over`): a ratio across lengths one of which a protocol-1 row scored later on other text, or
-    sides measured under different protocols. "" where the check reads one text under one protocol."""
-    if PROTOCOL_COLUMN not in frame or frame.empty:
-        return ""
-    mixed = mixed_rows(frame)
-    notes = []
-    for term in terms:
-        later = set(mixed.get(term.label, ()))
-        lengths = {n for n in (_length(term.column), _length(term.over)) if n is not None}
-        if term.over and lengths & later:
-            notes.append(f"{term.label}'s L={', '.join(map(str, sorted(lengths & later)))} scored later on other text")
-    versions = {int(value) for label in {term.label for term in terms}
-                for value in frame.loc[frame["label"] == label, PROTOCOL_COLUMN].dropna()}
-    if len(versions) > 1:
-        notes.append(f"sides measured under protocols {', '.join(map(str, sorted(versions)))}")
-    return f" (caution: {'; '.join(notes)}; docs/protocol.md)" if notes else ""

@@ -13,10 +13,10 @@ import pandas as pd
 
 import dape_core.metric_names as names
 
+from ..judging.diverged import DIVERGED
+from ..judging.diverged import diverged as diverged_values
 from ..study import Study
 from ..study.published_checks import resolve_published
-from .diverged import DIVERGED
-from .diverged import diverged as diverged_values
 
 
 @dataclass
@@ -30,7 +30,7 @@ class PublishedLine:
     mean: float  # measured: mean over the row's finished seeds (NaN: not measured yet)
     std: float
     seeds: int
-    diverged: int = 0  # seeds whose value diverged or overflowed (reporting/diverged.py): no mean is taken then
+    diverged: int = 0  # seeds whose value diverged or overflowed (judging/diverged.py): no mean is taken then
 
     @property
     def difference(self) -> float:

@@ -13,7 +13,7 @@ from html import escape
 
 from tabulate import tabulate
 
-from .claims import FAILS, HOLDS, INCONCLUSIVE, ClaimResult, decision_summary
+from ..judging.claims import FAILS, HOLDS, INCONCLUSIVE, ClaimResult, decision_summary
 
 DOCS = "docs/deciding.md"
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..judging.stats import MIN_SEEDS, Comparison, Summary, apply_holm, compare_arrays, summarise_array
 from ..study.metric_families import PPL
 from .families import Family, headline_first
-from .stats import MIN_SEEDS, Comparison, Summary, apply_holm, compare_arrays, summarise_array
 
 
 @dataclass

@@ -2,7 +2,7 @@
 `than` and `where` address, which results column each metric and length is, and the "left < right" (or ">")
 comparisons that must hold for the claim to hold. The same resolution validates a study before anything
 runs (`claim_problems`: unknown variants, `where` keys or values, metrics and lengths, with the claim's field
-path) and feeds the report's verdicts (orchestrator/reporting/claims.py).
+path) and feeds the report's verdicts (orchestrator/judging/claims.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The `expect:` section of a study file: the paper's claims about the results, as data, so that the report
-can say which ones this run reproduces (orchestrator/reporting/claims.py evaluates them).
+can say which ones this run reproduces (orchestrator/judging/claims.py evaluates them).
 
 Each claim has a `kind`, an `id` (its MLflow tag is `claim.<id>`), the `source` it comes from (the paper's
 table or figure) and the rows and metric it is about:

@@ -13,7 +13,7 @@ import json
 import dape_core.metric_names as names
 
 # The isolated timings' prefix (dape_core.metric_names), read where both sides of a timing claim have them
-# (reporting/claims.py) and in the time table (reporting/timing_source.py).
+# (judging/claims.py) and in the time table (reporting/timing_source.py).
 ISOLATED_PREFIX = names.ISOLATED_PREFIX
 
 FINAL_FLAG = "final"

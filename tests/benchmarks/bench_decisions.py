@@ -1,4 +1,4 @@
-"""How the claims' decision rule (orchestrator/reporting/decision.py) behaves, by simulation: 10,000 studies
+"""How the claims' decision rule (orchestrator/judging/decision.py) behaves, by simulation: 10,000 studies
 per setting, each one claim "the effect is above 0" read on per-seed differences d_1..d_10 (seed-to-seed
 spread 1: effects are in seed standard deviations).
 
@@ -56,9 +56,9 @@ from scipy.special import stdtr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from orchestrator.reporting.decision import DIFFERENCE, RATIO, VALUE, Design, _linear, claim_p, evidence, shared_priors
-from orchestrator.reporting.shrinkage import MIN_COMPARISONS, PRIOR_WEIGHT, trigamma_inverse
-from orchestrator.reporting.stats import holm
+from orchestrator.judging.decision import DIFFERENCE, RATIO, VALUE, Design, _linear, claim_p, evidence, shared_priors
+from orchestrator.judging.shrinkage import MIN_COMPARISONS, PRIOR_WEIGHT, trigamma_inverse
+from orchestrator.judging.stats import holm
 from orchestrator.study.model import Decide
 
 ALPHA = 0.05

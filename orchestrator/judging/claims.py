@@ -7,7 +7,7 @@ right is another row's metric times a scale plus a shift, or a constant. Its ver
 - inconclusive: neither yet (not significant, or too few seeds: `min_seeds`, or a trial it needs did not
   finish, a length of `report.lengths` is not evaluated yet, a metric is missing; the reason says which).
 
-The decision rule is reporting/decision.py's: an exact paired t-test by seed at planned looks, its error
+The decision rule is decision.py's: an exact paired t-test by seed at planned looks, its error
 spent over the looks, a claim holding where all its checks do (intersection-union) and failing where any
 check is significantly the other way, and Holm's correction across the study's claims. Under no effect the
 chance that a study declares any claim to hold or to fail wrongly is at most alpha (docs/deciding.md).
@@ -37,14 +37,15 @@ from typing import Any
 
 import pandas as pd
 
+import dape_core.metric_names as names
+
 from ..study import Study
 from ..study.claim_checks import Check, Term, claim_checks, later_columns, study_rows
 from ..study.model import Decide
 from ..trial.protocol import ISOLATED_PREFIX
+from .caveats import check_caveat
 from .decision import RATIO, Design, Evidence, claim_p, evidence, shared_priors
 from .diverged import describe, unusable
-from .families import is_timing
-from .protocol_note import check_caveat
 from .shrinkage import Prior
 from .stats import ALPHA, format_p, holm
 
@@ -219,6 +220,11 @@ def _unusable(checks: list[Check], sides: list, seeds: list) -> list[str]:
                     what = term.column + (f"/{term.over}" if term.over else "")
                     named.setdefault((term.label, seed, what), f"{term.label} · s{seed} {what} {describe(value)}")
     return list(named.values())
+
+
+def is_timing(column: str) -> bool:
+    """A per-step or per-forward time in milliseconds (ms_per_step, ms_forward_<L>)."""
+    return column.startswith(names.TIMING_PREFIX)
 
 
 def _timing_prefix(trials: pd.DataFrame, check: Check) -> str:

@@ -1,7 +1,7 @@
 """One design per sequence of looks: `run --decide`'s design recorded on the study's parent run, and checked
 when the sequence resumes.
 
-The sequential rule's error rate holds for the looks it was planned with (reporting/decision.py): judging
+The sequential rule's error rate holds for the looks it was planned with (decision.py): judging
 the same seeds again under other looks, another alpha or another test (`shared_variance`; or raising
 `max_seeds` after "undecided at max_seeds") re-runs the sequence with a second chance, and false verdicts
 rise (0.048 -> 0.061 in the issue's simulation). So the design (the planned looks, alpha and the test) is
@@ -10,7 +10,7 @@ design is refused (exit 2, naming both), unless the user starts a new sequence e
 which the parent run records (NEW_SEQUENCE_TAG) and the report states. A budget is not part of the design:
 it only stops the sequence earlier, which the rule allows.
 
-A store written before designs were recorded has the design in its `looks.json` artifact (decide_loop.py):
+A store written before designs were recorded has the design in its `looks.json` artifact (orchestrator/decide_loop.py):
 the sequence resumes with that one and says so. `orchestrator report` judges the claims with the recorded
 design where the study file has no `decide:` section, so that the report gives the loop's verdicts.
 """
@@ -21,8 +21,8 @@ import json
 import time
 from typing import Any, Callable
 
-from .errors import UserInputError
-from .study import Decide
+from ..errors import UserInputError
+from ..study import Decide
 
 DESIGN_TAG = "decide.design"  # the parent run's tag: {"min_seeds", "max_seeds", "batch", "alpha"} as JSON (and
 # "shared_variance": true where set)
@@ -51,7 +51,7 @@ def same(a: Decide, b: Decide) -> bool:
 
 
 def _parent_tags(store: Any) -> tuple[str | None, dict[str, str]]:
-    from .tracking.store import ROLE_TAG
+    from ..tracking.store import ROLE_TAG
 
     runs = store.reader.runs(store.experiment_id, ROLE_TAG, "study")
     return (runs[0].info.run_id, dict(runs[0].data.tags)) if runs else (None, {})
