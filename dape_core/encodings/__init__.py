@@ -1,7 +1,8 @@
-"""The position encodings of docs/method.md §2, one file each: its record (`dape_core.registry.Encoding`:
-every fact about it that more than its module needs, which the config, the applicability rule, the fused path,
-the estimates and the reports read through the registry) and its torch module (the `rotate` /
-`bias(q_pos, k_pos)` hooks of `base.PositionEncoding`), defined when a model is first built.
+"""The position encodings of docs/method.md §2, each two files side by side: its record (`kerple.py`, a
+`dape_core.registry.Encoding`: every fact about it that more than its module needs, which the config, the
+applicability rule, the fused path, the estimates and the reports read through the registry) and its torch
+module (`kerple_torch.py`: the `rotate` / `bias(q_pos, k_pos)` hooks of `base.PositionEncoding`, classes at the
+top of the file), which the record's builder imports when a model is built.
 
 Importing this package registers the records, in the order a study's error message lists them in; it loads
 without torch (validating a study reads it). `base.py` (torch) builds a model's encodings from the records.

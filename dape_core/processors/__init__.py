@@ -1,6 +1,7 @@
-"""The score processors of docs/method.md §3–§4 and their forms: `dape.py` (DAPE and DAPE V2, one
-convolutional module: record and module in one file), `forms.py` (how a processor's output combines with S and
-B); `base.py` (torch) is the processors' common module and builds a layer's processor from its record.
+"""The score processors of docs/method.md §3–§4 and their forms: `dape.py` (DAPE and DAPE V2's records, one
+convolutional module: `dape_torch.py`, which the records' builder imports when a model is built), `forms.py`
+(how a processor's output combines with S and B); `base.py` (torch) is the processors' common module and
+builds a layer's processor from its record.
 
 Importing this package registers the records (`none`, the absence of a processor, too), in the order a study's
 error message lists them in; it loads without torch (validating a study reads it).
