@@ -1,9 +1,9 @@
 """The public API for adding a position encoding, a score processor or a processor form, as a built-in (a
 module under `dape_core/contrib/`) or as a study's plugin (a module the study names under `plugins:`);
 docs/extending.md is the guide. The records and the registry they go into are `dape_core/registry.py`'s; this
-module is the registry with the built-ins in it: importing it loads dape_core's own records (one file per
-component in `dape_core/encodings/` and `dape_core/processors/`), and `discover_contrib()` imports the modules
-of `dape_core/contrib/`, each registering its components as their owner.
+module is the registry with the built-ins in it: importing it loads dape_core's own records (a torch-free file
+per component in `dape_core/encodings/` and `dape_core/processors/`, its torch module beside it), and
+`discover_contrib()` imports the modules of `dape_core/contrib/`, each registering its components as their owner.
 
 A record carries: its settings (the `model:` fields it reads, and the new settings it declares, which a study
 gives under `model.options`), its builder (the torch module), its label in reports, its cost per score-map

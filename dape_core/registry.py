@@ -15,7 +15,7 @@ import difflib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 __all__ = [
     "ComponentError",
@@ -106,7 +106,30 @@ def _settings(values) -> tuple[Setting, ...]:
     return tuple(value if isinstance(value, Setting) else Setting(value, field=True) for value in values)
 
 
-class _Described:
+class _ByName:
+    """A registered record travels by its name: pickled (`torch.save(model)`, `ray.put`, a spawned worker: a
+    built module keeps its record as `facts`) as a reference to the record registered under that name, which
+    the process that unpickles it has registered too (importing the module's class registers a built-in's or
+    contrib's; a plugin is loaded there first, as a trial's process does). A record that is not the one
+    registered under its name is pickled whole. Copying gives the record itself: it describes a component and
+    does not change."""
+
+    name: str
+    _registry: ClassVar[str]  # its registry's key in `_REGISTRIES`
+
+    def __reduce_ex__(self, protocol):
+        if _REGISTRIES[self._registry].get(self.name) is self:
+            return registered, (self._registry, self.name)
+        return super().__reduce_ex__(protocol)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+class _Described(_ByName):
     """What encodings and processors share: their settings as names and as records, and their options."""
 
     declared: tuple[Setting, ...]
@@ -143,6 +166,8 @@ class Encoding(_Described):
     shared: one module for all layers (else one per layer, each with its own parameters).
     cost: per score-map entry (`ModelConfig -> Cost`; its parameters are `learned`'s), for the plan.
     """
+
+    _registry = "encoding"
 
     def __init__(self, name: str, label: str, kind: Literal["none", "rotary", "bias"],
                  build: Callable[..., Any] | None = None, *, toeplitz: bool = False, settings=(),
@@ -182,7 +207,7 @@ class Encoding(_Described):
 
 
 @dataclass(frozen=True)
-class Form:
+class Form(_ByName):
     """How a score processor's output combines with S and B (docs/method.md §3).
 
     parts: `(S, B) -> [tensors]`, the processor's input channels z, concatenated over the head axis.
@@ -202,6 +227,7 @@ class Form:
     fused_mode: int | None = None
     choice: bool = True
     owner: str = "built-in"
+    _registry: ClassVar[str] = "form"
 
     def check(self) -> None:
         if not callable(self.parts):
@@ -225,6 +251,8 @@ class Processor(_Described):
     causal: its row i reads no score of a later key unless `model.leak` is on (contract.py checks it); False: it
         reads later keys by design, so a model may use it only as a bidirectional encoder (`causal: false`).
     """
+
+    _registry = "processor"
 
     def __init__(self, name: str, label: str, build: Callable[..., Any] | None = None, *,
                  cost: Callable[..., Cost] | None = None, settings=(), unread: Callable[..., set] | None = None,
@@ -349,6 +377,16 @@ encodings: Registry[Encoding] = Registry("position encoding")
 processors: Registry[Processor] = Registry("score processor")
 forms: Registry[Form] = Registry("processor form")
 _owners: list[str] = []  # the plugin whose records are being registered (`registering_for`)
+_REGISTRIES: dict[str, Registry[Any]] = {"encoding": encodings, "processor": processors, "form": forms}
+
+
+def registered(kind: str, name: str):
+    """The record registered as `name` in `_REGISTRIES[kind]`: what an unpickled record is (`_ByName`)."""
+    record = _REGISTRIES[kind].get(name)
+    if record is None:
+        raise LookupError(f"no {_REGISTRIES[kind].kind} {name!r} is registered in this process: load the plugin "
+                          "that registers it (dape_core.plugins.load) before unpickling what uses it")
+    return record
 
 
 @contextmanager

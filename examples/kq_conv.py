@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from dape_core.components import Cost, Processor, Setting, register_processor
-from dape_core.processors.base import ScoreProcessor
+from dape_core.processors import ScoreProcessor
 
 
 class KQConv(ScoreProcessor):

@@ -3,7 +3,7 @@
 import pytest
 
 from dape_core import ExperimentConfig, ModelConfig, build_model
-from dape_core.processors.dape import modules as dape_modules
+from dape_core.processors.dape_torch import ConvScoreProcessor
 from orchestrator.planning.estimate import estimate, forward_flops_per_sequence, processor_in_channels
 
 FORMS = ["concat_residual", "concat", "add_residual", "bias_only"]
@@ -17,7 +17,7 @@ CASES = [(form, encoding) for form in FORMS for encoding in ("kerple", "alibi", 
 @pytest.mark.parametrize("form, encoding", CASES)
 def test_input_channels_are_those_of_the_built_processor(form, encoding):
     cfg = ModelConfig(preset="tiny", pos_encoding=encoding, processor="dapev2", form=form, kernel_size=3, d_dape=8)
-    built = next(m for m in build_model(cfg).modules() if isinstance(m, dape_modules().ConvScoreProcessor))
+    built = next(m for m in build_model(cfg).modules() if isinstance(m, ConvScoreProcessor))
     assert processor_in_channels(cfg) == built.conv_in.in_channels
     concatenated = form in ("concat_residual", "concat") and encoding in ("kerple", "alibi")
     expected = 2 * cfg.n_head if concatenated else cfg.n_head

@@ -72,3 +72,18 @@ def test_the_driver_of_an_evaluation_loads_no_torch():
             "from orchestrator.planning.estimate import evaluation_memory_bytes\n"
             "evaluation_memory_bytes(ModelConfig(preset='tiny', processor='dapev2'), 8, 4096)")
     assert "torch" not in _loaded(code)
+
+
+def test_the_documented_component_imports():
+    # docs/extending.md's imports, which plugins written against it use: the packages load without torch, and the
+    # classes a component derives from are imported from them on first use (with torch).
+    code = ("import dape_core.encodings, dape_core.processors\n"
+            "from dape_core.components import (Cost, Encoding, Form, Processor, Setting, register_encoding,\n"
+            "                                  register_form, register_processor, registering_for)")
+    assert _loaded(code) == "[]"
+    from dape_core.encodings import PositionEncoding
+    from dape_core.encodings.base import PositionEncoding as FromBase
+    from dape_core.processors import ScoreProcessor
+    from dape_core.processors.base import ScoreProcessor as FromItsBase
+
+    assert PositionEncoding is FromBase and ScoreProcessor is FromItsBase

@@ -7,14 +7,13 @@ import torch
 
 from dape_core import ModelConfig, build_model
 from dape_core.config import POS_ENCODINGS
-from dape_core.encodings import fire, kerple, rope, t5
-from dape_core.encodings.alibi import alibi_slopes
+from dape_core.encodings.alibi_torch import alibi_slopes
 from dape_core.encodings.base import build_position_encoding, build_position_encodings
-from dape_core.encodings.t5 import t5_causal_bucket
-
-FIRE, T5Bias = fire.modules().FIRE, t5.modules().T5Bias
-KerpleLog, KerplePower = kerple.modules().KerpleLog, kerple.modules().KerplePower
-RoPE, YaRN, RandomizedRoPE = rope.modules().RoPE, rope.modules().YaRN, rope.modules().RandomizedRoPE
+from dape_core.encodings.fire_torch import FIRE
+from dape_core.encodings.kerple_torch import KerpleLog, KerplePower
+from dape_core.encodings.rope_torch import RandomizedRoPE, RoPE, YaRN
+from dape_core.encodings.t5 import T5_BUCKETS, T5_MAX_DISTANCE
+from dape_core.encodings.t5_torch import T5Bias, t5_causal_bucket
 
 
 def _positions(n: int) -> torch.Tensor:
@@ -102,7 +101,7 @@ def test_fire_width_is_independent_of_d_dape():
 
 def test_t5_buckets():
     distance = torch.tensor([0, 1, 15, 16, 20, 32, 64, 127, 128, 5000])
-    buckets = t5_causal_bucket(distance).tolist()
+    buckets = t5_causal_bucket(distance, T5_BUCKETS, T5_MAX_DISTANCE).tolist()
     assert buckets[:3] == [0, 1, 15]  # exact below 16
     assert buckets[3] == 16 and buckets[-2:] == [31, 31]  # log-spaced from 16, capped at the last bucket
     assert buckets == sorted(buckets)

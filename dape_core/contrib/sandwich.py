@@ -18,7 +18,7 @@ import torch
 from pydantic import AfterValidator, Field
 
 from dape_core.components import Cost, Encoding, Setting, register_encoding
-from dape_core.encodings.alibi import alibi_slopes
+from dape_core.encodings.alibi_torch import alibi_slopes
 from dape_core.encodings.base import PositionEncoding
 
 

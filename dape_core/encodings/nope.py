@@ -1,25 +1,15 @@
-"""NoPE (docs/method.md §2): no position information but the causal mask."""
+"""NoPE (docs/method.md §2): no position information but the causal mask. The record; its torch module is
+`nope_torch.py`, imported when a model is built (the record loads without torch: validating a study reads it)."""
 
 from __future__ import annotations
-
-from functools import cache
-from types import SimpleNamespace
 
 from ..registry import Encoding
 
 
-@cache
-def modules() -> SimpleNamespace:
-    """The torch module (NoPE), defined the first time a model is built: the record
-    below loads without torch (validating a study reads it)."""
-    from torch import nn  # noqa: F401 (the modules' layers)
+def _build(cfg):
+    from .nope_torch import NoPE
 
-    from .base import PositionEncoding
-
-    class NoPE(PositionEncoding):
-        """Nothing but the causal mask."""
-
-    return SimpleNamespace(NoPE=NoPE)
+    return NoPE()
 
 
-NOPE = Encoding("nope", "NoPE", "none", lambda cfg: modules().NoPE())
+NOPE = Encoding("nope", "NoPE", "none", _build)
