@@ -54,6 +54,9 @@ def _summary(meta: dict, output: Path, seconds: float) -> None:
                   f"{meta['tokens']:,} {meta['dtype']} tokens, vocabulary {meta['vocab_size']}; {counts}")
     if meta["skipped_documents"]:
         console.print(f"{meta['skipped_documents']} empty document(s) skipped")
+    if split.get("duplicates_folded"):
+        console.print(f"{split['duplicates_folded']} document(s) repeat an earlier one's content and went to its "
+                      f"split ({split['duplicates_moved']} of them would have crossed splits by their name)")
     token_file = output / meta["token_file"]
     console.print(f"Wrote {token_file} ({meta['content']['bytes'] / 1e6:,.1f} MB), {token_file.stem}.meta.json, "
                   f"{token_file.stem}.docs.npy"

@@ -44,3 +44,14 @@ def test_bad_options_and_inputs_exit_2_naming_them(tmp_path):
     assert missing.exit_code == 2 and "does not exist" in missing.output and "Nothing was written" in missing.output
     unprepared = CliRunner().invoke(app, ["data", "verify", str(tmp_path / "nothing.bin")])
     assert unprepared.exit_code == 2 and "has no metadata" in unprepared.output
+
+
+def test_prepare_says_how_many_repeated_documents_followed_their_first_copy(tmp_path):
+    import planted_duplicates
+
+    planted_duplicates.plant(tmp_path / "corpus")
+    result = CliRunner().invoke(app, ["data", "prepare", str(tmp_path / "corpus"), "-o", str(tmp_path / "out"),
+                                      "--quiet", "--val-fraction", str(planted_duplicates.VAL_FRACTION)])
+    assert result.exit_code == 0, result.output
+    assert "4 document(s) repeat an earlier one's content and went to its split (4 of them would have crossed " \
+           "splits by their name)" in " ".join(result.output.split())

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import planted_duplicates
 import pytest
 from pydantic import ValidationError
 
@@ -142,6 +143,38 @@ def test_split_and_counts_in_the_metadata_match_the_file(tmp_path, texts):
     assert len(corpus.test) == layout["test"]["documents"] and corpus.content_hash == meta["content"]["sha256"][:16]
     for start, stop in corpus.documents["test"]:
         assert tokens[stop] == meta["eos_id"] and meta["eos_id"] not in tokens[start:stop]
+
+
+def test_identical_files_land_in_one_split_as_in_the_text_source(tmp_path):
+    """Issue 53: a copy of an earlier document follows it into its split, here as in `load_corpus`, also when
+    the documents are cut into pieces (whose split is known only at the last one), and the BPE trainer reads
+    no held-out copy."""
+    from dape_core.data.inputs import expand_inputs
+    from dape_core.data.prepare import _training_texts
+    from dape_core.data.progress import NoProgress
+
+    expected = planted_duplicates.plant(tmp_path / "corpus")
+    val = planted_duplicates.VAL_FRACTION
+    meta = _prepare([tmp_path / "corpus"], tmp_path / "out", val_fraction=val, max_piece_bytes=1024, workers=1)
+    tokens = np.fromfile(tmp_path / "out" / "tokens.bin", dtype=meta["dtype"])
+    layout = meta["split"]
+    found = {split: [p.decode() for p in tokens[layout[split]["start"]:layout[split]["end"]].astype(np.uint8)
+                     .tobytes().split(b"\x00") if p] for split in ("train", "validation", "test")}
+    for content, first_split in expected.items():
+        assert found[first_split].count(content) == 3
+        assert all(content not in docs for split, docs in found.items() if split != first_split)
+    assert layout["duplicates_folded"] == layout["duplicates_moved"] == 4
+    in_memory = load_corpus(DataConfig(source="text", path=str(tmp_path / "corpus"), val_fraction=val))
+    for split, docs in found.items():  # one rule: the same documents in each split
+        assert sorted(docs) == sorted(d.tobytes().decode() for d in in_memory.split(split))
+    read = load_corpus(DataConfig(source="tokens", path=str(tmp_path / "out" / "tokens.bin"), val_fraction=val))
+    assert read.record["duplicates_folded"] == 4
+    cfg = PrepareConfig(inputs=[str(tmp_path / "corpus")], val_fraction=val, max_piece_bytes=1024)
+    used = {"bytes": 0, "documents": 0}
+    trained_on = "".join(_training_texts(cfg, expand_inputs(cfg.inputs, None, "auto"), NoProgress(), used))
+    held_out, trained = (c for c, split in sorted(expected.items(), key=lambda item: item[1] != "validation"))
+    assert held_out not in trained_on and trained_on.count(trained) == 3
+    assert used["documents"] == len(found["train"])
 
 
 def _split_texts(part: np.ndarray) -> set[str]:

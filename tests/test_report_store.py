@@ -72,3 +72,43 @@ def test_a_report_built_from_another_store_leaves_the_projects_report_unchanged(
     assert "L=128" in theirs and str(copy / "mlflow.db") in theirs  # the copy's report names the copy's store
     mine = (own / "report.md").read_text()
     assert "L=128" not in mine and str(project / "mlruns" / "mlflow.db") in mine
+
+
+@pytest.mark.timeout(300)
+def test_a_copied_projects_report_names_the_store_it_was_copied_to(tmp_path, capsys, monkeypatch):
+    """Issue 53: `report` in a copied project printed the report's path but kept the report, whose inputs were
+    unchanged, so it still named the original's store. Where the store is belongs to the report's inputs."""
+    import synthetic_store
+
+    from orchestrator import parse_study
+
+    project = tmp_path / "project"
+    (project / "studies").mkdir(parents=True)
+    spec = {"name": "moved", "seeds": [0, 1],
+            "base": {"model": {"preset": "tiny", "pos_encoding": "kerple"}, "data": {"max_files": 10},
+                     "train": {"steps": 3, "batch_size": 4, "seq_len": 32},
+                     "eval": {"lengths": [32, 64], "tail_tokens": 16, "n_windows": 2}},
+            "variants": [{"label": "Kerple", "baseline": True, "set": {"model.processor": "none"}},
+                         {"label": "DAPE", "set": {"model.processor": "dapev2"}}]}
+    study = project / "studies" / "moved.yaml"
+    study.write_text(yaml.safe_dump(spec, sort_keys=False))
+    (project / "mlruns").mkdir()
+    synthetic_store.write_store(parse_study(spec), f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)  # elsewhere: the project folder (and its store) comes from the study file
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    code, output = run_cli(capsys, "report", study)
+    assert code == 0, output
+    original = (project / "reports" / "moved" / "report.md").read_text()
+    assert str(project / "mlruns" / "mlflow.db") in original
+    code, output = run_cli(capsys, "report", study)  # nothing changed: kept as it is
+    assert code == 0 and (project / "reports" / "moved" / "report.md").read_text() == original
+
+    copy = tmp_path / "copied"
+    shutil.copytree(project, copy)
+    code, output = run_cli(capsys, "report", copy / "studies" / "moved.yaml")
+    assert code == 0, output
+    assert f"Report: {copy / 'reports' / 'moved' / 'report.html'}" in output
+    for name in ("report.md", "report.html"):
+        theirs = (copy / "reports" / "moved" / name).read_text()
+        assert str(copy / "mlruns" / "mlflow.db") in theirs and str(project / "mlruns") not in theirs, name
+    assert (project / "reports" / "moved" / "report.md").read_text() == original

@@ -23,7 +23,7 @@ import numpy as np
 from .config import DataConfig
 from .prepared import check_prepared, prepared_spans
 from .sources import documents_hash, open_token_file, read_documents, token_file_hash
-from .splits import SPLITS, TEST, TRAIN, VALIDATION, chunk_spans, chunk_splits, document_split
+from .splits import SPLITS, TEST, TRAIN, VALIDATION, DocumentSplitter, chunk_spans, chunk_splits, content_digest
 from .token_meta import metadata_path, read_metadata
 from .tokenization import ByteTokenizer, load_tokenizer
 
@@ -73,9 +73,12 @@ def _document_corpus(cfg: DataConfig) -> Corpus:
         hasher.update(b"tokenizer:" + tokenizer.fingerprint.encode())
     encoded = tokenizer.encode_documents([content for _, content in documents])
     by_split: dict[str, list[np.ndarray]] = {name: [] for name in SPLITS}
-    for (key, _), ids in zip(documents, encoded):
+    splitter = DocumentSplitter(cfg.split_seed, cfg.val_fraction, cfg.test_fraction)
+    for (key, content), ids in zip(documents, encoded):
         if len(ids):
-            by_split[document_split(key, cfg.split_seed, cfg.val_fraction, cfg.test_fraction)].append(ids)
+            by_split[splitter.assign(key, content_digest(content))].append(ids)
+    if splitter.moved:  # the key rule alone would have split this corpus otherwise: another data version
+        hasher.update(b"splits:duplicates-follow-content")
     if not any(by_split.values()):
         raise ValueError(f"data source {cfg.source!r} ({cfg.path or 'stdlib'}): every document is empty")
     dtype = np.uint8 if isinstance(tokenizer, ByteTokenizer) else tokenizer.dtype
@@ -92,7 +95,8 @@ def _document_corpus(cfg: DataConfig) -> Corpus:
             offset += len(ids) + len(separator)
         regions[name] = [(start, offset)] if offset > start else []
     tokens = np.concatenate(pieces).astype(dtype, copy=False)
-    record = {"tokenizer": tokenizer.name, "documents": {name: len(docs[name]) for name in SPLITS}}
+    record = {"tokenizer": tokenizer.name, "documents": {name: len(docs[name]) for name in SPLITS},
+              **splitter.record()}
     return Corpus(tokens=tokens, documents=docs, regions=regions, content_hash=hasher.hexdigest()[:16],
                   vocab_size=tokenizer.vocab_size, record=record)
 
@@ -130,6 +134,9 @@ def _prepared_corpus(cfg: DataConfig, path: Path, meta: dict) -> Corpus:
     record = {"tokenizer": cfg.tokenizer, "metadata": metadata_path(path).name,
               "documents": {split: meta["split"][split]["documents"] for split in SPLITS},
               "sha256": meta["content"]["sha256"]}
+    for name in ("duplicates_folded", "duplicates_moved"):  # absent from files prepared before the rule
+        if name in meta["split"]:
+            record[name] = meta["split"][name]
     return Corpus(tokens=open_token_file(cfg), documents=documents, regions=regions,
                   content_hash=meta["content"]["sha256"][:16], vocab_size=meta["vocab_size"], record=record,
                   ids_checked=True)

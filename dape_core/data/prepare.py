@@ -7,7 +7,8 @@ Output folder (`output`, default `data/paper`, what the studies' `paper` profile
 - `tokens.bin`: every document's ids followed by the end-of-text token, training documents first, then
   validation, then test (uint16 when the vocabulary fits, else uint32);
 - `tokens.meta.json`: tokenizer and its sha256, vocabulary, dtype, end-of-text token, largest id, token and
-  document counts, the split (seeded by document key, as the in-memory `text` source splits), the file's
+  document counts, the split (seeded by document key, a repeated document following the first, as the
+  in-memory `text` source splits) with the count of repeated documents, the file's
   sha256 and the cheap fingerprint a trial re-checks (see `token_meta`);
 - `tokens.docs.npy`: [start, end) of every held-out document (evaluation windows never cross one);
 - `tokenizer.json`: the tokenizer used (a copy of the one given, or the BPE trained here).
@@ -39,7 +40,7 @@ from .bpe import BYTE_ALPHABET, train_bpe
 from .inputs import Source, expand_inputs, read_pieces
 from .parallel import ordered_map
 from .progress import NoProgress, Progress
-from .splits import TEST, TRAIN, VALIDATION, document_split
+from .splits import TEST, TRAIN, VALIDATION, DocumentSplitter, content_hasher
 from .token_meta import DOCS_SUFFIX, FORMAT, META_SUFFIX, fingerprint, full_sha256, metadata_path, write_json_atomically
 from .token_writer import SplitWriter
 from .tokenization import load_tokenizer
@@ -129,8 +130,8 @@ def _encode(texts: list[bytes]) -> tuple[np.ndarray, np.ndarray, int]:
 
 # Driver side ----------------------------------------------------------------------------------------------
 
-def _split_of(cfg: PrepareConfig, key: str) -> str:
-    return document_split(key, cfg.split_seed, cfg.val_fraction, cfg.test_fraction)
+def _splitter(cfg: PrepareConfig) -> DocumentSplitter:
+    return DocumentSplitter(cfg.split_seed, cfg.val_fraction, cfg.test_fraction)
 
 
 def _pieces(cfg: PrepareConfig, sources: list[Source]):
@@ -138,11 +139,27 @@ def _pieces(cfg: PrepareConfig, sources: list[Source]):
                        max_piece_bytes=cfg.max_piece_bytes)
 
 
-def _batches(cfg: PrepareConfig, sources: list[Source]) -> Iterator[tuple[list, list[bytes]]]:
+def _split_pieces(cfg: PrepareConfig, sources: list[Source], splitter: DocumentSplitter) -> Iterator[tuple]:
+    """(piece, split) in corpus order. A document's split is known at its last piece (`splitter` compares
+    whole contents), so the earlier pieces of a document cut into several carry None."""
+    hasher, size = content_hasher(), 0
+    for piece in _pieces(cfg, sources):
+        hasher.update(piece.text)
+        size += len(piece.text)
+        if not piece.last:
+            yield piece, None
+            continue
+        split = splitter.assign(piece.key, hasher.digest()[:16]) if size else splitter.by_key(piece.key)
+        hasher, size = content_hasher(), 0
+        yield piece, split
+
+
+def _batches(cfg: PrepareConfig, sources: list[Source], splitter: DocumentSplitter) \
+        -> Iterator[tuple[list, list[bytes]]]:
     """([(split, last, advance, bytes)], [text]) per about `batch_bytes` of text."""
     tags, texts, size = [], [], 0
-    for piece in _pieces(cfg, sources):
-        tags.append((_split_of(cfg, piece.key), piece.last, piece.advance, len(piece.text)))
+    for piece, split in _split_pieces(cfg, sources, splitter):
+        tags.append((split, piece.last, piece.advance, len(piece.text)))
         texts.append(piece.text)
         size += len(piece.text)
         if size >= cfg.batch_bytes:
@@ -153,14 +170,22 @@ def _batches(cfg: PrepareConfig, sources: list[Source]) -> Iterator[tuple[list, 
 
 
 def _training_texts(cfg: PrepareConfig, sources: list[Source], progress: Progress, used: dict) -> Iterator[str]:
-    """Training-split text for the BPE trainer, up to `tokenizer_train_bytes`, in corpus order."""
-    for piece in _pieces(cfg, sources):
+    """Training-split text for the BPE trainer, up to `tokenizer_train_bytes`, in corpus order. A document's
+    split is known at its last piece: its pieces wait until then (at most the bytes still wanted)."""
+    waiting: list[bytes] = []
+    for piece, split in _split_pieces(cfg, sources, _splitter(cfg)):
         progress.advance(piece.advance)
-        if _split_of(cfg, piece.key) != TRAIN or not piece.text:
+        if piece.text and used["bytes"] + sum(map(len, waiting)) < cfg.tokenizer_train_bytes:
+            waiting.append(piece.text)
+        if split is None:
             continue
-        used["bytes"] += len(piece.text)
-        used["documents"] += piece.last
-        yield piece.text.decode("utf-8", errors="replace")
+        texts, waiting = waiting, []
+        if split != TRAIN or not texts:
+            continue
+        used["documents"] += 1
+        for text in texts:
+            used["bytes"] += len(text)
+            yield text.decode("utf-8", errors="replace")
         if used["bytes"] >= cfg.tokenizer_train_bytes:
             return
 
@@ -184,14 +209,14 @@ def _tokenizer(cfg: PrepareConfig, sources: list[Source], folder: Path, progress
     return str(path), {**record, "file": TOKENIZER_FILE, "sha256": full_sha256(path)}
 
 
-def _tokenize(cfg: PrepareConfig, sources: list[Source], writer: SplitWriter, spec: str, dtype: np.dtype,
-              progress: Progress) -> int:
+def _tokenize(cfg: PrepareConfig, sources: list[Source], writer: SplitWriter, splitter: DocumentSplitter,
+              spec: str, dtype: np.dtype, progress: Progress) -> int:
     """Stream every document through the workers into the writer; returns the bytes of text read."""
     workers = _workers(cfg, spec)
     progress.stage(f"tokenizing ({workers} process{'es' if workers > 1 else ''})",
                    sum(s.disk_bytes for s in sources))
     text_bytes = 0
-    results = ordered_map(_encode, _batches(cfg, sources), workers, _init_worker,
+    results = ordered_map(_encode, _batches(cfg, sources, splitter), workers, _init_worker,
                           (spec, cfg.eos_token, dtype.name, workers > 1))
     for tags, (flat, lengths, max_id) in results:
         ends = np.cumsum(lengths)
@@ -214,7 +239,7 @@ def _check_splits(cfg: PrepareConfig, writer: SplitWriter) -> None:
 
 
 def _metadata(cfg: PrepareConfig, sources: list[Source], tokenizer, record: dict, dtype, writer: SplitWriter,
-              finished: dict, folder: Path, text_bytes: int, seconds: float) -> dict:
+              finished: dict, folder: Path, text_bytes: int, seconds: float, splitter: DocumentSplitter) -> dict:
     layout = finished["layout"]
     tokens = sum(entry["tokens"] for entry in layout.values())
     docs_file = folder / (Path(TOKEN_FILE).stem + DOCS_SUFFIX)
@@ -228,7 +253,7 @@ def _metadata(cfg: PrepareConfig, sources: list[Source], tokenizer, record: dict
         "tokens": tokens, "documents": sum(writer.documents.values()), "skipped_documents": writer.skipped,
         "text_bytes": text_bytes,
         "split": {"seed": cfg.split_seed, "val_fraction": cfg.val_fraction, "test_fraction": cfg.test_fraction,
-                  **layout},
+                  **splitter.record(), **layout},
         "content": fingerprint(folder / TOKEN_FILE, finished["sha256"]),
         "documents_file": {"file": docs_file.name, **fingerprint(docs_file, full_sha256(docs_file))},
         "inputs": [str(Path(spec).expanduser().resolve()) for spec in cfg.inputs], "input_files": len(sources),
@@ -267,14 +292,15 @@ def _prepare_into(cfg: PrepareConfig, sources: list[Source], folder: Path, out: 
     tokenizer = load_tokenizer(spec, cfg.eos_token)
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= UINT16_VOCABULARY else np.uint32)
     writer = SplitWriter(folder, dtype, tokenizer.eos_id)
+    splitter = _splitter(cfg)
     try:
-        text_bytes = _tokenize(cfg, sources, writer, spec, dtype, progress)
+        text_bytes = _tokenize(cfg, sources, writer, splitter, spec, dtype, progress)
     finally:
         writer.close()
     _check_splits(cfg, writer)
     finished = writer.finish(folder / TOKEN_FILE, folder / (Path(TOKEN_FILE).stem + DOCS_SUFFIX))
     meta = _metadata(cfg, sources, tokenizer, record, dtype, writer, finished, folder, text_bytes,
-                     time.perf_counter() - started)
+                     time.perf_counter() - started, splitter)
     write_json_atomically(folder / (Path(TOKEN_FILE).stem + META_SUFFIX), meta)
     _publish(folder, out, record["file"] is not None)
     return meta

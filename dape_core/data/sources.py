@@ -1,7 +1,8 @@
 """Where raw data comes from: documents of text (stdlib, text files, a saved HF dataset) or a token file.
 
 Document sources return `(key, bytes)` pairs; the key (a relative path, `path#i` for a file split on a
-separator, or a row index) decides the document's split, so adding files does not reshuffle the others.
+separator, or a row index) decides the document's split, so adding files does not reshuffle the others
+(except that a document repeating an earlier one's content follows that one: splits.py).
 A token file is memory-mapped and never read whole: a 100 GB file costs no RAM.
 """
 

@@ -1,8 +1,10 @@
 """Writes tokenized documents into one token file, grouped by split, with bounded memory.
 
-Documents arrive in corpus order with their split already decided. Training documents go straight into
-what becomes the token file, held-out ones into side files (a few percent of the corpus); `finish` appends
-validation then test, so each split is one contiguous run of the file and the split is three spans. Each
+Documents arrive in corpus order with their split decided (a document cut into pieces learns it at its
+last piece, decided by its whole content: the pieces before wait in a spill file, on disk). Training
+documents go straight into what becomes the token file, held-out ones into side files (a few percent of the
+corpus); `finish` appends validation then test, so each split is one contiguous run of the file and the
+split is three spans. Each
 document is followed by the end-of-text token (when the tokenizer has one). The spans of held-out documents
 (evaluation windows never cross a document) go to a small index; the file's sha256 is computed while it is
 written, so the full hash costs no second pass.
@@ -35,16 +37,41 @@ class SplitWriter:
         self.max_id = -1
         self._hash = hashlib.sha256()  # of the train part: the head of the final file
         self._open: tuple[str, int] | None = None  # (split, start) of the document being written
+        self._spill: Any = None  # pieces of a document whose split is not known yet
 
-    def write(self, split: str, tokens: np.ndarray, last: bool, max_id: int = -1) -> None:
-        """One piece of a document; `last` closes the document."""
+    def write(self, split: str | None, tokens: np.ndarray, last: bool, max_id: int = -1) -> None:
+        """One piece of a document; `last` closes the document. A document's split may be known only at its
+        last piece (it is decided by the whole content): earlier pieces with split None wait in a spill file
+        and follow the last one into its split."""
+        data = tokens.astype(self.dtype, copy=False).tobytes() if len(tokens) else b""
+        if len(tokens):
+            self.max_id = max(self.max_id, max_id)
+        if split is None:
+            assert not last and self._open is None, "a document's split is named by its last piece at the latest"
+            self._waiting().write(data)
+            return
         if self._open is None:
             self._open = (split, self.length[split])
-        if len(tokens):
-            self._append(split, tokens.astype(self.dtype, copy=False).tobytes())
-            self.max_id = max(self.max_id, max_id)
+            self._release_waiting(split)
+        if data:
+            self._append(split, data)
         if last:
             self._close_document()
+
+    def _waiting(self):
+        if self._spill is None:
+            self._spill = (self.folder / "waiting.part").open("w+b")
+        return self._spill
+
+    def _release_waiting(self, split: str) -> None:
+        """The pieces held back for the document now known to belong to `split`, appended to it."""
+        if self._spill is None or not self._spill.tell():
+            return
+        self._spill.seek(0)
+        for block in iter(lambda: self._spill.read(COPY_BLOCK), b""):
+            self._append(split, block)
+        self._spill.seek(0)
+        self._spill.truncate()
 
     def _append(self, split: str, data: bytes) -> None:
         self.files[split].write(data)
@@ -104,5 +131,5 @@ class SplitWriter:
         part.unlink()
 
     def close(self) -> None:
-        for handle in (*self.files.values(), *self.spans.values()):
+        for handle in (*self.files.values(), *self.spans.values(), *([self._spill] if self._spill else [])):
             handle.close()  # closing twice is harmless

@@ -82,7 +82,8 @@ def _build(context: RunContext, folder: Path, value: ValueChoice, attach: bool, 
     study, store, study_path = context.study, context.store, context.study_path
     frame = study_results(store, study, value, context.rows)
     trials, outside = frame[frame["in_study"]], frame[~frame["in_study"]]
-    inputs = fingerprint.of_inputs(study, frame, value, code_fingerprint(study.plugin_payloads()).digest)
+    inputs = fingerprint.of_inputs(study, frame, value, code_fingerprint(study.plugin_payloads()).digest,
+                                   f"{store.tracking_uri} (experiment {store.experiment_id})")
     kept = None if study.search.sampled or rebuild else fingerprint.unchanged(folder, inputs)
     if kept is not None:  # the same inputs, the same code: the report on disk is this report
         return _kept(context, folder, value, trials, outside, kept, attach)

@@ -1,12 +1,13 @@
 """Whether a report on disk is already the report of its inputs: a finished study run again with nothing
 changed must not redraw hundreds of panels. The fingerprint (report.fingerprint.json beside report.md) is a
-hash of everything a report is made of: the study as parsed (`Study.model_dump`), the value chosen
-(final/best/step), the current code's fingerprint (study/code_identity.py: the setup says when the trials'
-is another), the results frame (every trial's run id, status, config, swept values and metrics: a rerun
-trial or a new trial changes it) and the source of the code that draws the report (orchestrator/
-reporting/*.py); with it, the figures' names and captions, the files written, the summary the command line
-prints, and whether the folder was attached to the study's parent run. A report is kept when the fingerprint
-matches and all its files are there.
+hash of everything a report is made of: where its store is (the tracking URI and experiment the report
+names: in a project copied elsewhere, or beside a moved store, the report is built again), the study as
+parsed (`Study.model_dump`), the value chosen (final/best/step), the current code's fingerprint (study/
+code_identity.py: the setup says when the trials' is another), the results frame (every trial's run id,
+status, config, swept values and metrics: a rerun trial or a new trial changes it) and the source of the
+code that draws the report (orchestrator/reporting/*.py); with it, the figures' names and captions, the
+files written, the summary the command line prints, and whether the folder was attached to the study's
+parent run. A report is kept when the fingerprint matches and all its files are there.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ def _code() -> str:
     return digest.hexdigest()
 
 
-def of_inputs(study, frame: pd.DataFrame, value, current_code: str = "") -> str:
+def of_inputs(study, frame: pd.DataFrame, value, current_code: str = "", store: str = "") -> str:
     """`current_code`: the code fingerprint of the checkout building it (the setup says where the trials' is
-    another)."""
+    another); `store`: where the store it reads is, as the report names it (tracking URI, experiment)."""
     digest = hashlib.sha256(current_code.encode())
+    digest.update(b"store:" + store.encode() + b"\x00")
     digest.update(json.dumps(study.model_dump(mode="json"), sort_keys=True, default=str).encode())
     digest.update(repr(value).encode())
     digest.update(repr(study._profile).encode())  # noqa: SLF001  which profile's published values it shows
