@@ -98,13 +98,13 @@ def math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig, encoding: PositionEncoding):
+    def __init__(self, cfg: ModelConfig, encoding: PositionEncoding, layer: int = 0, seed: int | None = None):
         super().__init__()
         self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.pos = encoding
-        self.processor: ScoreProcessor | None = build_processor(cfg, encoding.has_bias)
+        self.processor: ScoreProcessor | None = build_processor(cfg, encoding.has_bias, layer, seed)
         self.processor_cost = cfg.processor_facts.cost(cfg)  # per score entry (its record), for the block budget
         self.train_block_rows = cfg.attention_block_size
         self.eval_block_rows = cfg.eval_block_size

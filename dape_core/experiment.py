@@ -172,7 +172,7 @@ def _run_lm_experiment(cfg: ExperimentConfig, callback, checkpoints: CheckpointS
     windows = protocol_windows(cfg, corpus)
     stream = TrainStream(corpus.stream_regions(), seq_len, seed=cfg.train.seed, rank=world.rank,
                          world_size=world.size)
-    build = functools.partial(build_model, cfg.model)
+    build = functools.partial(build_model, cfg.model, seed=cfg.train.seed)
     model = parallelize(build().to(device), cfg.distributed, world, precision)
 
     reset_peak_memory(device)

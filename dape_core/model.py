@@ -16,13 +16,14 @@ from torch.nn import functional as F
 from .attention import CausalSelfAttention
 from .config import ModelConfig
 from .encodings.base import PositionEncoding, build_position_encodings
+from .random_streams import generator, model_seed
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, encoding: PositionEncoding):
+    def __init__(self, cfg: ModelConfig, encoding: PositionEncoding, layer: int = 0, seed: int | None = None):
         super().__init__()
         self.ln_attn = nn.LayerNorm(cfg.d_model)
-        self.attn = CausalSelfAttention(cfg, encoding)
+        self.attn = CausalSelfAttention(cfg, encoding, layer, seed)
         self.ln_mlp = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(
             nn.Linear(cfg.d_model, cfg.mlp_ratio * cfg.d_model),
@@ -38,32 +39,42 @@ class Block(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """`model(tokens)` -> logits `[B, T, vocab]`; `model(tokens, targets)` -> `(logits, loss)`."""
+    """`model(tokens)` -> logits `[B, T, vocab]`; `model(tokens, targets)` -> `(logits, loss)`.
 
-    def __init__(self, cfg: ModelConfig):
+    Built at `seed` (default: the seed PyTorch's global generator was last given), every initial weight comes
+    from a stream keyed by the seed and by what the weight is (`dape_core/random_streams.py`): two variants
+    built at one seed start from the same network wherever they share a parameter, whatever encodings,
+    processors or plugins either adds; building draws nothing from the global generator."""
+
+    def __init__(self, cfg: ModelConfig, seed: int | None = None):
         super().__init__()
         self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg, encoding) for encoding in build_position_encodings(cfg))
-        self.ln_final = nn.LayerNorm(cfg.d_model)
-        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self._init_weights(self)
+        seed = model_seed(seed)
+        with torch.random.fork_rng(devices=[]):  # the modules' default inits, all overwritten or keyed below
+            self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+            encodings = build_position_encodings(cfg, seed)
+            self.blocks = nn.ModuleList(Block(cfg, encoding, layer, seed) for layer, encoding in enumerate(encodings))
+            self.ln_final = nn.LayerNorm(cfg.d_model)
+            self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self._init_weights(self, seed)
 
     @classmethod
-    def _init_weights(cls, module: nn.Module) -> None:
-        """GPT-2 style init (N(0, 0.02), zero biases) for the transformer's linear layers and embeddings.
-        Position encodings (FIRE's MLP, T5's table) keep their own init and the processor's convolutions
-        PyTorch's default (docs/method.md §3), so the walk stops at encodings."""
+    def _init_weights(cls, module: nn.Module, seed: int, name: str = "") -> None:
+        """GPT-2 style init (N(0, 0.02), zero biases) for the transformer's linear layers and embeddings, each
+        weight from the stream of its parameter's name at `seed`. Position encodings (FIRE's MLP, T5's table)
+        keep their own init and the processor's convolutions PyTorch's default (docs/method.md §3), each drawn
+        from its component's stream when it was built, so the walk stops at encodings."""
         if isinstance(module, PositionEncoding):
             return
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, std=0.02)
-        for child in module.children():
-            cls._init_weights(child)
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            key = f"{name}.weight"
+            with torch.no_grad():
+                module.weight.copy_(0.02 * torch.randn(module.weight.shape, generator=generator(seed, "base", key)))
+            bias = getattr(module, "bias", None)
+            if isinstance(bias, torch.Tensor):
+                nn.init.zeros_(bias)
+        for child_name, child in module.named_children():
+            cls._init_weights(child, seed, f"{name}.{child_name}" if name else child_name)
 
     def num_parameters(self) -> int:
         """Parameters of the built model, shared ones (T5's table) counted once; equals
@@ -95,5 +106,6 @@ class CausalLM(nn.Module):
         return logits, loss
 
 
-def build_model(cfg: ModelConfig) -> CausalLM:
-    return CausalLM(cfg)
+def build_model(cfg: ModelConfig, seed: int | None = None) -> CausalLM:
+    """The model of `cfg`, initialised at `seed` (default: the global generator's seed; see `CausalLM`)."""
+    return CausalLM(cfg, seed)

@@ -209,7 +209,7 @@ def run_che(cfg: CheConfig, model_cfg: ModelConfig | None = None, train_cfg: Tra
     device = resolve_device(train_cfg.device)
     precision = resolve_precision(train_cfg.precision, device)
     torch.manual_seed(train_cfg.seed)
-    model = build_model(cfg.model_config(model_cfg or ModelConfig())).to(device)
+    model = build_model(cfg.model_config(model_cfg or ModelConfig()), seed=train_cfg.seed).to(device)
     validate = _validation(model, cfg, train_cfg.seed + 2_000_003, device, precision) if train_cfg.eval_every else None
     trained = train(model, TaskBatches(cfg, train_cfg.seed), train_cfg, callback, loss=task_loss(cfg),
                     precision=precision, validate=validate, checkpoints=checkpoints,

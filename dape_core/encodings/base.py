@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..random_streams import component_stream, model_seed
 from ..registry import Encoding, LayerConfig
 
 
@@ -65,15 +66,23 @@ class PositionEncoding(nn.Module):
         return None
 
 
-def build_position_encodings(cfg: LayerConfig) -> list[PositionEncoding]:
+def build_position_encodings(cfg: LayerConfig, seed: int | None = None) -> list[PositionEncoding]:
     """One encoding per layer. Learnable encodings (Kerple, FIRE) have per-layer parameters, as in the
-    authors' code; T5's table is one module shared by all layers (docs/method.md §2)."""
+    authors' code; T5's table is one module shared by all layers (docs/method.md §2). Each is built from its
+    own random stream: the seed, the encoding's name and the layer, or "shared" (dape_core/random_streams.py)."""
     facts = cfg.encoding  # its record builds it (dape_core/encodings.py, contrib or a plugin)
-    assert facts.build is not None, "a registered encoding has its builder (Encoding.check)"
+    build = facts.build
+    assert build is not None, "a registered encoding has its builder (Encoding.check)"
+    seed = model_seed(seed)
+
+    def built(layer: int | str) -> PositionEncoding:
+        with component_stream(seed, "encoding", facts.name, layer):
+            return build(cfg)
+
     if facts.shared:
-        encodings = [facts.build(cfg)] * cfg.n_layer
+        encodings = [built("shared")] * cfg.n_layer
     else:
-        encodings = [facts.build(cfg) for _ in range(cfg.n_layer)]
+        encodings = [built(layer) for layer in range(cfg.n_layer)]
     for encoding in encodings:
         encoding.facts = facts
         encoding.symmetric = not cfg.causal

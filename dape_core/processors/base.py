@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from ..random_streams import component_stream, model_seed
 from ..registry import LayerConfig
 
 
@@ -29,11 +30,13 @@ class ScoreProcessor(nn.Module):
         raise NotImplementedError
 
 
-def build_processor(cfg: LayerConfig, has_bias: bool) -> ScoreProcessor | None:
-    """The layer's processor, built by its record (None without one); the module keeps its record as `facts`."""
+def build_processor(cfg: LayerConfig, has_bias: bool, layer: int = 0, seed: int | None = None) -> ScoreProcessor | None:
+    """The layer's processor, built by its record (None without one) from its own random stream (the seed, the
+    processor's name and the layer: dape_core/random_streams.py); the module keeps its record as `facts`."""
     facts = cfg.processor_facts
     if facts.build is None:  # `none`: no processor (what Processor.present reads)
         return None
-    processor = facts.build(cfg, has_bias)
+    with component_stream(model_seed(seed), "processor", facts.name, layer):
+        processor = facts.build(cfg, has_bias)
     processor.facts = facts
     return processor
