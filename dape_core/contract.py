@@ -359,7 +359,7 @@ def measured_macs(small: ModelConfig) -> tuple[float, float]:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from .processors.score_conv import convolutions
+    from .processors.base import convolutions
 
     model = _build(small, 0).eval()
     layer = _layers(model)[0]

@@ -16,6 +16,7 @@ from test_plugins import registry_restored  # noqa: F401 - the plugins each test
 from orchestrator.study.code_identity import (
     CodeFingerprint,
     changed_files,
+    changed_within,
     code_fingerprint,
     forget_cached,
     normalised_hash,
@@ -242,12 +243,12 @@ def test_diff_marks_the_cell_a_code_change_moved_and_not_the_unchanged_one(tmp_p
     code, output = run_cli(capsys, "run", study, "--local", *store)
     assert code == 0, output
     with sqlite3.connect(db) as connection:
-        (old,) = connection.execute("SELECT DISTINCT value FROM tags WHERE key = 'orchestrator.code_fingerprint' "
+        (old,) = connection.execute("SELECT DISTINCT value FROM tags WHERE key = 'orchestrator.library_fingerprint' "
                                     "AND run_uuid IN (SELECT run_uuid FROM tags WHERE key = 'orchestrator.role' "
                                     "AND value = 'trial')").fetchall()
     (tmp_path / "scaled.py").write_text(SCALED.replace("bias * self.weight", "bias * self.weight * 1000"))
     code, output = run_cli(capsys, "run", study, "--local", "--retrain-stale", *store)
-    assert code == 0 and "0 trial(s) reused, 10 run" in output, output
+    assert code == 0 and "5 trial(s) reused, 5 run" in output, output  # the plugin's trials only (issue 53)
 
     code, output = run_cli(capsys, "diff", study, "--against", old[0], *store)
     assert code == 0, output
@@ -353,3 +354,65 @@ def test_file_hashes_are_kept_between_processes_by_the_bytes_hash(tmp_path, monk
         forget_cached()
         assert code_fingerprint(root=library) == computed
     forget_cached()
+
+
+def _copied_library(tmp_path: Path) -> Path:
+    import shutil
+
+    root = Path(__import__("dape_core").__file__).parent
+    copy = tmp_path / "copy" / "dape_core"  # its files named as the installed library's
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+KERPLE = {"model": {"pos_encoding": "kerple", "processor": "none", "form": "concat_residual"}}
+DAPE = {"model": {"pos_encoding": "kerple", "processor": "dapev2", "form": "concat_residual"}}
+ALIBI_DAPE = {"model": {"pos_encoding": "alibi", "processor": "dape", "form": "add_residual"}}
+
+
+def test_a_trial_s_code_is_the_core_and_its_own_components_from_the_import_graph(tmp_path):
+    """Issue 53: a processor's edit (score_conv.py's LeakyReLU slope) changes the code of the trials that build
+    the processor only; an edit to the core (attention.py) changes every trial's; a comment none."""
+    copy = _copied_library(tmp_path)
+    forget_cached()
+    before = code_fingerprint(root=copy)
+    kerple = before.for_trial(KERPLE)
+    assert "dape_core/attention.py" in kerple.files and "dape_core/encodings/kerple_torch.py" in kerple.files
+    assert not {"dape_core/processors/score_conv.py", "dape_core/processors/dape_torch.py",
+                "dape_core/encodings/alibi_torch.py"} & set(kerple.files)
+    assert "dape_core/processors/score_conv.py" in before.for_trial(DAPE).files  # dape_torch.py imports it
+
+    conv = copy / "processors" / "score_conv.py"
+    conv.write_text(conv.read_text().replace("SLOPE = 0.01", "SLOPE = 0.02"))
+    forget_cached()
+    after = code_fingerprint(root=copy)
+    assert after.for_trial(KERPLE) == kerple and after.for_trial(KERPLE).digest == kerple.digest
+    for config in (DAPE, ALIBI_DAPE):
+        assert changed_within(before.for_trial(config), after.for_trial(config)) == [
+            "dape_core/processors/score_conv.py"]
+    # a run recorded with the whole library's fingerprint (before issue 53): compared on the trial's files
+    assert changed_within(before, after.for_trial(KERPLE)) == []
+    assert changed_within(before, after.for_trial(DAPE)) == ["dape_core/processors/score_conv.py"]
+
+    attention = copy / "attention.py"
+    attention.write_text(attention.read_text() + "\n# a comment only\n")
+    forget_cached()
+    assert code_fingerprint(root=copy).for_trial(KERPLE) == kerple
+    attention.write_text(attention.read_text() + "\nCORE_EDIT = 1\n")
+    forget_cached()
+    edited = code_fingerprint(root=copy)
+    for config in (KERPLE, DAPE, ALIBI_DAPE):
+        assert "dape_core/attention.py" in changed_within(before.for_trial(config), edited.for_trial(config))
+    forget_cached()
+
+
+def test_a_new_component_s_files_come_from_its_imports_without_a_list(tmp_path):
+    """A contrib module is a component: its files are its own and what it imports that the core does not
+    (sandwich.py imports alibi_torch.py: an ALiBi edit is Sandwich's too, not Kerple's)."""
+    forget_cached()
+    parts = code_fingerprint().parts
+    assert parts is not None
+    assert parts.owned["dape_core.contrib.sandwich"] == {"dape_core/contrib/sandwich.py",
+                                                         "dape_core/encodings/alibi_torch.py"}
+    assert "dape_core/processors/base.py" in parts.core and "dape_core/model.py" in parts.core
+    assert not set().union(*parts.owned.values()) & parts.core

@@ -45,7 +45,7 @@ def measured_forward_flops(model: nn.Module, tokens: torch.Tensor) -> float:
     """FLOPs of one forward counted by PyTorch's dispatcher (matmuls and convolutions), per token."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ..processors.score_conv import convolutions
+    from ..processors.base import convolutions
 
     # the processor's convolutions, as the analytic count has them (the CPU GEMM path skips all-zero blocks)
     with torch.no_grad(), convolutions(), FlopCounterMode(display=False) as counter:

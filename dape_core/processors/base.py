@@ -9,10 +9,33 @@ blocks of rows (see `attention.py`):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from torch import nn
 
 from ..random_streams import component_stream, model_seed
 from ..registry import LayerConfig
+
+_gemm_path = True  # a processor may compute its convolutions its own way on CPU (score_conv.py's GEMMs)
+
+
+def gemm_path() -> bool:
+    """Whether processors may use their own CPU formulation (False inside `convolutions()`)."""
+    return _gemm_path
+
+
+@contextmanager
+def convolutions() -> Iterator[None]:
+    """Within the block, processors run PyTorch's convolutions on CPU too (the formulation `Cost.macs` counts;
+    the benchmarks' and tests' reference: tests/benchmarks/bench_processor.py). The switch is the core's (the
+    FLOP counts read it for any model), so that a processor's own files are only the trials' that build it."""
+    global _gemm_path
+    before, _gemm_path = _gemm_path, False
+    try:
+        yield
+    finally:
+        _gemm_path = before
 
 
 class ScoreProcessor(nn.Module):

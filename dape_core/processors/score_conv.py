@@ -33,13 +33,13 @@ convolutions to rounding, tests/test_score_conv.py).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
 
 from ..allocator import MMAP_THRESHOLD_BYTES
+from .base import convolutions as convolutions  # re-exported: the switch is base.py's
+from .base import gemm_path
 
 SLOPE = 0.01  # LeakyReLU's negative slope (docs/method.md §3)
 # Without gradients (evaluation) a block's largest map stays below this: well under glibc's largest mmap
@@ -47,25 +47,13 @@ SLOPE = 0.01  # LeakyReLU's negative slope (docs/method.md §3)
 # block (a 1x7 block of 8 sequences x 32 rows x 1,024 keys has a 60 MB im2col matrix), and nearer the caches
 # (measured: L=1024 evaluations of 1x5 and 1x7 about 15% faster at 8 MiB than at 16 or 4; 1x3 unchanged).
 BLOCK_BYTES = MMAP_THRESHOLD_BYTES // 4  # 8 MiB
-_enabled = True
 
 
 def applies(scores: torch.Tensor) -> bool:
     """Whether `conv_pair` computes this call: on CPU, outside autocast (a convolution there keeps its
-    PyTorch kernel: cuDNN runs these shapes well, and autocast picks each op's precision)."""
-    return _enabled and scores.device.type == "cpu" and not torch.is_autocast_enabled("cpu")
-
-
-@contextmanager
-def convolutions() -> Iterator[None]:
-    """Within the block, processors run PyTorch's convolutions on CPU too (the benchmarks' and tests'
-    reference: tests/benchmarks/bench_processor.py)."""
-    global _enabled
-    before, _enabled = _enabled, False
-    try:
-        yield
-    finally:
-        _enabled = before
+    PyTorch kernel: cuDNN runs these shapes well, and autocast picks each op's precision), and outside
+    `convolutions()` (base.py)."""
+    return gemm_path() and scores.device.type == "cpu" and not torch.is_autocast_enabled("cpu")
 
 
 def conv_pair(keep: torch.Tensor | None, batch: int, conv_in: torch.nn.Conv2d, conv_out: torch.nn.Conv2d,

@@ -33,11 +33,11 @@ class Shared:
 
 def run_leased(study: Study, rows: list[Trial], todo: list[Trial], store: StudyStore, leases: LeaseBook,
                run_batch: Callable[[list[Trial]], int], say: Callable[[str], None], poll_s: float = POLL_S,
-               code: str | None = None) -> Shared:
+               code: str | set[str] | None = None) -> Shared:
     """Run `todo` (of the study's expanded `rows`) through `run_batch` (returns how many trials ran at once), each
     trial only under its lease. Returns early when Ctrl-C stopped the batch (interrupt.requested()). `code`: the
-    current code fingerprint; a trial counts as finished meanwhile only by a run of that code (a stale trial
-    being retrained has a finished run of other code already)."""
+    current code fingerprints (each trial's own); a trial counts as finished meanwhile only by a run of that
+    code (a stale trial being retrained has a finished run of other code already)."""
     pending = {trial.trial_id: trial for trial in todo}
     shared = Shared()
     stored = StoredIdentities(rows)  # the identities older versions tagged the trials' runs with
@@ -90,7 +90,7 @@ def _wait_for_holders(leases: LeaseBook, trial_ids: set[str], say: Callable[[str
         time.sleep(poll_s)
 
 
-def _finished(study: Study, store: StudyStore, trial_ids: set[str], code: str | None = None) -> set[str]:
+def _finished(study: Study, store: StudyStore, trial_ids: set[str], code: str | set[str] | None = None) -> set[str]:
     """Of `trial_ids`, the grid trials that have a FINISHED run in the store (a search row has no identity to
     look up: see _done_elsewhere)."""
     if not trial_ids or study.search.sampled:
@@ -101,7 +101,7 @@ def _finished(study: Study, store: StudyStore, trial_ids: set[str], code: str | 
 
 
 def _done_elsewhere(study: Study, store: StudyStore, leases: LeaseBook, trial_ids: set[str],
-                    code: str | None = None) -> set[str]:
+                    code: str | set[str] | None = None) -> set[str]:
     """Of trials no longer held by anyone: those another orchestrator completed. A grid trial is complete when
     the store has its FINISHED run; a search row (its samples have no identity in advance) when the
     orchestrator that held it gave it back rather than dying."""

@@ -23,6 +23,7 @@ from ..tracking.code_check import (
     UNKNOWN,
     CodeCheck,
     StalePolicy,
+    current_codes,
     reused_from_others,
     store_code_check,
 )
@@ -127,7 +128,7 @@ class _Running:
     progress: ConsoleProgress
     leases: LeaseBook
     outcome: StudyOutcome
-    code: str  # the current code fingerprint
+    code: set[str]  # the current code fingerprints (each trial's own: tracking/code_check.py current_codes)
     later_lengths: dict[str, list[int]]  # trial id -> lengths it scores after its own (run_study's argument)
 
 
@@ -158,7 +159,7 @@ def run_study(context: RunContext, later_lengths: dict[str, list[int]] | None = 
     sharing = DeviceSharing()  # first: the recorder logs its count with each final result
     # The checkpoint cleanup after the recorder: a finished trial's checkpoints go once its result is recorded.
     events = TrialEvents([sharing, MLflowRecorder(store, {**source_tags, "study": study.name}, resources, sharing,
-                                                        code.to_json()),
+                                                        code),
                           CheckpointCleanup(), progress])
     interrupt.reset()
     with LeaseBook(store) as leases:
@@ -169,7 +170,8 @@ def run_study(context: RunContext, later_lengths: dict[str, list[int]] | None = 
         if skipped:
             progress.message(f"{len(skipped)} trial(s) already finished in the tracking store: not rerun")
             _link_reused(store, check, skipped, progress.message)
-        _run_and_close(context, _Running(todo, events, progress, leases, outcome, code.digest, later_lengths or {}))
+        _run_and_close(context, _Running(todo, events, progress, leases, outcome, current_codes(code, todo),
+                                           later_lengths or {}))
     outcome.wall_seconds = time.monotonic() - context.started
     return outcome
 

@@ -28,9 +28,10 @@ import dape_core.metric_names as names
 
 from ..judging.stats import MIN_SEEDS
 from ..study import Study
-from ..study.code_identity import CodeFingerprint, changed_files, code_fingerprint
+from ..study.code_identity import CodeFingerprint, changed_within, code_fingerprint
+from ..tracking.code_check import CURRENT, store_code_check
 from ..tracking.source import GIT_COMMIT_TAG, code_source
-from ..tracking.store import CODE_TAG, STOPPED_EARLY_TAG, STUDY_TAG, TRIAL_ID_TAG, StudyStore
+from ..tracking.store import CODE_TAG, LIBRARY_TAG, STOPPED_EARLY_TAG, STUDY_TAG, TRIAL_ID_TAG, StudyStore
 from ..tracking.stored_code import stored_fingerprint
 from ..trial.trials import StoredIdentities, Trial, distinct, expand
 
@@ -140,9 +141,10 @@ def resolve_sides(study: Study, store: StudyStore, ref: str) -> tuple[Side, Side
     identities = StoredIdentities(trials)
     tags = {tag for trial in trials for tag in identities.candidates(trial)}
     runs = store.trial_runs()
-    mine = _latest_by_trial(runs + store.shared_runs(tags, current.digest),
-                            lambda run: run.data.tags.get(CODE_TAG) == current.digest)
-    ours = Side(f"current code {current.digest}", mine, [current])
+    check = store_code_check(store, trials, current, runs)
+    mine = {tag: run for trial_id, run in check.source.items() if check.states.get(trial_id) == CURRENT
+            for tag in [run.data.tags.get(TRIAL_ID_TAG)]}  # each trial's run of its own current files
+    ours = Side(f"current code {current.digest}", mine, [current.for_trial(trial.config) for trial in trials])
     uri = _against_store(ref)
     if uri is not None:
         from ..tracking.lookup import StudyNotFound
@@ -165,7 +167,8 @@ def resolve_sides(study: Study, store: StudyStore, ref: str) -> tuple[Side, Side
         raise DiffRefused(f"{ref} is the current code: nothing to compare it with. Name another code version "
                           f"(a fingerprint or git ref of the store's trials) or another store: "
                           f"{_what_is_there(store, runs)}.")
-    by_code = _latest_by_trial(runs + store.shared_runs(tags, ref), lambda run: run.data.tags.get(CODE_TAG) == ref)
+    by_code = _latest_by_trial(runs + store.shared_runs(tags), lambda run: ref in (run.data.tags.get(CODE_TAG),
+                                                                                  run.data.tags.get(LIBRARY_TAG)))
     if by_code:
         return ours, Side(f"code {ref}", by_code, _fingerprints(by_code, store.tracking_uri))
     commit = _git_commit(ref)
@@ -227,7 +230,7 @@ def compare_sides(study: Study, current: Side, against: Side) -> StudyDiff:
                 cell.verdict = MOVED if cell.low > 0 or cell.high < 0 else WITHIN_NOISE
             cells.append(cell)
     files = sorted({name for old in against.fingerprints for new in current.fingerprints
-                    for name in changed_files(old, new)})
+                    for name in changed_within(old, new) if not name.endswith(" (new)")})
     return StudyDiff(study.name, current, against, cells, not_comparable, files)
 
 

@@ -105,12 +105,13 @@ def _run_row(run) -> dict:
     return row
 
 
-def _counting_run(runs: list, code: str = "", own: str = "") -> Any:
+def _counting_run(runs: list, code: str = "", own: str = "", current_runs: set[str] | None = None) -> Any:
     """Of a trial's runs (a trial redone after a crash has several), the one that counts: a finished one of the
     current `code` where there is one (this study's, experiment `own`, before another study's), else the latest
     finished one of this study, else the latest."""
     finished = [run for run in runs if run.info.status == "FINISHED"]
-    current = [run for run in finished if code and run.data.tags.get(CODE_TAG) == code]
+    current = [run for run in finished if code and run.data.tags.get(CODE_TAG) == code
+               or run.info.run_id in (current_runs or ())]
     mine = [run for run in finished if not own or run.info.experiment_id == own]
     return max(current or mine or finished or runs,
                key=lambda run: (run.info.experiment_id == own, run.info.start_time or 0))
@@ -153,10 +154,16 @@ def study_results(store: StudyStore, study: Study | None = None, value: ValueCho
             rows = _search_rows(runs, trials)
         else:
             from ..study.code_identity import code_fingerprint
+            from ..tracking.code_check import CURRENT, store_code_check
 
-            code = code_fingerprint(study.plugin_payloads()).digest
-            runs = runs + _other_studies_runs(store, trials, code)
-            rows = _grid_rows(runs, study, trials, code, store.experiment_id)
+            library = code_fingerprint(study.plugin_payloads())
+            check = store_code_check(store, trials, library, runs)
+            # a trial's run of its current code (its own files unchanged: issue 53) reads as the current code
+            current = {run.info.run_id for trial_id, run in check.source.items()
+                       if check.states.get(trial_id) == CURRENT}
+            runs = runs + [run for run in check.source.values() if run.info.run_id in current
+                           and run.info.experiment_id != store.experiment_id]
+            rows = _grid_rows(runs, study, trials, library.digest, store.experiment_id, current)
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=IDENTITY_COLUMNS)
@@ -191,7 +198,7 @@ def _unset_marked(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _grid_rows(runs: list, study: Study | None, expected: list[Trial], code: str = "",
-               own: str = "") -> list[dict]:
+               own: str = "", current_runs: set[str] | None = None) -> list[dict]:
     """Each row of the study file with the run that counts for its trial; rows that share a trial (they
     differ only in settings it does not read) each read its one run, the later ones saying whose
     (`shared_with`: the first row's label). Then the store's runs of no row of the study (in_study False).
@@ -199,7 +206,10 @@ def _grid_rows(runs: list, study: Study | None, expected: list[Trial], code: str
     by_trial: dict[str, list] = {}
     for run in runs:
         by_trial.setdefault(run.data.tags.get(TRIAL_ID_TAG) or run.info.run_id, []).append(run)
-    stored = {trial_id: _run_row(_counting_run(group, code, own)) for trial_id, group in by_trial.items()}
+    stored = {trial_id: _run_row(_counting_run(group, code, own, current_runs)) for trial_id, group in by_trial.items()}
+    for row in stored.values():  # a run of its trial's current code: the current code, whatever its grain
+        if row["run_id"] in (current_runs or ()):
+            row["code_fingerprint"] = code
     if study is None:
         return list(stored.values())
     identities, shared = StoredIdentities(expected), shared_rows(expected)

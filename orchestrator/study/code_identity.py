@@ -37,9 +37,23 @@ NORMALISATION = "sha256 of ast.dump of each .py file, docstrings removed (commen
 
 @dataclass(frozen=True)
 class CodeFingerprint:
-    """A trial's code: each file's normalised hash, by name (`dape_core/model.py`, `plugin:my_conv`)."""
+    """Code: each file's normalised hash, by name (`dape_core/model.py`, `plugin:my_conv`). The library's
+    (`code_fingerprint`) carries `parts`, which of its files are the core and which each component's, so that
+    `for_trial` gives a trial's own fingerprint: the core's files and its components' (issue 53)."""
 
     files: dict[str, str] = field(default_factory=dict)
+    parts: "ComponentFiles | None" = field(default=None, compare=False, repr=False)
+
+    def for_trial(self, config: dict) -> "CodeFingerprint":
+        """The code a trial with this (resolved ExperimentConfig) `config` executes: the core's files, its
+        components' files and the plugins that registered its components; the whole fingerprint where `parts`
+        is not known."""
+        if self.parts is None:
+            return self
+        return self.restricted(self.parts.trial_files(config, self.files))
+
+    def restricted(self, names: frozenset[str]) -> "CodeFingerprint":
+        return CodeFingerprint({name: value for name, value in self.files.items() if name in names}, self.parts)
 
     @property
     def digest(self) -> str:
@@ -60,6 +74,12 @@ def changed_files(old: CodeFingerprint, new: CodeFingerprint) -> list[str]:
     names = sorted(set(old.files) | set(new.files))
     return [name + (" (new)" if name not in old.files else " (removed)" if name not in new.files else "")
             for name in names if old.files.get(name) != new.files.get(name)]
+
+
+def changed_within(old: CodeFingerprint, new: CodeFingerprint) -> list[str]:
+    """The files of `new` (a trial's code) whose code differs in `old`, which may name more files (a fingerprint
+    of the whole library, as recorded before issue 53): only the trial's files are compared."""
+    return changed_files(old.restricted(frozenset(new.files)), new)
 
 
 def normalised_hash(source: str, name: str = "<source>") -> str:
@@ -95,10 +115,15 @@ class HashCache:
         self.path, self.added = path, False
         self.used: dict[str, str] = {}  # this process's files, kept first
         self.known: dict[str, str] = {}
+        self.known_imports: dict[str, list[str]] = {}  # "<bytes hash> <module>" -> the modules it imports
+        self.used_imports: dict[str, list[str]] = {}
         try:
             stored = json.loads(path.read_text(encoding="utf-8")) if path is not None else {}
             if stored.get("normalisation") == NORMALISATION and isinstance(stored.get("hashes"), dict):
                 self.known = {str(key): str(value) for key, value in stored["hashes"].items()}
+                if isinstance(stored.get("imports"), dict):
+                    self.known_imports = {str(key): [str(name) for name in value]
+                                          for key, value in stored["imports"].items() if isinstance(value, list)}
         except (OSError, ValueError, AttributeError):
             pass
 
@@ -116,12 +141,28 @@ class HashCache:
         self.used[key] = value
         return value
 
+    def imports(self, data: bytes, module: str, package: bool) -> set[str]:
+        """The module names the file's import statements name (`_imported`), kept like its hash."""
+        key = f"{hashlib.sha256(data).hexdigest()} {module}"
+        value = self.known_imports.get(key)
+        if value is None:
+            text = data.decode("utf-8", errors="replace")
+            try:
+                value = sorted(_imported(ast.parse(text), module, package))
+            except (SyntaxError, ValueError):
+                value = []
+            self.added = True
+        self.used_imports[key] = value
+        return set(value)
+
     def save(self) -> None:
         if not self.added or self.path is None:
             return
         kept = {**self.used, **{k: v for k, v in self.known.items() if k not in self.used}}
+        imports = {**self.used_imports, **{k: v for k, v in self.known_imports.items() if k not in self.used_imports}}
         write_cache(self.path, json.dumps({"normalisation": NORMALISATION,
-                                           "hashes": dict(list(kept.items())[:self.KEPT])}))
+                                           "hashes": dict(list(kept.items())[:self.KEPT]),
+                                           "imports": dict(list(imports.items())[:self.KEPT])}))
 
 
 def write_cache(path: Path, text: str) -> None:
@@ -136,17 +177,128 @@ def write_cache(path: Path, text: str) -> None:
         pass
 
 
+COMPONENT_PACKAGES = ("encodings", "processors", "contrib")  # the library's packages of components
+
+
+def _module_name(name: str) -> str:
+    """`dape_core/processors/dape.py` -> `dape_core.processors.dape` (a package: its folder's name)."""
+    parts = name[:-3].split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(tree: ast.AST, module: str, package: bool) -> set[str]:
+    """Every module name an import statement of the file may load, lazy ones (inside functions) included:
+    `from .x import y` names `pkg.x` and `pkg.x.y` (the latter counts where it is a module)."""
+    here = module if package else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return found
+
+
+@dataclass(frozen=True)
+class ComponentFiles:
+    """Which files of the library are the core (what every trial runs) and which each component's, from the
+    import graph of the files (their syntax trees: no list kept by hand).
+
+    A component's module is one its package's `__init__.py` imports to register its records (dape_core/encodings,
+    dape_core/processors), or a module of dape_core/contrib. Its files: that module and every library module
+    it imports, directly or not (lazily inside a function too), but for a registration (a component package's
+    `__init__.py` importing its components: importing one component does not build the others). The core:
+    every other file, and every file the core imports other than through a registration (a file the core
+    imports is the core's, whichever component imports it too)."""
+
+    core: frozenset[str]
+    owned: dict[str, frozenset[str]]  # a component's module (`dape_core.encodings.kerple`) -> its own files
+
+    @classmethod
+    def from_imports(cls, imports: dict[str, set[str]]) -> "ComponentFiles":
+        """`imports`: file name (`dape_core/model.py`) -> the module names its import statements name."""
+        by_module = {_module_name(name): name for name in imports}
+        edges = {name: {by_module[target] for target in targets if target in by_module}
+                 for name, targets in imports.items()}
+        root = next(iter(by_module), "").split(".")[0]
+        packages = {f"{root}/{package}/__init__.py" for package in COMPONENT_PACKAGES}
+        homes = {target for init in packages & set(edges) for target in edges[init]
+                 if target.rpartition("/")[0] == init.rpartition("/")[0] and target not in packages}
+        homes |= {name for name in edges if name.startswith(f"{root}/contrib/") and name not in packages}
+
+        def closure(start: set[str], skip) -> set[str]:
+            seen, todo = set(start), list(start)
+            while todo:
+                name = todo.pop()
+                for target in edges.get(name, ()):
+                    if target not in seen and not skip(name, target):
+                        seen.add(target)
+                        todo.append(target)
+            return seen
+
+        def registration(source: str, target: str) -> bool:  # a component package's __init__ registering one
+            return source in packages and target in homes
+
+        owned = {_module_name(home): closure({home}, registration) for home in homes}
+        components = set().union(*owned.values()) if owned else set()
+        core = closure(set(edges) - components, registration)
+        return cls(frozenset(core), {home: frozenset(files - core) for home, files in owned.items()})
+
+    def trial_files(self, config: dict, files: dict[str, str]) -> frozenset[str]:
+        """The names of the files a trial of `config` runs: the core's, its components' and its plugins'."""
+        names = set(self.core)
+        for owner, module in trial_components(config):
+            if owner != "built-in" and f"plugin:{owner}" in files:
+                names.add(f"plugin:{owner}")
+            names |= self.owned.get(owner if owner != "built-in" else module, frozenset())
+        return frozenset(names)
+
+
+def trial_components(config: dict) -> set[tuple[str, str]]:
+    """(owner, module) of each component a trial of `config` builds: its encoding, its processor (none for
+    `none`) and that processor's form. `owner`: "built-in", or the plugin or contrib module that registered it;
+    `module`: the module that defines its builder."""
+    from dape_core import components
+
+    model = config.get("model") or {}
+    records = [components.find(components.encodings, model.get("pos_encoding"))]
+    processor = components.find(components.processors, model.get("processor"))
+    if processor is not None and processor.present:
+        records.append(processor)
+        encoding = records[0]
+        from dape_core.processors.forms import processor_form
+
+        has_bias = encoding is not None and encoding.has_bias
+        records.append(components.find(components.forms, processor_form(model.get("form", ""), has_bias)))
+    found = set()
+    for record in records:
+        if record is None:
+            continue
+        builder = getattr(record, "build", None) or getattr(record, "parts", None)
+        found.add((record.owner, getattr(builder, "__module__", "") or ""))
+    return found
+
+
 @lru_cache(maxsize=4)
-def _library_files(root: Path) -> tuple[tuple[str, str], ...]:
+def _library_files(root: Path) -> tuple[tuple[tuple[str, str], ...], ComponentFiles]:
     cache = HashCache(HashCache.default_path())
-    files = []
+    files, imports = [], {}
     for path in sorted(root.rglob("*.py")):
         if "__pycache__" in path.parts:
             continue
         name = f"{root.name}/{path.relative_to(root).as_posix()}"
-        files.append((name, cache.hash(path.read_bytes(), name)))
+        data = path.read_bytes()
+        files.append((name, cache.hash(data, name)))
+        imports[name] = cache.imports(data, _module_name(name), path.name == "__init__.py")
     cache.save()
-    return tuple(files)
+    return tuple(files), ComponentFiles.from_imports(imports)
 
 
 @lru_cache(maxsize=64)
@@ -166,10 +318,11 @@ def _plugin_source(payload: dict) -> str:
 def code_fingerprint(plugins: list[dict] | tuple = (), root: Path | None = None) -> CodeFingerprint:
     """The fingerprint of the library (`root`: dape_core's folder) with the study's plugins (their payloads,
     dape_core/plugins.py). Cached per process: the library is read once, each plugin's source once."""
-    files = dict(_library_files(root or library_root()))
+    library, parts = _library_files(root or library_root())
+    files = dict(library)
     for payload in plugins or ():
         files[f"plugin:{payload['module']}"] = _plugin_hash(_plugin_source(payload))
-    return CodeFingerprint(files)
+    return CodeFingerprint(files, parts)
 
 
 def forget_cached() -> None:

@@ -1,6 +1,11 @@
 """Which finished trials were computed by the current code (study/code_identity.py), which by other code
 ("stale"), and which by code a store written before the fingerprint did not record ("code unknown").
 
+The grain is the trial's (issue 53): a trial's current code is the core's files and its own components'
+(`CodeFingerprint.for_trial`); a run is of the current code when its fingerprint is that one, or when the files
+it recorded, read for the trial's files only, are the trial's current ones (a run recorded with the whole
+library's fingerprint, before issue 53, stays reusable where its trial's files did not change).
+
 A finished trial is reused only when its run's code fingerprint is the current one; a trial whose run has no
 fingerprint (a store from before issue 43) is "code unknown": said, and reused as before (neither stale nor
 current). A stale trial is neither reused nor retrained silently: `run` asks which (`StalePolicy`); `status`
@@ -13,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
 
-from ..study.code_identity import CodeFingerprint, changed_files
+from ..study.code_identity import CodeFingerprint, changed_within
 from ..trial.trials import StoredIdentities, Trial, distinct
 from .store import CODE_TAG, STOPPED_EARLY_TAG, TRIAL_ID_TAG
 
@@ -31,10 +36,10 @@ class StalePolicy(str, Enum):
 
 @dataclass
 class CodeCheck:
-    current: CodeFingerprint
+    current: CodeFingerprint  # the library's (the trials' own: `current.for_trial(trial.config)`)
     states: dict[str, str] = field(default_factory=dict)  # trial id -> CURRENT | UNKNOWN | STALE (finished ones)
-    stale_code: dict[str, str] = field(default_factory=dict)  # stale trial id -> the fingerprint its run has
-    files: dict[str, list[str]] = field(default_factory=dict)  # stale fingerprint -> the files that differ
+    stale_code: dict[str, str] = field(default_factory=dict)  # stale trial id -> its run's fingerprint's key
+    files: dict[str, list[str]] = field(default_factory=dict)  # stale fingerprint's key -> the files that differ
     source: dict[str, Any] = field(default_factory=dict)  # trial id -> the finished run that counts for it
 
     def state(self, trial: Trial) -> str | None:
@@ -61,8 +66,8 @@ class CodeCheck:
         names = ", ".join(trial.run_name for trial in stale[:limit]) + (
             f", and {len(stale) - limit} more" if len(stale) > limit else "")
         files = ", ".join(self.differing_files(stale)) or "none named"
-        return (f"{len(stale)} finished trial(s) were computed by other code than the current "
-                f"{self.current.digest} (files that differ: {files}): {names}")
+        return (f"{len(stale)} finished trial(s) were computed by other code than the current (files of theirs that "
+                f"differ: {files}): {names}")
 
     def describe_unknown(self, trials: list[Trial]) -> str:
         unknown = self.unknown(trials)
@@ -83,15 +88,28 @@ def check_code(trials: list[Trial], runs: list, current: CodeFingerprint,
         if run.info.status == "FINISHED" and run.data.tags.get(STOPPED_EARLY_TAG) != "true":
             finished.setdefault(run.data.tags.get(TRIAL_ID_TAG), []).append(run)
     check = CodeCheck(current)
-    example: dict[str, object] = {}  # a run of each stale fingerprint
+    recorded: dict[str, CodeFingerprint | None] = {}  # a fingerprint's files, read once
+
+    def differing(run, mine: CodeFingerprint) -> list[str]:
+        """The trial's files whose code differs in `run`'s (NOT_RECORDED where it kept none)."""
+        digest = run.data.tags.get(CODE_TAG)
+        if digest == mine.digest:
+            return []
+        if digest not in recorded:
+            recorded[digest] = read_fingerprint(run)
+        old = recorded[digest]
+        return changed_within(old, mine) if old is not None else [NOT_RECORDED]
+
     for trial in distinct(trials):
         found = [run for tag in stored.candidates(trial) for run in finished.get(tag, [])]
         if not found:
             continue
+        mine = current.for_trial(trial.config)
         codes = [run.data.tags.get(CODE_TAG) or "" for run in found]
-        if current.digest in codes:
+        same = [run for run, code in zip(found, codes) if code and not differing(run, mine)]
+        if same:
             check.states[trial.trial_id] = CURRENT
-            decisive = [run for run, code in zip(found, codes) if code == current.digest]
+            decisive = same
         elif "" in codes:
             check.states[trial.trial_id] = UNKNOWN
             decisive = [run for run, code in zip(found, codes) if not code]
@@ -101,12 +119,9 @@ def check_code(trials: list[Trial], runs: list, current: CodeFingerprint,
         chosen = max(decisive, key=lambda run: (run.info.experiment_id == own, run.info.start_time or 0))
         check.source[trial.trial_id] = chosen
         if check.states[trial.trial_id] == STALE:
-            digest = chosen.data.tags[CODE_TAG]
-            check.stale_code[trial.trial_id] = digest
-            example.setdefault(digest, chosen)
-    for digest, run in example.items():
-        recorded = read_fingerprint(run)
-        check.files[digest] = changed_files(recorded, current) if recorded is not None else [NOT_RECORDED]
+            key = f"{chosen.data.tags[CODE_TAG]}>{mine.digest}"
+            check.stale_code[trial.trial_id] = key
+            check.files.setdefault(key, differing(chosen, mine))
     return check
 
 
@@ -119,8 +134,14 @@ def store_code_check(store, trials: list[Trial], current: CodeFingerprint, runs:
     stored = StoredIdentities(trials)
     tags = {tag for trial in distinct(trials) for tag in stored.candidates(trial)}
     # another study's runs count only of the current code: its stale or unknown ones are not this study's concern
-    return check_code(trials, own + store.shared_runs(tags, current.digest), current,
+    return check_code(trials, own + store.shared_runs(tags, current_codes(current, trials)), current,
                       lambda run: stored_fingerprint(run, store.tracking_uri), store.experiment_id)
+
+
+def current_codes(current: CodeFingerprint, trials: list[Trial]) -> set[str]:
+    """The fingerprints of `trials`' current code, each trial's own (and the library's, as recorded before
+    issue 53)."""
+    return {current.digest} | {current.for_trial(trial.config).digest for trial in distinct(trials)}
 
 
 def code_lines(check: CodeCheck, trials: list[Trial]) -> list[str]:

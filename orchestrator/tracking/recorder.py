@@ -27,6 +27,7 @@ import dape_core.metric_names as names
 from dape_core import ExperimentConfig
 from dape_core.applicability import unused_settings
 
+from ..study.code_identity import CodeFingerprint
 from ..trial.protocol import (
     CHECKPOINT_SET_ASIDE_KEY,
     DATA_RECORD_KEY,
@@ -50,8 +51,10 @@ from .sharing import DeviceSharing
 from .source import CODE_VERSION_TAG
 from .store import (
     CODE_FILE,
+    CODE_TAG,
     ENV_TAG_PREFIX,
     INTERRUPTED_TAG,
+    LIBRARY_TAG,
     STOPPED_EARLY_TAG,
     SWEPT_TAG_PREFIX,
     TEMPLATE_TAG,
@@ -65,16 +68,17 @@ _TAG_LIMIT = 4000  # MLflow's tag values are bounded; reasons are cut to this
 
 class MLflowRecorder(TrialListener):
     def __init__(self, store: StudyStore, tags: dict[str, str], resources: dict | None = None,
-                 sharing: DeviceSharing | None = None, code_json: str = ""):
+                 sharing: DeviceSharing | None = None, code: CodeFingerprint | None = None):
         """`resources`: the study's cpus/gpus per trial, written into each trial's one-trial study file.
         `sharing`: how many trials ran at once (sharing.py), logged with each trial's final metrics.
-        `code_json`: the code fingerprint's per-file hashes (study/code_identity.py), each trial run's artifact
-        CODE_FILE (its digest is the tag CODE_TAG, among `tags`)."""
+        `code`: the library's code fingerprint (study/code_identity.py): each trial run records its own part
+        (`for_trial`: the core's files and its components'), its digest as the tag CODE_TAG and its per-file
+        hashes as the artifact CODE_FILE; the library's digest is the tag LIBRARY_TAG."""
         self.store = store
         self.sharing = sharing
         self.common_tags = tags
         self.resources = resources
-        self.code_json = code_json
+        self.code = code
         self.run_ids: dict[str, str] = {}  # event key -> MLflow run id
         self.worker_pids: dict[str, int] = {}
         self.system_steps: dict[str, int] = {}  # event key -> system-metric samples logged so far
@@ -86,6 +90,9 @@ class MLflowRecorder(TrialListener):
         tags = {TRIAL_ID_TAG: trial.trial_id, "variant": trial.variant, "label": trial.label,
                 "seed": str(trial.seed), "baseline": str(trial.baseline).lower(),
                 "row_index": str(trial.index), **self.common_tags}
+        own = self.code.for_trial(trial.config) if self.code is not None else None
+        if self.code is not None and own is not None:
+            tags.update({CODE_TAG: own.digest, LIBRARY_TAG: self.code.digest})
         # What this row changes on top of base (`swept.model.kernel_size` = "3"): MLflow's run table can
         # then be filtered and grouped by the swept values.
         tags.update({f"{SWEPT_TAG_PREFIX}{key}": str(value) for key, value in trial.overrides.items()})
@@ -94,8 +101,8 @@ class MLflowRecorder(TrialListener):
         run_id = self.store.create_trial_run(trial.run_name, tags, start_params(trial.config))
         self.run_ids[event.key] = run_id
         self._log_trial_config(run_id, trial)
-        if self.code_json:
-            self._log_text(run_id, CODE_FILE, self.code_json)
+        if own is not None:
+            self._log_text(run_id, CODE_FILE, own.to_json())
 
     def _log_trial_config(self, run_id: str, trial, ran: dict[str, str] | None = None) -> None:
         """`trial_config.yaml`: written when the trial starts, and again with the device and precision it ran

@@ -45,6 +45,7 @@ SWEPT_TAG_PREFIX = "swept."  # swept.<dotted key> = the value a trial's row sets
 ENV_TAG_PREFIX = "env."  # env.<key> = what the trial's process ran with (dape_core/environment.py): env.torch, ...
 CODE_TAG = "orchestrator.code_fingerprint"  # the code the trial executed (study/code_identity.py); absent: unknown
 REUSED_FROM_PREFIX = "reused_from."  # on a study's parent run: reused_from.<trial id> = "<study> <run id>"
+LIBRARY_TAG = "orchestrator.library_fingerprint"  # the whole library's fingerprint when the trial ran
 CODE_FILE = "code_fingerprint.json"  # the trial run's artifact: that fingerprint's per-file hashes
 
 
@@ -237,12 +238,13 @@ class StudyStore:
             latest[run.data.tags.get(TRIAL_ID_TAG)] = run
         return latest
 
-    def finished_trial_ids(self, code: str | None = None) -> set[str]:
+    def finished_trial_ids(self, code: str | set[str] | None = None) -> set[str]:
         """Trials trained to their end: a run stopped early by a scheduler does not count as done. With `code`
-        (a code fingerprint), only runs of that code count."""
+        (a code fingerprint, or several: each trial's own), only runs of that code count."""
+        codes = {code} if isinstance(code, str) else code
         return {run.data.tags.get(TRIAL_ID_TAG) for run in self.trial_runs()
                 if run.info.status == "FINISHED" and run.data.tags.get(STOPPED_EARLY_TAG) != "true"
-                and (code is None or run.data.tags.get(CODE_TAG) == code)}
+                and (codes is None or run.data.tags.get(CODE_TAG) in codes)}
 
     def study_experiment_ids(self) -> list[str]:
         """The experiments of every study of this store (those this tool created: tagged STUDY_TAG), this
@@ -250,12 +252,13 @@ class StudyStore:
         found = self.reader.experiments_tagged(STUDY_TAG)
         return found if self.experiment_id in found else [self.experiment_id, *found]
 
-    def shared_runs(self, trial_ids: set[str], code: str | None = None) -> list:
+    def shared_runs(self, trial_ids: set[str], code: str | set[str] | None = None) -> list:
         """The FINISHED trial runs of the store's other studies whose identity is one of `trial_ids` (trained to
         their end; with `code`, of that code fingerprint): a trial another study finished is this one's too
-        (the same identity is the same trial: issue 43)."""
+        (the same identity is the same trial: issue 43). `code`: one fingerprint or several (each trial's own)."""
         if not trial_ids:
             return []
+        codes = {code} if isinstance(code, str) else code
         runs = []
         for experiment_id in self.study_experiment_ids():
             if experiment_id == self.experiment_id:
@@ -263,7 +266,7 @@ class StudyStore:
             runs += [run for run in self.reader.runs(experiment_id, ROLE_TAG, "trial")
                      if run.info.status == "FINISHED" and run.data.tags.get(TRIAL_ID_TAG) in trial_ids
                      and run.data.tags.get(STOPPED_EARLY_TAG) != "true"
-                     and (code is None or run.data.tags.get(CODE_TAG) == code)]
+                     and (codes is None or run.data.tags.get(CODE_TAG) in codes)]
         return runs
 
     def failed_trial_ids(self) -> set[str]:
