@@ -1,9 +1,13 @@
 """Data: the embedded corpus, text files, memory-mapped token files, saved HF datasets, tokenizers, splits,
 evaluation windows, and bad data reported clearly before any training."""
 
+import hashlib
+import json
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import planted_duplicates
@@ -18,7 +22,8 @@ from dape_core.data import (
     evaluation_windows,
     load_corpus,
     load_tokenizer,
-    stdlib_files,
+    snapshot,
+    snapshot_documents,
 )
 from dape_core.data.corpus import _stdlib_corpus
 
@@ -38,7 +43,7 @@ def bpe_json(tmp_path_factory):
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tokenizer.train_from_iterator([p.read_text(errors="replace") for p in stdlib_files()[:40]], trainer)
+    tokenizer.train_from_iterator([text.decode(errors="replace") for _, text in snapshot_documents(40)], trainer)
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
     tokenizer.save(str(path))
     return path
@@ -72,6 +77,74 @@ def test_the_stdlib_corpus_is_read_once_per_process_and_handed_out_as_copies(mon
     load_corpus(DataConfig(max_files=31))  # another config is read
     assert len(read) == 2
 
+
+def test_the_pinned_hash_is_the_shipped_archives_and_its_licence_ships_beside_it():
+    """Issue 53: `source: stdlib` is a fixed snapshot shipped with the package (CPython 3.11.7's library), not
+    the running interpreter's: the archive is the pinned one, holds what the docs say, keys in sorted order."""
+    assert hashlib.sha256(snapshot.SNAPSHOT.read_bytes()).hexdigest() == snapshot.SNAPSHOT_SHA256
+    licence = (snapshot.EMBEDDED / "LICENSE-cpython-3.11.7.txt").read_text()
+    assert "PYTHON SOFTWARE FOUNDATION LICENSE VERSION 2" in licence
+    documents = snapshot_documents()
+    keys = [key for key, _ in documents]
+    assert keys == sorted(set(keys)) and all(key.endswith(".py") and "site-packages" not in key for key in keys)
+    assert (len(documents), sum(len(text) for _, text in documents)) == (snapshot.SNAPSHOT_FILES,
+                                                                         snapshot.SNAPSHOT_BYTES)
+    assert snapshot_documents(3) == documents[:3]
+
+
+def test_a_damaged_or_missing_snapshot_is_refused_naming_the_file_and_both_hashes(tmp_path, monkeypatch):
+    damaged = tmp_path / snapshot.SNAPSHOT.name
+    blob = bytearray(snapshot.SNAPSHOT.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(blob))
+    actual = hashlib.sha256(blob).hexdigest()
+    with pytest.raises(snapshot.SnapshotMismatch) as refused:
+        snapshot_documents(path=damaged)
+    assert str(damaged) in str(refused.value) and actual in str(refused.value)
+    assert snapshot.SNAPSHOT_SHA256 in str(refused.value)
+    # Through load_corpus: the fault injected by pointing the module at the damaged copy.
+    monkeypatch.setattr(snapshot, "SNAPSHOT", damaged)
+    _stdlib_corpus.cache_clear()
+    with pytest.raises(snapshot.SnapshotMismatch, match="damaged or was edited"):
+        load_corpus(DataConfig(max_files=3))
+    monkeypatch.setattr(snapshot, "SNAPSHOT", tmp_path / "absent.tar.gz")
+    with pytest.raises(FileNotFoundError, match="absent.tar.gz is missing"):
+        load_corpus(DataConfig(max_files=3))
+    _stdlib_corpus.cache_clear()
+
+
+def test_the_default_corpus_is_the_same_bytes_whatever_python_runs_it():
+    """Run in a process whose `sysconfig` names another (empty) standard library: the default corpus keeps
+    its content hash, the one the `stdlib` source gave on Python 3.11.7 before it was a snapshot, and its
+    record (issue 53: Debian's 3.11.2 trained on other text)."""
+    script = textwrap.dedent("""
+        import json, sysconfig
+        real = sysconfig.get_paths
+        sysconfig.get_paths = lambda *a, **k: {**real(*a, **k), "stdlib": "/nonexistent/lib/python3.99"}
+        from dape_core.data import DataConfig, load_corpus
+        corpus = load_corpus(DataConfig())
+        print(json.dumps([corpus.content_hash, corpus.record["documents"], corpus.record["tokens"]]))
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == ["f5bdc01ad41baafc", {"train": 1592, "validation": 170, "test": 0},
+                                      {"train": 28230744, "validation": 3294480, "test": 0}]
+    data_package = Path(snapshot.__file__).parent
+    assert not [path.name for path in data_package.glob("*.py") if "sysconfig" in path.read_text()]
+
+
+def test_the_snapshot_builder_is_deterministic_and_reads_python_files_only(tmp_path, monkeypatch):
+    root = tmp_path / "lib"
+    for name, text in {"b.py": "b = 2\n", "a/z.py": "z = 1\n", "a/__init__.py": "", "notes.txt": "no",
+                       "site-packages/pkg.py": "no = 1\n"}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    first = snapshot.build_snapshot(root, tmp_path / "one.tar.gz")
+    os.utime(root / "b.py", (0, 12345))  # a timestamp is not part of the archive
+    assert snapshot.build_snapshot(root, tmp_path / "two.tar.gz") == first
+    monkeypatch.setattr(snapshot, "SNAPSHOT_SHA256", first)  # this archive in place of the pinned one
+    documents = snapshot_documents(path=tmp_path / "one.tar.gz")
+    assert documents == [("a/__init__.py", b""), ("a/z.py", b"z = 1\n"), ("b.py", b"b = 2\n")]
 
 
 def test_split_is_deterministic_and_disjoint(corpus):

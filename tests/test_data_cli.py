@@ -4,16 +4,15 @@ import json
 
 from typer.testing import CliRunner
 
-from dape_core.data import stdlib_files
+from dape_core.data import snapshot_documents
 from orchestrator.cli import app
 
 
 def _corpus(folder):
     folder.mkdir()
-    for i, path in enumerate(p for p in stdlib_files() if 3_000 < p.stat().st_size < 30_000):
-        if i == 20:
-            break
-        (folder / f"{i}.txt").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    texts = [text for _, text in snapshot_documents(300) if 3_000 < len(text) < 30_000][:20]
+    for i, text in enumerate(texts):
+        (folder / f"{i}.txt").write_bytes(text)
     return folder
 
 

@@ -27,7 +27,7 @@ from dape_core.data import (
     load_corpus,
     load_tokenizer,
     prepare_corpus,
-    stdlib_files,
+    snapshot_documents,
     verify_token_file,
 )
 from dape_core.data.splits import document_split
@@ -39,8 +39,8 @@ REPO = Path(__file__).parents[1]
 @pytest.fixture(scope="module")
 def texts():
     """Real text: 24 standard-library modules (documents of 2-60 KB)."""
-    files = [p for p in stdlib_files() if 2_000 < p.stat().st_size < 60_000][:24]
-    return {f"doc{i:02d}": p.read_text(encoding="utf-8") for i, p in enumerate(files)}
+    files = [text for _, text in snapshot_documents(300) if 2_000 < len(text) < 60_000][:24]
+    return {f"doc{i:02d}": text.decode("utf-8") for i, text in enumerate(files)}
 
 
 def _folder(root: Path, texts: dict[str, str]) -> Path:

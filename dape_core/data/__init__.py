@@ -1,7 +1,8 @@
 """Data: sources, tokenizers, deterministic splits and windows.
 
-The default corpus is the Python standard library's own source (`*.py` under `sysconfig`'s stdlib path,
-site-packages excluded), so nothing is downloaded; its content hash is logged with every trial. Plain text
+The default corpus (`source: stdlib`) is a fixed snapshot of CPython 3.11.7's standard library source shipped
+with the package (snapshot.py: the same bytes on every machine, its archive's SHA-256 pinned), so nothing is
+downloaded; its content hash is logged with every trial. Plain text
 files, pre-tokenized token files (memory-mapped) and Hugging Face datasets saved to disk are the other
 sources; see `DataConfig`. `prepare_corpus` tokenizes a corpus once into a token file with metadata, which
 the `tokens` source then opens without scanning it.
@@ -15,7 +16,7 @@ from .._lazy import lazy_attributes
 
 _PUBLIC = {  # name -> the submodule it lives in
     "DataConfig": "config", "Corpus": "corpus", "check_token_ids": "corpus", "load_corpus": "corpus",
-    "stdlib_files": "sources", "SPLITS": "splits", "TEST": "splits", "TRAIN": "splits",
+    "snapshot_documents": "snapshot", "SPLITS": "splits", "TEST": "splits", "TRAIN": "splits",
     "VALIDATION": "splits", "ByteTokenizer": "tokenization", "HFTokenizer": "tokenization",
     "load_tokenizer": "tokenization", "TokenBatch": "windows", "TrainStream": "windows",
     "evaluation_windows": "windows", "tail_windows": "windows", "PROTOCOL_VERSION": "windows",
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from .corpus import Corpus, check_token_ids, load_corpus
     from .preflight import anchored, data_problems
     from .prepare import PrepareConfig, prepare_corpus
-    from .sources import stdlib_files
+    from .snapshot import snapshot_documents
     from .splits import SPLITS, TEST, TRAIN, VALIDATION
     from .token_meta import TokenFileChanged, read_metadata, verify_token_file
     from .tokenization import ByteTokenizer, HFTokenizer, load_tokenizer

@@ -19,7 +19,8 @@ BYTE_VOCABULARY = 256  # the `byte` tokenizer's ids 0..255
 class DataConfig:
     """Where the tokens come from (`source`) and how they are split.
 
-    source: `stdlib` (default: the Python standard library's own source, embedded, nothing downloaded),
+    source: `stdlib` (default: a fixed snapshot of CPython 3.11.7's standard library source shipped with the
+        package, the same bytes on every machine, nothing downloaded: snapshot.py),
         `text` (plain text files: a file, a folder searched with `pattern`, or a glob), `tokens` (a
         pre-tokenized `.bin` of `dtype` or a 1-D `.npy`, memory-mapped: a corpus prepared by
         `prepare_corpus`, whose metadata then replaces the scan and gives the split, or nanoGPT / GPT-NeoX

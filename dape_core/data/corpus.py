@@ -178,9 +178,9 @@ def load_corpus(cfg: DataConfig) -> Corpus:
 
 @functools.lru_cache(maxsize=2)
 def _stdlib_corpus(config: str) -> Corpus:
-    """The stdlib corpus of a `data:` config (as JSON), kept for the process: the standard library does not
-    change while a process runs (its file list is kept too, sources.py), and reading, hashing and encoding it
-    took about a second per trial (issue 45). Its tokens are read-only; `load_corpus` hands out copies of the
+    """The stdlib corpus of a `data:` config (as JSON), kept for the process: the embedded snapshot does not
+    change (its SHA-256 is pinned, snapshot.py), and reading, hashing and encoding it take about a second
+    per trial (issue 45). Its tokens are read-only; `load_corpus` hands out copies of the
     rest. Byte-level only: a tokenizer file could change between two trials."""
     corpus = _loaded(DataConfig(**json.loads(config)))
     corpus.tokens.flags.writeable = False

@@ -1,4 +1,5 @@
-"""Where raw data comes from: documents of text (stdlib, text files, a saved HF dataset) or a token file.
+"""Where raw data comes from: documents of text (the embedded stdlib snapshot, text files, a saved HF dataset)
+or a token file.
 
 Document sources return `(key, bytes)` pairs; the key (a relative path, `path#i` for a file split on a
 separator, or a row index) decides the document's split, so adding files does not reshuffle the others
@@ -8,9 +9,7 @@ A token file is memory-mapped and never read whole: a 100 GB file costs no RAM.
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import sysconfig
 import warnings
 from pathlib import Path
 
@@ -18,31 +17,17 @@ import numpy as np
 
 from .config import DataConfig
 from .raw_inputs import expand_path, import_datasets, load_saved_dataset
+from .snapshot import snapshot_documents
 
 Document = tuple[str, bytes]
 FULL_HASH_LIMIT = 256 << 20  # bytes of token file hashed whole; larger files are hashed by samples
 HASH_SAMPLES, HASH_SAMPLE_BYTES = 64, 1 << 20
 
 
-def stdlib_files() -> list[Path]:
-    return list(_stdlib_files())
-
-
-@functools.lru_cache(maxsize=1)
-def _stdlib_files() -> tuple[Path, ...]:
-    # Walking the stdlib takes seconds on a busy disk and it does not change while a process runs.
-    root = Path(sysconfig.get_paths()["stdlib"])
-    return tuple(sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and p.is_file()))
-
-
 def stdlib_documents(cfg: DataConfig) -> list[Document]:
-    files = stdlib_files()
-    if cfg.max_files is not None:
-        files = files[: cfg.max_files]
-    if not files:
-        raise FileNotFoundError("no Python standard-library source files found for the 'stdlib' data source")
-    root = Path(sysconfig.get_paths()["stdlib"])
-    return [(path.relative_to(root).as_posix(), path.read_bytes()) for path in files]
+    """The embedded snapshot of CPython 3.11.7's standard library (snapshot.py), the same bytes on every
+    machine whatever Python runs it; the first `max_files` files."""
+    return snapshot_documents(cfg.max_files)
 
 
 def text_files(cfg: DataConfig) -> tuple[Path, list[Path]]:

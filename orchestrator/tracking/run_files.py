@@ -104,6 +104,13 @@ def write_text(folder: Path, name: str, text: str) -> Path:
     return path
 
 
+def _embedded_corpus() -> dict:
+    """Where the `stdlib` source's text comes from: the snapshot shipped with dape_core, by name and SHA-256."""
+    from dape_core.data.snapshot import SNAPSHOT, SNAPSHOT_SHA256
+
+    return {"embedded": SNAPSHOT.name, "archive_sha256": SNAPSHOT_SHA256}
+
+
 def dataset_inputs(record: dict, eval_split: str | None) -> list:
     """MLflow dataset inputs of a trial's data record (dape_core's `ExperimentResult.data_record`): the
     training split and the evaluated split, each a dataset named `<data>:<split>` whose digest is the
@@ -119,7 +126,7 @@ def dataset_inputs(record: dict, eval_split: str | None) -> list:
         return [DatasetInput(dataset, [InputTag("mlflow.data.context", "training")])]
     path = record.get("path")
     name = "stdlib" if source == "stdlib" else Path(str(path)).name
-    where = {"uri": Path(str(path)).resolve().as_uri()} if path else {"python_stdlib": True}
+    where = {"uri": Path(str(path)).resolve().as_uri()} if path else _embedded_corpus()
     inputs = []
     for split, context in (("train", "training"), (eval_split, "evaluation")):
         if not split:
@@ -129,7 +136,7 @@ def dataset_inputs(record: dict, eval_split: str | None) -> list:
                    "test_fraction": record.get("test_fraction"), "tokenizer": record.get("tokenizer"),
                    "vocab_size": record.get("vocab_size")}
         dataset = Dataset(name=f"{name}:{split}", digest=str(record.get("content_hash", "")),
-                          source_type="local" if path else "python-stdlib",
+                          source_type="local" if path else "embedded",
                           source=json.dumps({**where, "source": source}), profile=json.dumps(profile))
         inputs.append(DatasetInput(dataset, [InputTag("mlflow.data.context", context)]))
     return inputs

@@ -3,8 +3,8 @@
     python tests/benchmarks/bench_data_prepare.py              # about 6 minutes on 2 cores
     python tests/benchmarks/bench_data_prepare.py --gb 0.25    # a smaller token file for the load figures
 
-Corpus: the Python standard library's own source on this machine (as the `stdlib` data source reads it;
-nothing is downloaded). Prints:
+Corpus: the embedded snapshot of CPython 3.11.7's standard library source (what the `stdlib` data source
+reads; nothing is downloaded), written out once as files. Prints:
 1. preparation throughput in MB of text per second, byte-level (the whole corpus) and a byte-level BPE
    trained on the corpus (vocabulary --vocab; the first --bpe-mb MB), with one process and with every core,
    and the ratio between them;
@@ -19,34 +19,47 @@ The load average is printed: on a shared machine the all-cores figure is only as
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import resource
 import statistics
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
 
 from dape_core import ExperimentConfig, ModelConfig, run_experiment
-from dape_core.data import DataConfig, PrepareConfig, load_corpus, prepare_corpus, stdlib_files
+from dape_core.data import DataConfig, PrepareConfig, load_corpus, prepare_corpus, snapshot_documents
 from dape_core.data.prepare import available_cpus
 from dape_core.data.token_meta import metadata_path
 from dape_core.evaluate import EvalConfig
 from dape_core.train import TrainConfig
 
 MB = 1e6
+STDLIB = Path(tempfile.gettempdir()) / "bench_data_prepare_stdlib"  # the snapshot written out as files
+
+
+@functools.lru_cache(maxsize=1)
+def _stdlib_files() -> list[Path]:
+    """The embedded stdlib snapshot's files, written once under STDLIB (sorted, as the snapshot holds them)."""
+    files = []
+    for key, content in snapshot_documents():
+        path = STDLIB / key
+        if not path.is_file() or path.stat().st_size != len(content):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+        files.append(path)
+    return files
 
 
 def _link_corpus(folder: Path, copies: int, limit_mb: float | None = None) -> float:
-    """`copies` copies of the stdlib's .py files (the first `limit_mb` MB of them) as symlinks under `folder`;
-    returns the text's MB."""
-    root = Path(sysconfig.get_paths()["stdlib"])
+    """`copies` copies of the stdlib snapshot's .py files (the first `limit_mb` MB of them) as symlinks under
+    `folder`; returns the text's MB."""
     size = 0
     for copy in range(copies):
-        for path in stdlib_files():
+        for path in _stdlib_files():
             if limit_mb is not None and size >= limit_mb * MB:
                 break
-            link = folder / f"copy{copy}" / path.relative_to(root)
+            link = folder / f"copy{copy}" / path.relative_to(STDLIB)
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(path)
             size += path.stat().st_size
@@ -70,7 +83,7 @@ def _prepare(inputs: Path, out: Path, workers: int | None, **options) -> tuple[f
 def throughput(work: Path, vocab: int, bpe_mb: float) -> dict:
     corpus, subset = work / "stdlib", work / "subset"
     text_mb, subset_mb = _link_corpus(corpus, 1), _link_corpus(subset, 1, bpe_mb)
-    print(f"corpus: Python standard library source, {len(stdlib_files())} files, {text_mb:.1f} MB of text "
+    print(f"corpus: Python standard library source, {len(_stdlib_files())} files, {text_mb:.1f} MB of text "
           f"(BPE: its first {subset_mb:.1f} MB); {available_cpus()} cores, load average "
           f"{os.getloadavg()[0]:.1f} at the start")
     rates = {}
@@ -132,7 +145,7 @@ def _time_to_first_step(data: DataConfig, cold: bool) -> tuple[float, float]:
 
 
 def loading(work: Path, gb: float, repeats: int) -> None:
-    copies = max(1, round(gb * 1e9 / 2 / (sum(p.stat().st_size for p in stdlib_files()))))
+    copies = max(1, round(gb * 1e9 / 2 / (sum(p.stat().st_size for p in _stdlib_files()))))
     text_mb = _link_corpus(work / "tiled", copies)
     seconds, meta = _prepare(work / "tiled", work / "big", None)  # the default: one process for byte-level
     token_file = work / "big" / "tokens.bin"
