@@ -1,13 +1,13 @@
-"""Whether a report on disk is already the report of its inputs: a finished study run again with nothing
-changed must not redraw hundreds of panels. The fingerprint (report.fingerprint.json beside report.md) is a
-hash of everything a report is made of: where its store is (the tracking URI and experiment the report
-names: in a project copied elsewhere, or beside a moved store, the report is built again), the study as
-parsed (`Study.model_dump`), the value chosen (final/best/step), the current code's fingerprint (study/
-code_identity.py: the setup says when the trials' is another), the results frame (every trial's run id,
-status, config, swept values and metrics: a rerun trial or a new trial changes it) and the source of the
-code that draws and judges the report (orchestrator/reporting/*.py, orchestrator/judging/*.py); with it, the figures' names and captions, the
-files written, the summary the command line prints, and whether the folder was attached to the study's
-parent run. A report is kept when the fingerprint matches and all its files are there.
+"""Whether a report on disk is already the report of its inputs: a finished study run again with nothing changed
+must not redraw hundreds of panels. The fingerprint (report.fingerprint.json beside report.md) is a hash of
+everything a report is made of: where its store is (the tracking URI and experiment the report names: in a
+project copied elsewhere, or beside a moved store, the report is built again), the study as parsed
+(`Study.model_dump`), the value chosen (final/best/step), the current code's fingerprint (study/
+code_identity.py: the setup says when the trials' is another), the results frame (every trial's run id, status,
+config, swept values and metrics: a rerun trial or a new trial changes it) and the source of the code that
+draws and judges the report (orchestrator/reporting/*.py, orchestrator/judging/*.py); with it, the figures'
+names and captions, the files written, the summary the command line prints, and whether the folder was attached
+to the study's parent run. A report is kept when the fingerprint matches and all its files are there.
 """
 
 from __future__ import annotations
