@@ -220,3 +220,39 @@ def test_run_decide_names_a_failed_seed_and_trains_no_seed_that_cannot_change_th
     assert parent.data.tags["decide.design"] == '{"alpha": 0.05, "batch": 2, "max_seeds": 6, "min_seeds": 2}'
     # plan's expected and ceiling trials, recorded before the first look, against the trials used
     assert parent.data.tags["decide.planned_trials"] == "8,12" and "ceiling 12); used 4" in output
+
+
+# --- a verdict says how big, and a claim may say how big matters (issue 51, item 4) ----------------------------------
+def test_a_tiny_real_difference_holds_without_min_effect_and_not_with_it_and_every_verdict_states_its_size(
+        tmp_path, capsys):
+    """A 0.07% real difference with little noise holds as "below"; with min_effect 1% it fails (significantly
+    less than 1% lower); a 4.6% difference holds with it. The claims line and the report give each decided
+    claim's effect relative to B, with its interval."""
+    values = {("DAPE-Kerple", seed): 40.0 + 0.01 * seed for seed in (0, 1, 2)}
+    values.update({("DAPE1x3-Kerple", seed): 0.9993 * (40.0 + 0.01 * seed) + 0.0004 * (seed == 1)
+                   for seed in (0, 1, 2)})
+    claims = [{**BELOW, "id": "plain"}, {**BELOW, "id": "at_least_1pct", "min_effect": 0.01}]
+    path, uri = _store(tmp_path, values, claims=claims)
+    code, output = run_cli(capsys, "report", path, "--tracking-uri", uri, "--reports-dir", tmp_path / "reports")
+    assert code == 0, output
+    lines = {line.split()[0]: line for line in output.splitlines() if line.startswith("  ")}
+    assert lines["plain"].startswith("  plain holds: -0.0278") and "(0.070% lower)" in lines["plain"], lines
+    assert lines["at_least_1pct"].startswith("  at_least_1pct fails: 0.070% lower [0.0"), lines
+    assert lines["at_least_1pct"].endswith(", claimed over 1.0% lower"), lines
+    markdown = next((tmp_path / "reports").glob("**/report.md")).read_text()
+    row = next(line for line in markdown.splitlines() if line.startswith("| at_least_1pct"))
+    assert "0.070% lower [0.0" in row and "claimed over 1.0% lower (geometric-mean ratio 0.9993 [" in row
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"min_effect": -0.01}, "greater than 0"), ({"min_effect": 1.0}, "less than 1"),
+    ({"min_effect": 0.01, "ratio": 0.95}, "not ratio and min_effect"),
+    ({"min_effect": 0.01, "within": 0.05}, "not within and min_effect"),
+    ({"min_effect": 0.01, "direction": None, "within": None}, "min_effect needs a 'direction'")])
+def test_a_min_effect_that_makes_no_sense_is_refused(bad, message):
+    from orchestrator.study import StudyError
+
+    spec = {**report_study.STUDY, "expect": [{**BELOW, **bad}]}
+    with pytest.raises(StudyError) as error:
+        parse_study(spec)
+    assert message in str(error.value) and "expect" in str(error.value), str(error.value)
