@@ -164,12 +164,16 @@ def report(
                                          "verdicts) to the study's parent run in MLflow "
                                          "(`orchestrator run` always does).")] = False,
     strict_claims: StrictClaimsOpt = False,
+    new_sequence: Annotated[bool, typer.Option("--new-sequence", help="Judge the claims as a new sequence where "
+                                               "the study's decide: section or seeds: differ from the sequence "
+                                               "`run --decide` recorded (the report says so; not with --attach); "
+                                               "without it, that is refused.")] = False,
 ) -> None:
     """Build the study's report from the MLflow store: tables, significance, plots (Markdown, HTML, LaTeX, CSV)."""
     from .commands.report import report as command
 
     command(Invocation.load(study_path, profile, overrides, tracking_uri), reports_dir=reports_dir, value=value,
-            full=full, attach=attach, strict_claims=strict_claims)
+            full=full, attach=attach, strict_claims=strict_claims, new_sequence=new_sequence)
 
 
 @app.command()

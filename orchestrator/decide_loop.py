@@ -89,6 +89,7 @@ class Sequence:
     claims: dict[str, ClaimState] = field(default_factory=dict)
     note: str = ""  # a new sequence started with --new-sequence (judging/design.py)
     planned: tuple[int, int] = (0, 0)  # `plan`'s expected and ceiling trials before the first look
+    order: list[int] = field(default_factory=list)  # the seeds the looks read, in order (Decide.seed_order)
 
     def plan_versus_used(self) -> str:
         used = self.looks[-1].trials if self.looks else 0
@@ -150,7 +151,7 @@ def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
     `new_sequence`)."""
     study, decide = context.study, context.study.decide
     assert decide is not None, "the caller gives the study its decide section (with_decide)"
-    lines, note = decide_design.check(context.store, decide, new_sequence)
+    lines, note = decide_design.check(context.store, decide, new_sequence, list(study.seeds))
     for line in lines:
         say(line)
     order = decide.seed_order(study.seeds)
@@ -159,7 +160,7 @@ def decide_and_report(context: RunContext, reports_dir: Path = Path("reports"),
     from .planning.seeds_needed import planned_trials
 
     sequence = Sequence(decide, note=note, planned=decide_design.planned(
-        context.store, lambda: planned_trials(study, context.store.tracking_uri)))
+        context.store, lambda: planned_trials(study, context.store.tracking_uri)), order=order)
     for claim in study.expect:
         reason = not_decidable(study, claim)
         sequence.claims[claim.id] = ClaimState(claim.id, NOT_DECIDABLE if reason else WAITING,
@@ -292,7 +293,8 @@ def _record(context: RunContext, sequence: Sequence) -> None:
     store, look = context.store, sequence.looks[-1]
     if not store.parent_run_id:
         return
-    decide_design.record(store, sequence.decide, sequence.note, sequence.planned)  # the design, locked
+    decide_design.record(store, sequence.decide, sequence.note, sequence.planned,  # the design, locked
+                         sequence.order or None)
     if not any(point.step == look.index for point in store.metric_history(store.parent_run_id, LOOK_SEEDS)):
         counts = [state.status for state in look.claims]
         metrics = {LOOK_SEEDS: look.seeds, LOOK_TRIALS: look.trials, LOOK_GPU_HOURS: look.gpu_hours,

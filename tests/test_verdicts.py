@@ -220,3 +220,111 @@ def test_run_decide_names_a_failed_seed_and_trains_no_seed_that_cannot_change_th
     assert parent.data.tags["decide.design"] == '{"alpha": 0.05, "batch": 2, "max_seeds": 6, "min_seeds": 2}'
     # plan's expected and ceiling trials, recorded before the first look, against the trials used
     assert parent.data.tags["decide.planned_trials"] == "8,12" and "ceiling 12); used 4" in output
+
+
+# --- the design lock covers `report` and the seeds (issue 51, item 5) ----------------------------------------------
+def _recorded(tmp_path, **changes):
+    """A synthetic store at seeds 0, 1, 2 whose sequence of looks ran with the default design on those seeds
+    (recorded on the study's run, as `run --decide` records it); the study file, then, as `changes` edit it."""
+    from orchestrator.judging.design import record
+    from orchestrator.study.model import Decide
+    from orchestrator.tracking.store import StudyStore
+
+    path, uri = _store(tmp_path)
+    store = StudyStore.open(uri, "tiny_report")
+    store.parent_run_id = store._find_parent()
+    record(store, Decide(), order=Decide().seed_order([0, 1, 2]))
+    spec = yaml.safe_load(path.read_text())
+    spec.update(changes)
+    path.write_text(yaml.safe_dump(spec))
+    return path, uri, store
+
+
+def _report_args(tmp_path, path, uri, *flags):
+    return ("report", path, "--tracking-uri", uri, "--reports-dir", tmp_path / "reports", *flags)
+
+
+def test_report_with_an_edited_decide_section_is_refused_naming_both_or_judged_as_a_new_sequence(tmp_path, capsys):
+    path, uri, store = _recorded(tmp_path, decide={"max_seeds": 4})
+    code, output = run_cli(capsys, *_report_args(tmp_path, path, uri))
+    text = " ".join(output.split())
+    assert code == 2, output
+    assert "run with looks at 2, 4, 6, 8, 10 seeds, alpha 0.05 on seeds 0, 1, 2, 3, ..." in text
+    assert "decide: section now ask for looks at 2, 4 seeds, alpha 0.05" in text
+    assert "--new-sequence" in text and "Nothing was written" in text
+    assert not list((tmp_path / "reports").glob("**/report.md"))  # refused before anything was judged
+    code, output = run_cli(capsys, *_report_args(tmp_path, path, uri, "--new-sequence", "--attach"))
+    assert code == 2 and "not attached over them" in " ".join(output.split()), output
+    assert not any(key.startswith("claim.") for key in store.reader.runs(store.experiment_id, "orchestrator.role",
+                                                                         "study")[0].data.tags)
+    code, output = run_cli(capsys, *_report_args(tmp_path, path, uri, "--new-sequence"))
+    assert code == 0, output
+    markdown = next((tmp_path / "reports").glob("**/report.md")).read_text()
+    assert "Judged as a new sequence (report --new-sequence): looks at 2, 4 seeds, alpha 0.05" in markdown
+    assert "not the sequence the claims were decided by (looks at 2, 4, 6, 8, 10 seeds" in markdown
+
+
+def test_report_and_run_with_other_seeds_are_refused_or_stated_as_a_new_sequence(tmp_path, capsys):
+    path, uri, store = _recorded(tmp_path, seeds=[100])
+    code, output = run_cli(capsys, *_report_args(tmp_path, path, uri))
+    text = " ".join(output.split())
+    assert code == 2, output
+    assert "on seeds 0, 1, 2, 3, ..." in text and "seeds: now ask for" in text
+    assert "on seeds 100, 101, 102, 103, ..." in text
+    # run --decide (the study's design as recorded, its seeds changed): refused before a trial runs
+    spec = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**spec, "decide": {}}))
+    code, output = run_cli(capsys, "run", path, "--local", "--tracking-uri", uri, "--reports-dir", tmp_path / "r")
+    text = " ".join(output.split())
+    assert code == 2, output
+    assert "read seeds 0, 1, 2, 3, ... in that order" in text and "now give 100, 101, 102, 103, ..." in text
+    assert "--new-sequence" in text and "Nothing was run" in text
+    assert len(store.trial_runs()) == 6  # the synthetic trials: no new one started
+    # the same seeds as recorded: the report judges them without a word about a new sequence
+    path.write_text(yaml.safe_dump({**spec, "seeds": [0, 1, 2]}))
+    code, output = run_cli(capsys, *_report_args(tmp_path, path, uri))
+    assert code == 0 and "new sequence" not in output, output
+
+
+def test_the_seed_order_check_is_of_the_looks_both_orders_can_take():
+    from orchestrator.judging.design import _other_seeds
+
+    assert not _other_seeds([0, 1, 2, 3], [0, 1, 2, 3, 4, 5])  # a larger max_seeds extends the same order
+    assert _other_seeds([0, 1, 2, 3], [100, 101, 102, 103])
+    assert not _other_seeds(None, [100, 101])  # no order recorded (a store from before): nothing to compare
+
+
+# --- a verdict says how big, and a claim may say how big matters (issue 51, item 4) ----------------------------------
+def test_a_tiny_real_difference_holds_without_min_effect_and_not_with_it_and_every_verdict_states_its_size(
+        tmp_path, capsys):
+    """A 0.07% real difference with little noise holds as "below"; with min_effect 1% it fails (significantly
+    less than 1% lower); a 4.6% difference holds with it. The claims line and the report give each decided
+    claim's effect relative to B, with its interval."""
+    values = {("DAPE-Kerple", seed): 40.0 + 0.01 * seed for seed in (0, 1, 2)}
+    values.update({("DAPE1x3-Kerple", seed): 0.9993 * (40.0 + 0.01 * seed) + 0.0004 * (seed == 1)
+                   for seed in (0, 1, 2)})
+    claims = [{**BELOW, "id": "plain"}, {**BELOW, "id": "at_least_1pct", "min_effect": 0.01}]
+    path, uri = _store(tmp_path, values, claims=claims)
+    code, output = run_cli(capsys, "report", path, "--tracking-uri", uri, "--reports-dir", tmp_path / "reports")
+    assert code == 0, output
+    lines = {line.split()[0]: line for line in output.splitlines() if line.startswith("  ")}
+    assert lines["plain"].startswith("  plain holds: -0.0278") and "(0.070% lower)" in lines["plain"], lines
+    assert lines["at_least_1pct"].startswith("  at_least_1pct fails: 0.070% lower [0.0"), lines
+    assert lines["at_least_1pct"].endswith(", claimed over 1.0% lower"), lines
+    markdown = next((tmp_path / "reports").glob("**/report.md")).read_text()
+    row = next(line for line in markdown.splitlines() if line.startswith("| at_least_1pct"))
+    assert "0.070% lower [0.0" in row and "claimed over 1.0% lower (geometric-mean ratio 0.9993 [" in row
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"min_effect": -0.01}, "greater than 0"), ({"min_effect": 1.0}, "less than 1"),
+    ({"min_effect": 0.01, "ratio": 0.95}, "not ratio and min_effect"),
+    ({"min_effect": 0.01, "within": 0.05}, "not within and min_effect"),
+    ({"min_effect": 0.01, "direction": None, "within": None}, "min_effect needs a 'direction'")])
+def test_a_min_effect_that_makes_no_sense_is_refused(bad, message):
+    from orchestrator.study import StudyError
+
+    spec = {**report_study.STUDY, "expect": [{**BELOW, **bad}]}
+    with pytest.raises(StudyError) as error:
+        parse_study(spec)
+    assert message in str(error.value) and "expect" in str(error.value), str(error.value)

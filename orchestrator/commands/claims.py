@@ -13,7 +13,18 @@ def claims_line(claims: list, trials: int | None = None) -> None:
         from ..judging.claims import decision_summary
 
         console.print("Claims: " + decision_summary(claims, trials)  # verdicts on one seed counted apart, untested
-                      + " (the report's Claims section; MLflow tags claim.<id> on the study's run)")
+                      + " (the report's Claims section; MLflow tags claim.<id> on the study's run)", markup=False)
+        for line in effect_lines(claims):
+            console.print(line, markup=False)
+
+
+def effect_lines(claims: list) -> list[str]:
+    """Each claim the test decided, with how big its effect is: "  1x3_below_1x1 holds: 4.1% lower [3.6, 4.6]"
+    (judging/claims.py's `ClaimResult.size`: the deciding check's effect and its interval)."""
+    from ..judging.claims import FAILS, HOLDS
+
+    return [f"  {claim.claim.id} {claim.verdict}: {claim.size()}" for claim in claims
+            if claim.tested and claim.verdict in (HOLDS, FAILS) and claim.size()]
 
 
 def exit_on_failed_claims(claims: list, strict: bool) -> None:

@@ -44,7 +44,7 @@ from ..study.claim_checks import Check, Term, claim_checks, later_columns, study
 from ..study.model import Decide
 from ..trial.protocol import ISOLATED_PREFIX
 from .caveats import check_caveat
-from .decision import RATIO, Design, Evidence, claim_p, evidence, shared_priors
+from .decision import DIFFERENCE, RATIO, VALUE, Design, Evidence, claim_p, evidence, shared_priors
 from .diverged import describe, unusable
 from .shrinkage import Prior
 from .stats import ALPHA, format_p, holm
@@ -62,6 +62,7 @@ class CheckResult:
     evidence: Evidence | None = None  # effect, interval and both one-sided p-values, where a test ran
     relation: str = "<"
     quantity: tuple = ()  # (left term, right term): the checks of one quantity share its effect and interval
+    reference: float = math.nan  # the mean of the right side's row (B), where it is a row: a difference's scale
 
 
 @dataclass
@@ -126,9 +127,11 @@ class ClaimResult:
             return min(tested, key=lambda pair: pair[1].p_wrong)[0]
         return max(tested, key=lambda pair: pair[1].p_right)[0]
 
-    def effect(self) -> str:
+    def effect(self, sized: bool = False) -> str:
         """The deciding check's effect with its interval and the claimed side, e.g. "ratio 0.963 [0.951,
-        0.975], claimed in (0.95, 1)" or "difference -0.58 [-0.68, -0.44], claimed < 0"; "" untested."""
+        0.975], claimed in (0.95, 1)" or "difference -0.58 [-0.68, -0.44], claimed < 0"; "" untested.
+        `sized`: how big first, as the report's table says it (`size`): "4.1% lower [3.6, 4.6], claimed
+        lower (ratio 0.959 [0.954, 0.964])", "difference -0.58 [-0.68, -0.44] (9.1% lower), claimed < 0"."""
         check = self.deciding
         if check is None:
             return ""
@@ -142,7 +145,61 @@ class ClaimResult:
             claimed = f"claimed in ({_num(max(lower))}, {_num(min(upper))})"
         else:
             claimed = f"claimed {check.relation} {_num(ev.bound)}"
-        return f"{ev.words} {_num(ev.effect)} [{_num(ev.low)}, {_num(ev.high)}], {claimed}"
+        stated = f"{ev.words} {_num(ev.effect)} [{_num(ev.low)}, {_num(ev.high)}]"
+        if sized and ev.kind == RATIO:
+            return f"{self.size()} ({stated}{'' if ', claimed ' in self.size() else ', ' + claimed})"
+        if sized and ev.kind == DIFFERENCE:
+            return f"{ev.words} {self.size()}, {claimed}"
+        return f"{stated}, {claimed}"
+
+    def size(self) -> str:
+        """How big the deciding check's effect is, for a reader to weigh: a ratio relative to 1, in %, with
+        its interval ("4.1% lower [3.6, 4.6]": A is 4.1% below B, the interval 3.6-4.6% below); a difference
+        as it is, with its size relative to B's mean ("-0.58 [-0.68, -0.44] (9.1% lower)"); a value with its
+        interval ("0.55 [0.52, 0.58]"). "" untested."""
+        check = self.deciding
+        if check is None:
+            return ""
+        ev = check.evidence
+        assert ev is not None, "the deciding check is a tested one"
+        if ev.kind == RATIO:
+            bounds = {(c.relation, c.evidence.bound) for c in self.checks
+                      if c.quantity == check.quantity and c.evidence is not None}
+            claimed = _claimed(*bounds.pop()) if len(bounds) == 1 else ""
+            return _relative(ev.effect, ev.low, ev.high) + (f", claimed {claimed}" if claimed else "")
+        text = f"{_num(ev.effect)} [{_num(ev.low)}, {_num(ev.high)}]"
+        if ev.kind == VALUE or not (math.isfinite(check.reference) and check.reference > 0):
+            return text
+        share = abs(ev.effect) / check.reference * 100
+        return f"{text} ({_percent(share, share)}% {'lower' if ev.effect <= 0 else 'higher'})"
+
+
+def _percent(value: float, size: float) -> str:
+    """A percentage with two significant digits of `size` (the point estimate's), at least one decimal."""
+    if math.isinf(value):
+        return "∞" if value > 0 else "-∞"
+    decimals = 1 if size == 0 or abs(size) >= 1 else min(4, 1 - math.floor(math.log10(abs(size))))
+    return f"{value:.{decimals}f}"
+
+
+def _claimed(relation: str, bound: float) -> str:
+    """A ratio check's claimed side in relative words: "< 0.99" is "over 1.0% lower", "> 1" is "higher"."""
+    if bound == 1:
+        return "lower" if relation == "<" else "higher"
+    share = abs(bound - 1) * 100
+    side = "lower" if bound < 1 else "higher"
+    over = (relation == "<") == (bound < 1)  # beyond the bound, away from 1: "over"; else "less than"
+    return f"{'over' if over else 'less than'} {_percent(share, share)}% {side}"
+
+
+def _relative(effect: float, low: float, high: float) -> str:
+    """A ratio and its interval as a relative effect in %: "4.1% lower [3.6, 4.6]" (ratio 0.959 [0.954,
+    0.964]); "2.0% higher [-0.5, 4.6]" where the interval reaches the other side."""
+    if effect <= 1:
+        point, ends, word = (1 - effect) * 100, ((1 - high) * 100, (1 - low) * 100), "lower"
+    else:
+        point, ends, word = (effect - 1) * 100, ((low - 1) * 100, (high - 1) * 100), "higher"
+    return (f"{_percent(point, point)}% {word} [{_percent(ends[0], point)}, {_percent(ends[1], point)}]")
 
 
 def _num(value: float) -> str:
@@ -379,7 +436,7 @@ def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame, study_path: A
         caveat = check_caveat(trials, [term for term in (check.left, check.right) if term is not None])
         result.checks.append(CheckResult(_describe(check, float(a.mean()), mean_right, prefix) + caveat, holds,
                                          ev.p_right if ev else math.nan, ev, check.relation,
-                                         (check.left, check.right)))
+                                         (check.left, check.right), float(b.mean()) if b is not None else math.nan))
     tested = [check.evidence for check in result.checks if check.evidence is not None]
     if tested and len(tested) == len(result.checks):
         result.p, result.leans_holds = claim_p(tested)

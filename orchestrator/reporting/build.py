@@ -61,24 +61,26 @@ def _distinct(frame: pd.DataFrame, column: str) -> str:
 
 
 def build_report(context: RunContext, reports_dir: Path, value: ValueChoice = ValueChoice(),
-                 attach: bool = True, rebuild: bool = False) -> Report:
+                 attach: bool = True, rebuild: bool = False, note: str = "") -> Report:
     """The report of the context's study from its store, over its rows (`orchestrator run`: the run's, so that
     the study is expanded once; `RunContext.of` a store: as the store holds them). Its `study_path`: the study
     file, where a search's report compares with its grid profile (search.py).
     `attach`: attach the files to the study's parent run and refresh its MLflow dashboard (tracking/
     dashboard.py); `orchestrator run` does, `orchestrator report` only with --attach (it then reads the store
     alone, and a SQLite store without loading MLflow). `rebuild`: even where the fingerprint says nothing changed
-    (`orchestrator evaluate`: heat maps it drew are run artifacts, which the fingerprint does not read)."""
+    (`orchestrator evaluate`: heat maps it drew are run artifacts, which the fingerprint does not read). `note`:
+    what the report states first of the sequence its claims are judged as (`report --new-sequence`)."""
     # One process at a time writes a report folder: two orchestrators of one study end together (leased.py)
     # and each writes the whole report, but one's clearing plots/ must not pull the figures from under the
     # other's writing them. The lock is held until the report is attached.
     folder = Path(reports_dir) / context.study.name
     folder.mkdir(parents=True, exist_ok=True)
     with folder_lock(folder):
-        return _build(context, folder, value, attach, rebuild)
+        return _build(context, folder, value, attach, rebuild, note)
 
 
-def _build(context: RunContext, folder: Path, value: ValueChoice, attach: bool, rebuild: bool = False) -> Report:
+def _build(context: RunContext, folder: Path, value: ValueChoice, attach: bool, rebuild: bool = False,
+           note: str = "") -> Report:
     study, store, study_path = context.study, context.store, context.study_path
     frame = study_results(store, study, value, context.rows)
     trials, outside = frame[frame["in_study"]], frame[~frame["in_study"]]
@@ -99,6 +101,8 @@ def _build(context: RunContext, folder: Path, value: ValueChoice, attach: bool, 
         search, figures = search_section(study, study_path, store, trials, history, plot_dir)
         tabled = trials[~trials["stopped_early"].astype(bool)]  # samples ASHA stopped never reached evaluation
     document = _document(context, value, trials, outside, tabled, plot_dir=plot_dir)
+    if note:  # judged as a new sequence (report --new-sequence): said first, beside the design's note
+        document.decide_note = " ".join(filter(None, (note, document.decide_note)))
     document.search = search
     document.plots = figures + _figures(study, document.tables, tabled, store, plot_dir)
     document.plots += stored_heat_maps(store, tabled, plot_dir)  # where eval.visualise / evaluate --visualise drew them
@@ -110,7 +114,7 @@ def _build(context: RunContext, folder: Path, value: ValueChoice, attach: bool, 
     if attach:
         _attach(store, folder, document.claims)
         _record_pareto(store, search)
-    if search is None:
+    if search is None and not note:  # a report judged as a new sequence is never kept for a later one
         fingerprint.write(folder, inputs, document.plots, files, attached=attach, summary=summary)
     return Report(folder, markdown, files, document.claims, summary, trials, document)
 

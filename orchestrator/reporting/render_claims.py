@@ -23,7 +23,9 @@ def intro(results: list[ClaimResult]) -> str:
     return (f"Each claim of the study's `expect:` section, judged on this run: *holds* or *fails* where a paired "
             f"test by seed decides it (two-sided, at {alpha:g} for the study: Holm-corrected across its claims, "
             f"and spent over the planned looks where seeds were added), else *inconclusive*. The effect is the "
-            f"claim's difference, ratio or value with its {1 - alpha:.0%} interval, for that claim alone (valid "
+            f"claim's difference, ratio or value with its {1 - alpha:.0%} interval, first as a size (a ratio "
+            f"relative to 1 in %: '4.1% lower [3.6, 4.6]'; a difference with its share of the other side's mean), "
+            f"for that claim alone (valid "
             f"over its looks; the verdicts are Holm-corrected across the claims, so an interval clear of 0 can "
             f"stand beside an inconclusive verdict). The interval is the estimate's range, not a verdict; and a "
             f"claim decided because its effect looked large overstates it where the true effect is near the "
@@ -44,8 +46,8 @@ def _p_note(results: list[ClaimResult]) -> str:
 
 
 def _effect(result: ClaimResult) -> str:
-    if result.effect():
-        return result.effect()
+    if result.effect():  # how big first (relative, in %, for a ratio), then the effect as the claim states it
+        return result.effect(sized=True)
     return "no interval on 1 seed" if result.checks and not result.tested else "–"
 
 
@@ -144,7 +146,7 @@ def details_html(results: list[ClaimResult], title: str) -> str:
     blocks = []
     for result in results:
         items = "".join(f"<li>{escape(line)}</li>" for line in [f"why: {_why(result)}", *_check_lines(result)])
-        summary = f"{result.claim.id}: {result.words}" + (f", {result.effect()}" if result.effect() else "")
+        summary = f"{result.claim.id}: {result.words}" + (f", {result.effect(sized=True)}" if result.effect() else "")
         blocks.append(f'<details class="{_css_class(result)}"><summary>{escape(summary)}</summary>'
                       f"<p>{escape(result.claim.text or result.claim.kind)} ({escape(result.claim.source)})</p>"
                       f"<ul>{items}</ul></details>")

@@ -209,7 +209,10 @@ def _compare(study, rows, claim: Compare) -> list[Check]:
         return checks
     below = claim.direction == "below"
     shift = 0.0 if claim.margin is None else (-claim.margin if below else claim.margin)
-    return _pair_checks(claim, pairs, "<" if below else ">", claim.ratio or 1.0, shift)
+    scale = claim.ratio or 1.0
+    if claim.min_effect is not None:  # the smallest effect that matters: A beyond (1 -/+ min_effect) x B
+        scale = 1 - claim.min_effect if below else 1 + claim.min_effect
+    return _pair_checks(claim, pairs, "<" if below else ">", scale, shift)
 
 
 def _length_ratio(study, rows, claim: LengthRatio) -> list[Check]:

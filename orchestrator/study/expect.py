@@ -9,6 +9,9 @@ table or figure) and the rows and metric it is about:
   `over`, each side is its metric at `at` over its metric at `over` (the gap grows with the length:
   DAPE's ppl(8x)/ppl(1x) below Kerple's); `within` bounds how far: below by less than that fraction
   ((1 - within) x B < A < B), above likewise, or with no `direction` either way ((1 ± within) x B);
+  `min_effect` is the smallest relative effect that matters (0.01: 1%): "holds" then needs A below
+  (1 - min_effect) x B (above: beyond (1 + min_effect) x B), so that a real but negligible difference
+  does not decide the claim (docs/deciding.md);
 - `length_ratio`: one variant's metric at length `at` over its metric at length `over`, `at_least` or
   `at_most` a bound (RoPE's ppl at 8x over its ppl at 1x >= 2);
 - `trend`: the metric `increasing`/`decreasing` along `axis` (a dotted config key: a swept axis or a key the
@@ -104,12 +107,21 @@ class Compare(_AtLengths):
     within: float | None = Field(None, gt=0, lt=1, description="below: (1 - within) x B < A < B (below, by less "
                                  "than that fraction); above: B < A < (1 + within) x B; no direction: both bounds.")
     over: Length | None = Field(None, description="Compare metric(at)/metric(over) of each side instead.")
+    min_effect: float | None = Field(None, gt=0, lt=1, description="The smallest effect that matters, as a "
+                                     "fraction of B (0.01: 1%): holds only where A is below (1 - min_effect) x B "
+                                     "(above: beyond (1 + min_effect) x B), significantly; a smaller real "
+                                     "difference stays inconclusive. Not with margin, ratio or within, which "
+                                     "state the bound themselves.")
 
     @model_validator(mode="after")
     def _one_bound(self) -> "Compare":
-        given = [name for name in ("margin", "ratio", "within") if getattr(self, name) is not None]
+        given = [name for name in ("margin", "ratio", "within", "min_effect") if getattr(self, name) is not None]
         if len(given) > 1:
-            raise ValueError(f"give one of 'margin', 'ratio' and 'within', not {' and '.join(given)}")
+            raise ValueError(f"give one of 'margin', 'ratio', 'within' and 'min_effect', not {' and '.join(given)}"
+                             + (" (min_effect is a ratio bound: ratio 0.99 is below by at least 1%)"
+                                if "min_effect" in given else ""))
+        if self.min_effect is not None and self.direction is None:
+            raise ValueError("min_effect needs a 'direction' (below or above): the effect is beyond B on that side")
         if self.direction is None and self.within is None:
             raise ValueError("give 'direction' (below or above), or 'within' for a band on both sides")
         return self
