@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -14,6 +15,7 @@ from ..errors import exception_chain
 from ..study import Distribution, Study
 from ..tracking.console import ConsoleProgress
 from ..tracking.events import TrialEvents
+from ..trial.protocol import CODE_FILES_KEY
 from ..trial.trials import Trial, materialize
 from . import interrupt
 from .cluster import DEFAULT_CONNECT_TIMEOUT_S, connect
@@ -105,9 +107,10 @@ def _scheduler(study: Study, max_steps: int):
 
 def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storage_dir: Path,
                   address: str | None, progress: ConsoleProgress,
-                  later_lengths: dict[str, list[int]] | None = None) -> int:
+                  later_lengths: dict[str, list[int]] | None = None, code_files: dict[str, str] | None = None) -> int:
     """Run the trials; returns how many could run at once (for the overhead figure). `later_lengths`: trial id ->
-    the lengths it scores after its own (trainable.py `later_lengths`)."""
+    the lengths it scores after its own (trainable.py `later_lengths`); `code_files`: the code fingerprint's
+    files, which each trial checks on disk (trainable.py CodeGuard)."""
     start_ray(address)
     cpus = ray.cluster_resources().get("CPU", 1)
     progress.message(f"Running {progress.total} trial(s) on Ray ({cpus:.0f} CPUs)")
@@ -129,6 +132,8 @@ def run_with_tune(study: Study, trials: list[Trial], events: TrialEvents, storag
     param_space["launch_dir"] = str(Path.cwd())  # relative data paths are relative to it, not to a trial's folder
     param_space["keep_weights"] = study.keep_weights
     param_space["later_lengths"] = later_lengths or {}  # not a search dimension: a constant of every trial
+    # The same, as JSON: Tune's searchers refuse keys holding its "/" (file names). A trial checks its files with it.
+    param_space[CODE_FILES_KEY] = json.dumps(code_files or {})
     # Multi-worker trials: what Ray Train reserves per worker, and where it keeps its runs' state.
     param_space["worker_resources"] = {"CPU": study.resources.cpus, "GPU": study.resources.gpus}
     param_space["train_storage"] = str(storage_dir.resolve() / "ray_train")

@@ -130,6 +130,7 @@ class _Running:
     outcome: StudyOutcome
     code: set[str]  # the current code fingerprints (each trial's own: tracking/code_check.py current_codes)
     later_lengths: dict[str, list[int]]  # trial id -> lengths it scores after its own (run_study's argument)
+    code_files: dict[str, str] = field(default_factory=dict)  # the fingerprint's files: each trial checks its own
 
 
 def run_study(context: RunContext, later_lengths: dict[str, list[int]] | None = None) -> StudyOutcome:
@@ -171,7 +172,7 @@ def run_study(context: RunContext, later_lengths: dict[str, list[int]] | None = 
             progress.message(f"{len(skipped)} trial(s) already finished in the tracking store: not rerun")
             _link_reused(store, check, skipped, progress.message)
         _run_and_close(context, _Running(todo, events, progress, leases, outcome, current_codes(code, todo),
-                                           later_lengths or {}))
+                                           later_lengths or {}, code.files))
     outcome.wall_seconds = time.monotonic() - context.started
     return outcome
 
@@ -200,7 +201,8 @@ def _run_and_close(context: RunContext, running: _Running) -> None:
         if todo:
             with progress, interrupt.last_resort(last_resort):
                 shared = run_leased(study, context.rows, todo, store, leases,
-                                    lambda batch: _run_trials(context, batch, events, progress, running.later_lengths),
+                                    lambda batch: _run_trials(context, batch, events, progress, running.later_lengths,
+                                                                      running.code_files),
                                     progress.message,
                                     code=running.code)
             outcome.concurrency = shared.concurrency
@@ -271,17 +273,19 @@ def _prepare_ray(context: RunContext, say) -> None:
 
 
 def _run_trials(context: RunContext, todo: list[Trial], events: TrialEvents, progress: ConsoleProgress,
-                later_lengths: dict[str, list[int]]) -> int:
-    """Run the trials; returns how many could run at once."""
+                later_lengths: dict[str, list[int]], code_files: dict[str, str] | None = None) -> int:
+    """Run the trials; returns how many could run at once. `code_files`: the code fingerprint's per-file hashes,
+    which each trial's process compares with its files on disk (trainable.py CodeGuard)."""
     later = {trial.trial_id: later_lengths[trial.trial_id] for trial in todo if trial.trial_id in later_lengths}
     if context.local:
         from .local import run_local
 
-        run_local(todo, events, context.study, context.storage_dir, later)
+        run_local(todo, events, context.study, context.storage_dir, later, code_files)
         return 1
     from .ray_tune import run_with_tune  # Ray is imported only when trials run on it
 
-    return run_with_tune(context.study, todo, events, context.storage_dir, context.address, progress, later)
+    return run_with_tune(context.study, todo, events, context.storage_dir, context.address, progress, later,
+                         code_files)
 
 
 def _tally_outcome(outcome: StudyOutcome, tally: Tally, study: Study, todo: list[Trial]) -> None:

@@ -19,6 +19,7 @@ from dape_core.train.callbacks import TrainerCallback
 from ..trial.protocol import (
     CHECKPOINT_FILES_KEY,
     CHECKPOINT_SET_ASIDE_KEY,
+    CODE_FILES_KEY,
     DATA_RECORD_KEY,
     ENVIRONMENT_KEY,
     EVAL_PROTOCOL_TAG,
@@ -40,13 +41,17 @@ class ReportingSink(TrainerCallback):
     With `all_ranks` (a multi-worker trial, whose report is collective) every rank calls it, with the same
     values."""
 
-    def __init__(self, report: Report, total_steps: int, log: TrialLog | None = None, all_ranks: bool = False):
+    def __init__(self, report: Report, total_steps: int, log: TrialLog | None = None, all_ranks: bool = False,
+                 code: "CodeGuard | None" = None):
         self.report, self.total_steps, self.all_ranks = report, total_steps, all_ranks
         self.log = log or TrialLog()
+        self.code = code
         self.last_val_loss: float | None = None
         self.last_step = 0
 
     def on_step(self, step: int, loss: float, lr: float) -> None:
+        if self.code is not None and not self.last_step:  # the first step: the model is built, its modules loaded
+            self.code.check("at the trial's first step")
         self.last_step = step
         self.log.write(f"step {step}/{self.total_steps}  {names.TRAIN_LOSS} {loss:.4f}  {names.LR} {lr:.3g}")
         self.report({"step": step, "total_steps": self.total_steps, names.TRAIN_LOSS: loss, names.LR: lr})
@@ -64,6 +69,31 @@ class ReportingSink(TrainerCallback):
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         self.log.write(f"checkpoint at step {step}: {path}")
+
+
+class CodeChangedError(RuntimeError):
+    """The trial's files changed on disk while it ran: it may have run code other than the fingerprint its run
+    is tagged with (issue 56)."""
+
+
+class CodeGuard:
+    """The trial's code checked where it runs (study/code_identity.py `changed_while_running`): its files on
+    disk against the driver's fingerprint (`tune_config[CODE_FILES_KEY]`). Python imports the library lazily, so
+    the files the trial loaded are those on disk when it built its model (checked at its first step) and later
+    (checked again before its result is reported): an edit in between fails the trial (CodeChangedError)."""
+
+    def __init__(self, expected: dict[str, str], config: dict):
+        self.expected, self.config = expected, config
+
+    def check(self, when: str) -> None:
+        from ..study.code_identity import changed_while_running
+
+        changed = changed_while_running(self.expected, self.config)
+        if changed:
+            raise CodeChangedError(
+                f"{', '.join(changed)} changed on disk while the study ran (seen {when}): the trial ran code other "
+                "than its recorded fingerprint's, so it is not recorded as finished; run the study again to train "
+                "it with the code as it is now")
 
 
 def checkpoint_every(steps: int) -> int:
@@ -106,7 +136,9 @@ def run_trial(tune_config: dict, report: Report, threads: int, all_ranks: bool =
     root = tune_config.get("checkpoint_root")
     folder = _checkpoint_folder(Path(root), trial) if root else None
     log = TrialLog()
-    sink = ReportingSink(report, steps, log, all_ranks)
+    expected = json.loads(tune_config.get(CODE_FILES_KEY) or "{}")  # the driver's fingerprint (none: not checked)
+    code = CodeGuard(expected, trial.config) if expected else None
+    sink = ReportingSink(report, steps, log, all_ranks, code)
     later = later_lengths(tune_config, trial)
     log.write(f'trial "{trial.run_name}" (id {trial.trial_id}): {_summary(experiment)}; {threads} thread(s)'
               + (f"; then the study's report.lengths {later}" if later else ""))
@@ -125,11 +157,20 @@ def run_trial(tune_config: dict, report: Report, threads: int, all_ranks: bool =
             report({FINAL_FLAG: 1, "step": steps, "total_steps": steps, "error": f"NonFiniteLossError: {error}",
                     LOG_KEY: log.text()})
             return
+        except CodeChangedError as error:
+            _code_changed(error, report, steps, log, experiment, folder)
+            return
         except Exception as error:
             log.failure(error)
             if not all_ranks:
                 report({"step": sink.last_step, "total_steps": steps, LOG_KEY: log.text()})
             raise
+    if code is not None:  # what the trial imported after its first step (its evaluation's modules) too
+        try:
+            code.check("before its result was reported")
+        except CodeChangedError as error:
+            _code_changed(error, report, steps, log, experiment, folder)
+            return
     if result is None:  # a rank other than 0 of a multi-worker trial: rank 0 reports the result
         report({})
         return
@@ -143,6 +184,22 @@ def run_trial(tune_config: dict, report: Report, threads: int, all_ranks: bool =
                   + ("; the final model is kept (above)" if result.weights else ""))
         final[LOG_KEY] = log.text()
     report(final)
+
+
+def _code_changed(error: CodeChangedError, report: Report, steps: int, log: TrialLog, experiment: ExperimentConfig,
+                  folder: Path | None) -> None:
+    """End the trial with its reason (a retry would find the same files: not one), its resume checkpoints and
+    kept model removed: they may hold what the other code computed, and a rerun must not resume from them."""
+    from dape_core.train import CheckpointStore
+
+    from .checkpoints import remove_checkpoints
+
+    if folder is not None:
+        store = CheckpointStore(folder, experiment.fingerprint())
+        remove_checkpoints([store.path, store.sharded.directory, folder / WEIGHTS_FOLDER])
+    log.write(f"FAILED: CodeChangedError: {error}")
+    report({FINAL_FLAG: 1, "step": steps, "total_steps": steps, "error": f"CodeChangedError: {error}",
+            LOG_KEY: log.text()})
 
 
 def later_lengths(tune_config: dict, trial) -> list[int]:

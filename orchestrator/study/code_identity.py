@@ -13,10 +13,14 @@ it is. The fingerprint is the hash of the sorted (file, hash) pairs; the per-fil
 that two fingerprints name the files that differ (`changed_files`).
 
 It is taken once per process (the library's part is cached; a plugin's part is its source's), by the driver:
-the trial processes run the driver's plugins (shipped) and the same installed library. Across processes, each
-file's normalised hash is kept by its bytes' hash (`HashCache`: in the user's cache folder), so that a command
-parses only the files that changed since one last did (a finished study run again starts sooner); the bytes
-are always read, so a file changed on disk is always seen.
+the trial processes run the driver's plugins (shipped as source: a plugin file edited during a run cannot
+reach them) and the same installed library, which Python imports lazily. So each trial's process checks its
+own files on disk against the driver's (`changed_while_running`) at its first reported step (its model built)
+and again before it reports its result (orchestrator/execution/trainable.py): a trial whose files changed in
+between fails, naming them, instead of being recorded under a fingerprint that is not its code's (issue 56).
+Across processes, each file's normalised hash is kept by its bytes' hash (`HashCache`: in the user's cache
+folder), so that a command parses only the files that changed since one last did (a finished study run again
+starts sooner); the bytes are always read, so a file changed on disk is always seen.
 """
 
 from __future__ import annotations
@@ -341,3 +345,12 @@ def on_disk(plugins: list[dict] | tuple = ()) -> CodeFingerprint:
 def changed_since(start: CodeFingerprint, plugins: list[dict] | tuple = ()) -> list[str]:
     """The files whose code changed on disk since `start` was taken ([] where none did)."""
     return changed_files(start, on_disk(plugins))
+
+
+def changed_while_running(expected: dict[str, str], config: dict) -> list[str]:
+    """In a trial's process: the files of the trial of (resolved ExperimentConfig) `config` whose code on disk
+    now differs from `expected` (the driver's fingerprint's `files`, the one the trial's run is tagged with).
+    The library is that of this process (the files it imports, read again, not the process's cache); the
+    plugins are not read (the process runs the source the driver shipped)."""
+    library, parts = _library_files.__wrapped__(library_root())
+    return changed_within(CodeFingerprint(dict(expected)), CodeFingerprint(dict(library), parts).for_trial(config))

@@ -48,6 +48,9 @@ EVALUATION_PROTOCOL_KEYS = ("tail_tokens", "n_windows", "tokens_per_length", "ba
 # The trial's checkpoint files (paths), with its final result: the driver removes them once the result is recorded
 # (execution/checkpoints.py), so that a stop in between resumes the trial at its last step instead of retraining.
 CHECKPOINT_FILES_KEY = "checkpoint_files"
+# The driver's code fingerprint's per-file hashes (study/code_identity.py), as JSON in every trial's config: the trial's
+# process compares its files on disk with them (execution/trainable.py CodeGuard).
+CODE_FILES_KEY = "code_files"
 # Final-result values that are text: logged as tags.
 STRING_RESULT_KEYS = ("data_hash", "device", "precision", "attention_kernels", "ray_node_id", "worker_node_ids",
                       "error", EVAL_PROTOCOL_TAG)
