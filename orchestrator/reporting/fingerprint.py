@@ -5,9 +5,9 @@ names: in a project copied elsewhere, or beside a moved store, the report is bui
 parsed (`Study.model_dump`), the value chosen (final/best/step), the current code's fingerprint (study/
 code_identity.py: the setup says when the trials' is another), the results frame (every trial's run id,
 status, config, swept values and metrics: a rerun trial or a new trial changes it) and the source of the
-code that draws and judges the report (orchestrator/reporting/*.py, orchestrator/judging/*.py); with it, the figures' names and captions, the
-files written, the summary the command line prints, and whether the folder was attached to the study's
-parent run. A report is kept when the fingerprint matches and all its files are there.
+code that draws and judges the report (orchestrator/reporting/*.py, orchestrator/judging/*.py); with it, the
+figures' names and captions, the files written, the summary the command line prints, and whether the folder
+was attached to the study's parent run. A report is kept when the fingerprint matches and all its files are there.
 """
 
 from __future__ import annotations
