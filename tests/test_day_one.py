@@ -5,6 +5,7 @@ is not printed where the product chose the token mode itself."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from importlib.metadata import version
 
@@ -12,9 +13,11 @@ import pandas as pd
 import pytest
 from cli_support import run_cli
 from mlflow.tracking import MlflowClient
+from pydantic import TypeAdapter
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
+from orchestrator.study.expect import Claim, generated_statement
 
 STUDY = textwrap.dedent("""\
     name: day_one
@@ -112,6 +115,19 @@ def test_a_run_logs_no_param_its_trial_does_not_read(ran, capsys):
     assert code == 0 and output.count("measured") >= 2, output
 
 
+def test_the_report_states_a_claim_without_text_and_its_html_shows_no_markdown(ran):
+    _, _, reports = ran
+    markdown, html = (reports / "report.md").read_text(), (reports / "report.html").read_text()
+    statement = "DAPE's ppl at 1x below the baseline"
+    assert statement in markdown and statement.replace("'", "&#x27;") in html
+    assert "| compare |" not in markdown and "<td>compare</td>" not in html  # not the bare kind
+    assert "`" in markdown  # the Markdown has code spans ...
+    text = re.sub(r"<(style|script)\b.*?</\1>", "", html, flags=re.S)
+    text = re.sub(r"<[^>]+>", "", text)
+    assert "`" not in text, [line for line in text.splitlines() if "`" in line]  # ... the page shows none
+    assert "<code>orchestrator run --decide</code>" in html
+
+
 def test_ray_does_not_warn_of_token_authentication_the_product_turned_on(monkeypatch):
     import os
 
@@ -134,3 +150,27 @@ def test_ray_does_not_warn_of_token_authentication_the_product_turned_on(monkeyp
     local_token_auth()
     assert os.environ["RAY_AUTH_MODE"] == "disabled"
 
+
+@pytest.mark.parametrize("claim, words", [
+    ({"kind": "compare", "variant": "DAPE", "direction": "below", "at": ["1x", "8x"]},
+     "DAPE's ppl at 1x, 8x below the baseline"),
+    ({"kind": "compare", "variant": "A", "than": "B", "direction": "below", "within": 0.05, "at": ["8x"]},
+     "A's ppl at 8x below B, by less than 5%"),
+    ({"kind": "compare", "variant": "A", "direction": "below", "at": ["8x"], "over": "1x"},
+     "A's ppl at 8x over its ppl at 1x below the baseline's"),
+    ({"kind": "length_ratio", "variant": "A", "at": "8x", "over": "1x", "at_least": 2},
+     "A's ppl at 8x over its ppl at 1x at least 2"),
+    ({"kind": "trend", "variants": ["A", "B"], "axis": "model.d_dape", "direction": "decreasing", "tolerance": 0.01,
+      "at": ["1x"]}, "ppl at 1x decreasing with model.d_dape for A, B (each step within 1% the other way)"),
+    ({"kind": "order", "variants": ["A", "B"], "direction": "increasing", "at": ["1x"]},
+     "ppl at 1x increasing in the order A, B"),
+    ({"kind": "best", "variant": "A", "direction": "lowest", "metric": "che_acc_test"},
+     "A the lowest che_acc_test among every variant"),
+    ({"kind": "bound", "metric": "che_acc_test", "at_most": 0.6, "where": {"model.pos_encoding": "rope"}},
+     "che_acc_test of every variant at most 0.6 where model.pos_encoding = rope"),
+])
+def test_a_claim_without_text_is_stated_from_its_fields(claim, words):
+    parsed = TypeAdapter(Claim).validate_python({"id": "c", "source": "test", **claim})
+    assert generated_statement(parsed) == words == parsed.statement
+    written = TypeAdapter(Claim).validate_python({"id": "c", "source": "test", "text": "mine", **claim})
+    assert written.statement == "mine"
