@@ -74,11 +74,31 @@ KeepStaleOpt = Annotated[bool, typer.Option("--keep-stale", help="Keep the finis
                                             "than the current: reused, and marked in the report.")]
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            console.print(f"orchestrator {version('dape-orchestrator')}")
+        except PackageNotFoundError:  # a source tree that was never installed
+            console.print("orchestrator (version unknown: the dape-orchestrator package is not installed)")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the package's version and exit.")] = False) -> None:
+    """Run DAPE-style ablation studies: study file -> Ray Tune trials -> MLflow -> report."""
+
+
 @app.command()
-def validate(studies: Annotated[list[str], typer.Argument(metavar="STUDY...", help="Study files (or names) to check.")],
+def validate(studies: Annotated[list[str], typer.Argument(metavar="STUDY... [KEY=VALUE]...",
+                                                          help="Study files (or names) to check, then dotted "
+                                                               "overrides applied to each, e.g. train.steps=100.")],
              profile: ProfileOpt = None) -> None:
     """Check study files without running anything: the chosen profile (default: none) with its data, and
-    every other profile of the file (their missing data is a note: it is needed only where they run)."""
+    every other profile of the file (their missing data is a note: it is needed only where they run).
+    KEY=VALUE overrides apply to every study given, as with `run` and `plan`."""
     from .commands.validate import validate as command
 
     command(studies, profile)
@@ -123,11 +143,19 @@ def run(
 
 @app.command()
 def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileOpt = None,
-         tracking_uri: TrackingOpt = None) -> None:
-    """Show the expanded trial table with costs and what is already finished; launches nothing."""
+         tracking_uri: TrackingOpt = None,
+         decide: Annotated[bool, typer.Option("--decide", help="Accepted for symmetry with `run --decide`: plan "
+                                              "always shows what --decide would train.")] = False,
+         explain: Annotated[bool, typer.Option("--explain", help="Print the plan's notes in full (how each "
+                                               "estimate is made); default: two lines.")] = False) -> None:
+    """Show the expanded trial table with costs and what is already finished; launches nothing. It always
+    shows what `run --decide` would train (the claims' expected seeds and their cost)."""
     from .commands.plan import plan as command
 
-    command(Invocation.load(study_path, profile, overrides, tracking_uri, check_data=True, data_note=True))
+    if decide:
+        console.print("plan always shows what --decide would train (below the table); --decide changes nothing here.")
+    command(Invocation.load(study_path, profile, overrides, tracking_uri, check_data=True, data_note=True),
+            explain=explain)
 
 
 @app.command()

@@ -52,7 +52,7 @@ def _study(claims: list[dict], **changes) -> dict:
      "where: no row of 'DAPE1x3-Kerple' has model.pos_encoding = 'rope'"),
     ({**FAILS, "where": {"model.colour": 1}}, "where: 'model.colour' is not a config key"),
     ({**HOLDS, "at_least": 2.0}, "give exactly one of 'at_least' and 'at_most'"),
-    ({**FAILS, "kind": "sideways"}, "expect.0"),
+    ({**FAILS, "kind": "sideways"}, "expect[0] (dape1x3_tenfold_lower): "),
 ])
 def test_a_bad_claim_is_a_study_error_with_its_field_path(claim, fragment):
     with pytest.raises(StudyError) as error:

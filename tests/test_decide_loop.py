@@ -131,7 +131,7 @@ def test_plan_shows_the_seeds_and_cost_each_claim_is_expected_to_need(tmp_path, 
     # paired spread of ~0.03 (more seeds than max_seeds); unseen: never ran (unknown, the minimum applies).
     _record_runs(uri, parse_study(document), {"short": [5.00, 5.02, 4.98], "long": [4.00, 4.03, 3.99],
                                               "near": [3.98, 4.04, 3.96]})
-    code, output = run_cli(capsys, "plan", path, "--tracking-uri", uri)
+    code, output = run_cli(capsys, "plan", path, "--explain", "--tracking-uri", uri)
     assert code == 0, output
     lines = {line.split(":")[0].strip(): line for line in output.splitlines() if line.startswith("  ")}
     assert "longer_is_lower: expected 2 seeds; 4 trials of 2 rows" in lines["longer_is_lower"]

@@ -1,6 +1,6 @@
 """What a trial's MLflow run records, on a tiny real grid study (no processor and DAPE over NoPE and Kerple,
 through Ray Tune into SQLite): every param is the value the trial used, checked against the model built from
-the study file and against what the run itself measured; settings a trial does not read say "n/a"; the run
+the study file and against what the run itself measured; settings a trial does not read are not logged; the run
 carries its config as a rerunnable study file, its log and its data as dataset inputs; the experiment
 carries the dashboard the UI opens; the SQLite reader returns what MLflow's client returns."""
 
@@ -66,12 +66,12 @@ def test_every_logged_param_is_the_value_the_trial_used(grid):
         cfg = ExperimentConfig(**expected[run.data.tags[TRIAL_ID_TAG]].config)
         resolved = flatten(cfg.to_dict())
         unused = unused_settings(cfg)
-        # Every setting is logged, and only those: the config's fields, the device and the precision.
-        assert set(params) == set(resolved)
+        # Every setting the trial reads is logged, and only those: the config's fields with a value, the device
+        # and the precision; none it does not read (no "n/a" crowding MLflow's compare view).
+        assert set(params) == {key for key, value in resolved.items() if value is not None and key not in unused}
         for key, value in params.items():
-            if key in unused:
-                assert value == NOT_APPLICABLE, key
-            elif key in ("train.device", "train.precision"):
+            assert value not in (NOT_APPLICABLE, "None"), key
+            if key in ("train.device", "train.precision"):
                 continue  # "auto" in the config: the run logs what it resolved (below)
             else:
                 assert value == str(resolved[key]), key
@@ -79,7 +79,7 @@ def test_every_logged_param_is_the_value_the_trial_used(grid):
         for key, value in _used_by_model(cfg).items():
             assert params[key] == str(value), key
         if cfg.model.processor == "none":  # no processor: its settings are not presented as if used
-            assert {params[k] for k in ("model.kernel_size", "model.d_dape", "model.form", "model.leak")} == {"n/a"}
+            assert not {"model.kernel_size", "model.d_dape", "model.form", "model.leak"} & set(params)
         assert metrics["num_parameters"] == build_model(cfg.model).num_parameters()
         # What the trial measured while running says the same as the params.
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")]
@@ -101,7 +101,7 @@ def test_results_csv_has_the_logged_params(grid):
     csv = pd.read_csv(grid.report_dir / "results.csv", keep_default_na=False).set_index("run_id")
     for run in runs:
         for key in ("model.kernel_size", "model.d_dape", "model.train_length", "train.device"):
-            assert str(csv.loc[run.info.run_id, f"config.{key}"]) == run.data.params[key]
+            assert str(csv.loc[run.info.run_id, f"config.{key}"]) == run.data.params.get(key, NOT_APPLICABLE)
 
 
 def test_runs_carry_a_rerunnable_config_their_log_and_their_data(grid, tmp_path):

@@ -5,6 +5,7 @@ name lists the studies."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 from cli_support import run_cli
 
@@ -94,3 +95,62 @@ def test_an_unknown_study_name_lists_the_studies(tmp_path, capsys, monkeypatch):
     text = " ".join(output.split())
     assert code == 2
     assert "The studies there: d_dape, kernel_size (did you mean 'kernel_size'?)." in text
+
+
+# --- issue 54: typos across config, variants and claims, every one in one run -----------------------------------
+KERNEL_SIZE = (Path(__file__).resolve().parents[1] / "studies" / "kernel_size.yaml").read_text()
+
+
+def _typos(tmp_path, *replacements: tuple[str, str]) -> Path:
+    text = KERNEL_SIZE
+    for old, new in replacements:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path = tmp_path / "kernel_size.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_config_typo_a_bad_value_and_a_claims_label_typo_in_one_run(tmp_path, capsys, monkeypatch):
+    # Before: "2 problem(s)" (the claim's label only once base was fixed), and no "did you mean" for the label.
+    monkeypatch.chdir(tmp_path)
+    path = _typos(tmp_path, ("pos_encoding: kerple", "pos_encoding: kerpel"), ("lr: 1.0e-3}", "lr: 1.0e-3x}"),
+                  ("variant: DAPE1x3-Kerple, direction", "variant: DAPE1x3-Kerpel, direction"))
+    code, output = run_cli(capsys, "validate", path)
+    text = " ".join(output.split())
+    assert code == 2, output
+    assert "3 problem(s)" in text, output
+    for fragment in ("base.model.pos_encoding: unknown position encoding 'kerpel' (did you mean 'kerple'?)",
+                     "base.train.lr: Input should be a valid number", "got '1.0e-3x'",
+                     "expect[1] (dape1x3_below_kerple): variant: 'DAPE1x3-Kerpel' is not a variant or row of this "
+                     "study (did you mean 'DAPE1x3-Kerple'?)"):
+        assert fragment in text, fragment
+    assert not (tmp_path / "mlruns").exists()
+
+
+def test_a_variants_bad_value_and_a_claims_two_typos_in_one_run(tmp_path, capsys, monkeypatch):
+    # Before: "2 problem(s)" naming `model.kernel_size.k` (an internal tag) and `study.expect.0.compare.direction`;
+    # the metric's typo only in a second round.
+    monkeypatch.chdir(tmp_path)
+    path = _typos(tmp_path, ("model.kernel_size: 3}", "model.kernel_size: 3x}"),
+                  ("direction: below", "direction: bellow"), ("metric: ppl,", "metric: pplx,"))
+    code, output = run_cli(capsys, "validate", path)
+    text = " ".join(output.split())
+    assert code == 2, output
+    assert "3 problem(s)" in text, output
+    for fragment in ("variants[2] (DAPE1x3-Kerple): model.kernel_size: Input should be a valid integer, got '3x'",
+                     "expect[0] (dape1x1_below_kerple): direction: Input should be 'below' or 'above' "
+                     "(did you mean 'below'?)",
+                     "expect[0] (dape1x1_below_kerple): metric: unknown metric 'pplx' (did you mean 'ppl'?)"):
+        assert fragment in text, fragment
+    for internal in ("kernel_size.k", ".compare.", "study.expect.0"):
+        assert internal not in text, internal
+
+
+def test_a_claims_label_typo_gets_a_did_you_mean_when_the_rows_are_valid(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = _typos(tmp_path, ("than: DAPE-Kerple,", "than: DAPE-Kerpel,"))
+    code, output = run_cli(capsys, "validate", path)
+    text = " ".join(output.split())
+    assert code == 2 and "1 problem(s)" in text, output
+    assert "'DAPE-Kerpel' is not a variant or row of this study (did you mean 'DAPE-Kerple'?)" in text, output

@@ -128,9 +128,9 @@ def test_plan_shows_the_size_of_the_kept_model(tmp_path, monkeypatch):
     for keep, expected in (("final", f"{size:.1f} MiB"), ("none", "none")):
         path = tmp_path / f"{keep}.yaml"
         path.write_text(yaml.safe_dump({"name": f"plan_{keep}", "base": BASE, "keep_weights": keep}))
-        result = CliRunner().invoke(app, ["plan", str(path)])
+        result = CliRunner().invoke(app, ["plan", str(path), "--explain"])
         assert result.exit_code == 0, result.output
-        # One trial, one size: the legend gives it (the column appears where trials' sizes differ).
+        # One trial, one size: the legend (--explain) gives it (the column appears where trials' sizes differ).
         legend = next(line for line in result.output.replace("\n", " ").split("weights: ")[1:])
         assert f"(every trial here: {expected})" in legend, result.output
     two = {**BASE, "model": {**BASE["model"], "preset": "tiny"}}

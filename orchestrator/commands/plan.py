@@ -7,10 +7,12 @@ from .invocation import Invocation
 from .output import console
 
 
-def plan(invocation: Invocation) -> None:
+def plan(invocation: Invocation, explain: bool = True) -> None:
+    """`explain`: the notes in full (how each column is estimated, each claim's expected seeds, the weights
+    kept); else two lines of them."""
     from ..planning.learned import load_measured
     from ..planning.plan_table import plan_table, summary_lines, weights_line
-    from ..planning.plan_view import legend, plan_rows
+    from ..planning.plan_view import legend, plan_rows, search_note, short_legend
     from ..tracking.uri import store_missing
 
     study = invocation.study
@@ -32,13 +34,16 @@ def plan(invocation: Invocation) -> None:
     slots = local_slots(study.resources, max(trial.workers for trial in trials)) if trials else 0
     for line in summary_lines(study, rows, slots):
         console.print(line)
-    for line in legend(study):
+    for line in legend(study) if explain else search_note(study):
         console.print(line)
     from ..planning.seeds_needed import SeedRuns, load_seed_runs, plan_lines
 
     runs = load_seed_runs(invocation.uri) if measured is not None else SeedRuns()  # the seed-to-seed spreads
-    for line in plan_lines(study, runs, measured):  # the claims' expected seeds and their cost (run --decide)
+    for line in plan_lines(study, runs, measured, per_claim=explain):  # the claims' seeds and cost (run --decide)
         console.print(line, markup=False)
-    console.print(weights_line(study, rows))
+    if explain:
+        console.print(weights_line(study, rows))
     for line in code_lines(code, trials) if code else []:
+        console.print(line, markup=False)
+    for line in [] if explain else short_legend():
         console.print(line, markup=False)

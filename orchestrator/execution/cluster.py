@@ -41,6 +41,13 @@ Bundle = dict[str, float]
 _early: dict[str, Any] = {}  # the background start of the local Ray (start_local_early): its thread, its error
 
 
+def local_token_auth() -> None:
+    """Token authentication for the private local Ray, chosen here rather than by Ray's default: the same
+    setting (Ray turns it on for a new local cluster where RAY_AUTH_MODE is unset, and makes the token), without
+    the warning Ray prints at every start that it did so. A RAY_AUTH_MODE the user set is kept."""
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+
+
 def start_local_early() -> None:
     """Start the private local Ray in a background thread, now (`ray.init` waits for processes it spawns, so the
     caller's own work goes on meanwhile); the next `connect` waits for it, takes over what `ray.init` did to
@@ -59,6 +66,7 @@ def start_local_early() -> None:
             import ray
 
             reroute()  # the terminal handlers Ray's import gave its loggers: to the study's log file
+            local_token_auth()
             ray.init(address="local", num_cpus=os.cpu_count(), **_INIT_OPTIONS)
         except BaseException as error:  # handed to the main thread by `connect`
             _early["error"] = error
@@ -101,6 +109,7 @@ def connect(address: str | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
     address = address or os.environ.get("RAY_ADDRESS")
     if not address or address == "local":
         # "local" starts a private Ray even when a `ray start` cluster is running on this machine.
+        local_token_auth()
         ray.init(address="local", num_cpus=os.cpu_count(), **common)
         interrupt.reclaim()  # ray.init took SIGTERM (a Python handler, and a native one that dumps and aborts)
         reroute()  # and may have set its loggers' terminal handlers again (library_logs.py)

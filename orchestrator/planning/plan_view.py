@@ -127,6 +127,13 @@ def plan_rows(study: Study, measured: MeasuredSteps | None, finished: set[str]) 
     return rows
 
 
+def short_legend() -> list[str]:
+    """The plan's notes in two lines (`plan` without --explain)."""
+    return ["Notes: est. time 'analytic' is an order of magnitude (assumed FLOP rates), 'measured' this store's "
+            "runs; GiB/worker is the model's training memory, not a trial's peak.",
+            "plan --explain: how each column is estimated, each claim's expected seeds, the weights each trial keeps."]
+
+
 def legend(study: Study) -> list[str]:
     cpu = CPU_FLOPS_PER_CORE / 1e9
     gpu = GPU_FLOPS / 1e12
@@ -148,8 +155,13 @@ def legend(study: Study) -> list[str]:
         "GPU (bf16 at about 40% of an H100/H200's dense peak) x resources.gpus, times the workers (ideal scaling): "
         "an order of magnitude.",
     ]
-    if study.search.sampled:
-        lines.append(f"Search ({study.search.algorithm}): one row per sample ({study.search.num_samples}); the "
-                     "sampled values are not known before it runs, so est. time spans the cheapest to the costliest "
-                     "corner of the space; an early-stopping scheduler ends some samples sooner.")
-    return lines
+    return lines + search_note(study)
+
+
+def search_note(study: Study) -> list[str]:
+    """What a sampled search's rows are (shown with or without --explain: it says what the table's rows mean)."""
+    if not study.search.sampled:
+        return []
+    return [f"Search ({study.search.algorithm}): one row per sample ({study.search.num_samples}); the sampled "
+            "values are not known before it runs, so est. time spans the cheapest to the costliest corner of the "
+            "space; an early-stopping scheduler ends some samples sooner."]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..study import Decide, Study
 from ..study.claim_checks import Check, claim_checks, study_rows
-from ..tracking.params import effective_params
+from ..tracking.params import effective_params, logged_form
 from .learned import shape_key
 from .plan_view import trial_seconds
 
@@ -53,7 +53,9 @@ class SeedRuns:
 
 
 def config_key(params: dict) -> tuple:
-    return tuple(sorted((key, str(value)) for key, value in params.items() if key not in IGNORED))
+    """A config's identity across seeds, from a run's logged params or a planned trial's effective params
+    (settings it does not read, or without a value, left out on both sides: tracking/params.py)."""
+    return tuple(sorted((key, str(value)) for key, value in logged_form(params).items() if key not in IGNORED))
 
 
 def load_seed_runs(store: str | SQLiteReader | ClientReader) -> SeedRuns:
@@ -217,8 +219,9 @@ def study_cost(study: Study, costs: list[ClaimCost], measured=None, which: str =
     return sum(seeds.values()), hours
 
 
-def plan_lines(study: Study, runs: SeedRuns, measured=None) -> list[str]:
-    """`orchestrator plan`'s section on deciding the claims by seeds."""
+def plan_lines(study: Study, runs: SeedRuns, measured=None, per_claim: bool = True) -> list[str]:
+    """`orchestrator plan`'s section on deciding the claims by seeds; `per_claim` (plan --explain): each claim's
+    expected seeds too, else the whole study's first look, expected and ceiling only."""
     if not study.expect or study.search.sampled:
         return []
     decide = study.decide or Decide()
@@ -226,8 +229,8 @@ def plan_lines(study: Study, runs: SeedRuns, measured=None) -> list[str]:
     unit = "GPU-hours" if study.resources.gpus else "CPU-core-hours"
     how = "this study's decide: section" if study.decide else "run --decide, its defaults"
     lines = [f"Deciding the claims by seeds ({how}: min_seeds {decide.min_seeds}, max_seeds {decide.max_seeds}, "
-             f"batch {decide.batch}, alpha {decide.alpha:g}); expected per claim:"]
-    for cost in costs:
+             f"batch {decide.batch}, alpha {decide.alpha:g})" + ("; expected per claim:" if per_claim else ":")]
+    for cost in costs if per_claim else ():
         rows = len(cost.rows)
         seeds = f"{cost.seeds} seeds" if cost.known else f"{cost.seeds} seeds by default"
         lines.append(f"  {cost.id}: expected {seeds}; {cost.trials} trials of {rows} rows, {cost.hours:.2g} {unit} "

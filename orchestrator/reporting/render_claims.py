@@ -63,7 +63,7 @@ def _strong(result: ClaimResult) -> bool:
 
 
 def _row(result: ClaimResult) -> list[str]:
-    return [result.claim.id, result.claim.text or result.claim.kind, result.words, _effect(result), _seeds(result),
+    return [result.claim.id, result.claim.statement, result.words, _effect(result), _seeds(result),
             result.claim.source]
 
 
@@ -112,7 +112,7 @@ def details_markdown(results: list[ClaimResult], title: str) -> list[str]:
     for result in results:
         words = f"**{result.words}**" if _strong(result) else f"*{result.words}*"
         out += [f"**{result.claim.id}** ({words}, {result.claim.source}): "
-                f"{_md(result.claim.text or result.claim.kind)}",
+                f"{_md(result.claim.statement)}",
                 "", f"- why: {_md(_why(result))}"]
         out += [f"- {_md(line)}" for line in _check_lines(result)] + [""]
     return out
@@ -148,7 +148,7 @@ def details_html(results: list[ClaimResult], title: str) -> str:
         items = "".join(f"<li>{escape(line)}</li>" for line in [f"why: {_why(result)}", *_check_lines(result)])
         summary = f"{result.claim.id}: {result.words}" + (f", {result.effect(sized=True)}" if result.effect() else "")
         blocks.append(f'<details class="{_css_class(result)}"><summary>{escape(summary)}</summary>'
-                      f"<p>{escape(result.claim.text or result.claim.kind)} ({escape(result.claim.source)})</p>"
+                      f"<p>{escape(result.claim.statement)} ({escape(result.claim.source)})</p>"
                       f"<ul>{items}</ul></details>")
     return f'<h2 id="claim-details">{escape(title)}</h2>' + "".join(blocks)
 

@@ -228,8 +228,22 @@ BLOCKS: dict[str, Callable[[ReportDocument, str], list[str]]] = {
 }
 
 
+_TEXT = re.compile(r">([^<]*)<")
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def code_spans(html: str) -> str:
+    """Markdown's `code` spans left in the text (a note or a caption written once for both renderings) as
+    <code>, and a lone backtick dropped, so that the page shows no Markdown; tags and attributes untouched."""
+    def text(match: re.Match) -> str:
+        return ">" + _CODE_SPAN.sub(r"<code>\1</code>", match.group(1)).replace("`", "") + "<"
+
+    return _TEXT.sub(text, html)
+
+
 def render(document: ReportDocument) -> str:
     body = "\n".join(part for section in sections(document) for part in BLOCKS[section.key](document, section.title))
+    body = code_spans(body)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{escape(report_title(document))}</title><style>{STYLE}</style></head>"
             f"<body>\n{body}\n</body></html>\n")

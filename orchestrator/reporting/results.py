@@ -167,6 +167,10 @@ def study_results(store: StudyStore, study: Study | None = None, value: ValueCho
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=IDENTITY_COLUMNS)
+    for column in [c for c in frame.columns if c.startswith(CONFIG_PREFIX) and frame[c].isna().any()]:
+        # a setting some runs did not log (one their trial does not read): None there, and the others' values as
+        # they logged them (not a float column that would show a kernel of 3 as 3.0)
+        frame[column] = pd.Series([row.get(column) for row in rows], index=frame.index, dtype=object)
     frame = _unset_marked(_select_values(store, frame, value))
     ordered = [c for c in IDENTITY_COLUMNS if c in frame.columns]
     rest = sorted(c for c in frame.columns if c not in ordered)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import dape_core.metric_names as names
 
 from .expect import Best, Bound, Compare, Length, LengthRatio, Order, Trend, length_tokens
+from .problems import did_you_mean
 from .trial_checks import resolved_rows
 from .trial_metrics import periodic_metrics, result_shape
 
@@ -87,7 +88,8 @@ def select(study: "Study", rows: list[tuple["Cell", Row]], name: str, where: dic
     chosen = [row for cell, row in rows if cell.label == name] or [row for cell, row in rows if cell.variant == name]
     if not chosen:
         variants = sorted({cell.variant for cell, _ in rows})
-        raise ValueError(f"{name!r} is not a variant or row of this study; variants: {variants}")
+        hint = did_you_mean(name, variants + [cell.label for cell, _ in rows])
+        raise ValueError(f"{name!r} is not a variant or row of this study{hint}; variants: {variants}")
     for key, value in where.items():
         kept = []
         for row in chosen:
@@ -125,11 +127,13 @@ def metric_column(row: Row, metric: str, length: Length | None) -> str:
             return metric
         if metric in families:
             raise ValueError(f"metric {metric!r} is logged per length: give 'at' (lengths {families[metric]})")
-        raise ValueError(f"unknown metric {metric!r}; this study logs {sorted(single | set(families))}")
+        raise ValueError(f"unknown metric {metric!r}{did_you_mean(metric, sorted(single | set(families)))}; "
+                         f"this study logs {sorted(single | set(families))}")
     if metric in single:
         raise ValueError(f"metric {metric!r} has no lengths: drop 'at' (per-length metrics: {sorted(families)})")
     if metric not in families:
-        raise ValueError(f"unknown metric {metric!r}; this study logs {sorted(single | set(families))} "
+        raise ValueError(f"unknown metric {metric!r}{did_you_mean(metric, sorted(single | set(families)))}; "
+                         f"this study logs {sorted(single | set(families))} "
                          f"({', '.join(sorted(families))} per length)")
     tokens = length_of(row, length)
     later_family = metric in later_families(row)
@@ -302,4 +306,37 @@ def claim_problems(study: "Study") -> list[str]:
                 problems.append(f"expect[{index}] ({claim.id}): it compares nothing (no two distinct rows)")
         except ValueError as error:
             problems.append(f"expect[{index}] ({claim.id}): {error}")
+    return problems
+
+
+def known_metrics() -> list[str]:
+    """Every metric a claim may name in some study (a row of any shape): what a claim's metric is checked
+    against where the study's rows cannot be resolved."""
+    shapes = (names.result_families(timed=True), names.result_families(che_test_lengths=()))
+    return sorted({*names.result_scalars(che=True), *names.PERIODIC,
+                   *(names.family(prefix) for shape in shapes for prefix in shape)})
+
+
+def claim_reference_problems(claims: list, variants: list[str]) -> list[str]:
+    """The claims' row names and metrics checked against the declared variant labels and every known metric:
+    what can be resolved where the rows cannot (a variant's config, base or a claim itself is invalid), so that
+    a claim's typo is reported with theirs. `claims`: the claims as the file writes them (mappings)."""
+    problems = []
+    metrics = known_metrics()
+    for index, claim in enumerate(claims):
+        if not isinstance(claim, dict):
+            continue
+        where = f"expect[{index}]" + (f" ({claim['id']})" if isinstance(claim.get("id"), str) else "")
+        for field in ("variant", "than", "variants", "among"):
+            value = claim.get(field)
+            for name in (value if isinstance(value, list) else [value]):
+                if not isinstance(name, str) or name == "baseline" or name in variants \
+                        or any(name.startswith(f"{label} (") for label in variants):
+                    continue
+                problems.append(f"{where}: {field}: {name!r} is not a variant or row of this study"
+                                f"{did_you_mean(name, variants)}; variants: {sorted(variants)}")
+        metric = claim.get("metric", "ppl")
+        if isinstance(metric, str) and metric not in metrics:
+            problems.append(f"{where}: metric: unknown metric {metric!r}{did_you_mean(metric, metrics)}; "
+                            f"claims name one of {metrics}")
     return problems

@@ -28,6 +28,8 @@ point. Lengths in `at`/`over` are token counts, or multiples of the row's traini
 family with lengths (`ppl`, `delta_p`, `ms_forward`, `acc`) or a single metric (`che_acc_test`, `ms_per_step`,
 `train_loss`, ...).
 
+A claim without `text:` is stated in words generated from its fields (`statement`), never by its kind alone.
+
 claim_checks.py turns a claim into concrete checks on the study's rows, and reports what it cannot resolve.
 """
 
@@ -80,6 +82,74 @@ class _Claim(BaseModel):
     min_seeds: int = Field(1, ge=1, description="Fewer finished seeds than this: inconclusive. With 2 or more, "
                            "the verdict is a paired test by seed (Holm-corrected across the study's claims; with "
                            "`decide`, at its planned looks): docs/deciding.md.")
+
+    @property
+    def statement(self) -> str:
+        """The claim in words: its `text`, else words generated from its fields (`generated_statement`)."""
+        return self.text or generated_statement(self)
+
+
+def _lengths_words(at: Any) -> str:
+    if at is None:
+        return ""
+    lengths = at if isinstance(at, list) else [at]
+    return " at " + ", ".join(str(length) for length in lengths)
+
+
+def _names(names: list[str] | None, default: str = "every variant") -> str:
+    return ", ".join(names) if names else default
+
+
+def _than(name: str) -> str:
+    return "the baseline" if name == "baseline" else name
+
+
+def _bound_words(at_least: float | None, at_most: float | None) -> str:
+    return f"at least {at_least:g}" if at_least is not None else f"at most {at_most:g}"
+
+
+def generated_statement(claim: Any) -> str:
+    """A claim's statement in words from its fields, for a claim without `text:` ("DAPE below the baseline in
+    ppl at 1x, 8x"), so that the report never shows a bare kind."""
+    metric = claim.metric
+    if claim.kind == "compare":
+        than = _than(claim.than)
+        if claim.over is not None:
+            subject = f"{claim.variant}'s {metric}{_lengths_words(claim.at)} over its {metric} at {claim.over}"
+            than = f"{than}'s"
+        else:
+            subject = f"{claim.variant}'s {metric}{_lengths_words(claim.at)}"
+        if claim.direction is None:
+            words = f"{subject} within {claim.within:.0%} of {than}"
+        else:
+            words = f"{subject} {claim.direction} {than}"
+            if claim.within is not None:
+                words += f", by less than {claim.within:.0%}"
+            elif claim.margin is not None:
+                words += f" by at least {claim.margin:g}"
+            elif claim.ratio is not None:
+                words += f" (at most {claim.ratio:g}x)" if claim.direction == "below" else \
+                    f" (at least {claim.ratio:g}x)"
+    elif claim.kind == "length_ratio":
+        words = (f"{claim.variant}'s {metric} at {claim.at} over its {metric} at {claim.over} "
+                 f"{_bound_words(claim.at_least, claim.at_most)}")
+    elif claim.kind == "trend":
+        rows = claim.variant if claim.variant is not None else _names(claim.variants)
+        tolerance = f" (each step within {claim.tolerance:.0%} the other way)" if claim.tolerance else ""
+        words = f"{metric}{_lengths_words(claim.at)} {claim.direction} with {claim.axis} for {rows}{tolerance}"
+    elif claim.kind == "order":
+        words = f"{metric}{_lengths_words(claim.at)} {claim.direction} in the order {', '.join(claim.variants)}"
+    elif claim.kind == "best":
+        words = (f"{claim.variant} the {claim.direction} {metric}{_lengths_words(claim.at)} among "
+                 f"{_names(claim.among)}")
+    elif claim.kind == "bound":
+        words = (f"{metric}{_lengths_words(claim.at)} of {_names(claim.variants)} "
+                 f"{_bound_words(claim.at_least, claim.at_most)}")
+    else:  # a kind added without words here
+        words = claim.kind
+    if claim.where:
+        words += " where " + ", ".join(f"{key} = {value}" for key, value in claim.where.items())
+    return words
 
 
 def _as_list(value: Any) -> Any:

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from dape_core import ExperimentConfig
 
-from .claim_checks import claim_problems
+from .claim_checks import claim_problems, claim_reference_problems
 from .contract_checks import contract_problems
 from .data_paths import study_data_problems
 from .decide_checks import decide_problems
@@ -85,9 +85,13 @@ def study_problems(study: Study) -> tuple[list[str], list[ResolvedTrial]]:
     trials, trial_problems = resolved_trials(study)
     if not trial_problems:  # kept: the claims below, `expand` and the report read them (each row resolved once)
         study._rows = tuple(trial for trial in trials if trial.cell is not None)
-    claims = claim_problems(study) if not trial_problems else []  # claims resolve against valid rows only
+    if not trial_problems:  # claims resolve against valid rows; else what can be resolved: labels and metrics
+        claims = claim_problems(study)
+    else:
+        claims = claim_reference_problems([claim.model_dump() for claim in study.expect],
+                                          [variant.label for variant in study.variants])
     problems = (sweep_problems(study) + trial_problems + identity_problems(trials) + run_name_problems(study)
-                + search_problems(study, trials) + claims + (decide_problems(study) if not trial_problems else []))
+                + search_problems(study, trials) + claims + decide_problems(study))
     return problems, trials
 
 
@@ -109,21 +113,34 @@ def _config_problems(raw: dict, error: ValidationError, known: list[str]) -> lis
     return [problem for problem in validate_config(base, "base")[1] if problem not in known]
 
 
+def _claim_problems(raw: dict) -> list[str]:
+    """The claims' labels and metrics, where the study itself is invalid: checked against the variant labels
+    the file declares and every known metric (claim_checks.py), so that a claim's typo is not left for a second
+    round."""
+    claims, variants = raw.get("expect"), raw.get("variants")
+    if not isinstance(claims, list):
+        return []
+    labels = [variant.get("label") for variant in variants if isinstance(variant, dict)] \
+        if isinstance(variants, list) else []
+    return claim_reference_problems(claims, [label for label in labels if isinstance(label, str)])
+
+
 def _profiled(original: dict, name: str) -> tuple[Study | None, list[str]]:
     """A profile applied to the file as written (not on top of another profile), validated as a Study."""
     try:
         overridden = apply_study_overrides(copy.deepcopy(original), original["profiles"][name] or {})
         return Study.model_validate(overridden), []
     except ValidationError as error:
-        return None, format_pydantic(error, "study", Study)
+        return None, format_pydantic(error, "study", Study, overridden)
     except (ValueError, AttributeError) as error:
         return None, [str(error)]
 
 
-def _profile_problems(original: dict, study: Study, chosen: str | None, known: list[str]) -> list[str]:
+def _profile_problems(original: dict, chosen: str | None, known: list[str]) -> list[str]:
     """The problems of the profiles not chosen, less those the chosen study already reports."""
     problems: list[str] = []
-    for name in study.profiles:
+    profiles = original.get("profiles")
+    for name in profiles if isinstance(profiles, dict) else ():
         if name == chosen:
             continue  # validated as the study itself
         profiled, found = _profiled(original, name)
@@ -158,15 +175,19 @@ def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
     try:
         study = Study.model_validate(raw)
     except ValidationError as error:
-        found = format_pydantic(error, "study", Study)
-        raise StudyError(source, [*problems, *found, *_config_problems(raw, error, found)]) from None
+        found = format_pydantic(error, "study", Study, raw)
+        found += _config_problems(raw, error, found)
+        found += _claim_problems(raw)
+        if profile is None:  # the other profiles' own problems too (a chosen profile's are the study's)
+            found += _profile_problems(original, profile, found)
+        raise StudyError(source, [*problems, *found]) from None
     study._profile = profile
     study._plugins = tuple(plugins)
     found, trials = study_problems(study)
     if profile is not None and not found:
         found += resolve_published(study, profile)[1]
     found = [*problems, *found, *contract_problems(trials, plugins, everything=contract)]
-    found += _profile_problems(original, study, profile, found)
+    found += _profile_problems(original, profile, found)
     if check_data and trials:
         found += study_data_problems(ExperimentConfig(**study.base).data, trials)
     if found:

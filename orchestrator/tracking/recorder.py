@@ -2,9 +2,9 @@
 child run per trial. It runs on the driver only, which makes the driver the single writer of the tracking
 store (an embedded SQLite store allows one).
 
-A trial's run carries: its effective config as params (params.py: settings it does not read are "n/a",
-the resolved device and precision come with its final result), the values its row sweeps as tags, its
-metrics (`train_loss`, `val_loss` and `lr` by step; the final ones at the last step; the by-length series
+A trial's run carries: its effective config as params (params.py: settings it does not read, or without a
+value, are not logged; the resolved device and precision come with its final result), the values its row sweeps
+as tags, its metrics (`train_loss`, `val_loss` and `lr` by step; the final ones at the last step; the by-length series
 `ppl_by_length`, `delta_p_by_length`, `acc_by_length` whose step is the length, and the same values as the
 table artifact `results_by_length.json`), and the files that make its page self-explanatory (run_files.py):
 `trial_config.yaml` (a one-trial study file; rewritten once the trial
