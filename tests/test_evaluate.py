@@ -191,3 +191,48 @@ def test_a_trial_still_running_is_left_alone(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "1 not finished" in result.output
     assert "ppl_64" not in _runs(uri, "busy")["DAPE"].data.metrics
+
+
+def _read_only(folder: Path, argv: list[str]) -> tuple[int, str]:
+    """`argv` run with `folder` read-only, as an archive on a read-only mount: by mode for a user, by a
+    read-only bind mount in a private mount namespace for root (whom modes do not stop)."""
+    import os
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        for path in [folder, *folder.rglob("*")]:
+            path.chmod(path.stat().st_mode & ~0o222)
+        try:
+            done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=300)
+        finally:
+            for path in [folder, *folder.rglob("*")]:
+                path.chmod(path.stat().st_mode | 0o200)
+    else:
+        script = 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" "$1" && shift && exec "$@"'
+        done = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(folder), sys.executable, *argv],
+                              capture_output=True, text=True, timeout=300)
+        if "mount" in done.stderr and done.returncode != 0 and "orchestrator" not in done.stderr:
+            pytest.skip(f"no private read-only mount here: {done.stderr.strip()}")
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_evaluate_on_a_read_only_store_says_what_run_says(tmp_path, monkeypatch):
+    """Refused before anything is done (exit 2, `run`'s words), not after MLflow's logged traceback (exit 3)."""
+    monkeypatch.chdir(tmp_path)
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    path, uri = _train(archive, "archived", [32])
+    before = (archive / "mlflow.db").read_bytes()
+    reports = tmp_path / "reports"
+    for args, nothing in ((["evaluate", "--lengths", "64", "--local"], "Nothing was evaluated"),
+                          (["evaluate", "--local"], "Nothing was evaluated"), (["run", "--local"], "Nothing was run")):
+        code, output = _read_only(archive, ["-m", "orchestrator", args[0], str(path), "--tracking-uri", uri,
+                                            "--reports-dir", str(reports), *args[1:]])
+        text = " ".join(output.split())
+        assert code == 2, (args, output)
+        assert f"The tracking store's folder {archive} is not writable" in text, (args, text)
+        assert nothing in text and "Traceback" not in output and "MlflowException" not in output
+        assert len(output.strip().splitlines()) <= 6, output
+    assert (archive / "mlflow.db").read_bytes() == before

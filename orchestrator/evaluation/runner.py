@@ -220,6 +220,17 @@ def check_memory(study: Study, tasks: list[TrialTask]) -> None:
             "--lengths, or a smaller eval batch in the study (eval.batch_size). Nothing was evaluated.")
 
 
+def _require_writable(tracking_uri: str) -> None:
+    """StoreUnusable (exit 2, `run`'s words) where the SQLite store's folder or file cannot be written: MLflow
+    would otherwise fail at the first write, after its retries, with a screen of SQLAlchemy's traceback."""
+    from ..tracking.sqlite_file import check_store_writable
+    from ..tracking.uri import sqlite_path
+
+    path = sqlite_path(tracking_uri)
+    if path is not None:
+        check_store_writable(path, "Nothing was evaluated (`orchestrator report` reads a read-only store).")
+
+
 def memory_budget(study: Study) -> tuple[float, str]:
     if study.resources.gpus:
         if study.resources.gpu_memory_gb:
@@ -273,6 +284,7 @@ def evaluate_study(context: RunContext, request: EvalRequest, *, reports_dir: Pa
     started = time.monotonic()
     study, store = context.study, context.store
     require_artifacts_here(store.tracking_uri)  # a copied store is evaluated in its own place, never the original's
+    _require_writable(store.tracking_uri)  # metrics, leases and the report go into it: refused first, as `run` does
     outcome = EvaluationOutcome()
     tasks = longest_first(plan_tasks(context, request, outcome))
     for note in outcome.without_weights:

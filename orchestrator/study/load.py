@@ -27,7 +27,7 @@ from .claim_checks import claim_problems
 from .contract_checks import contract_problems
 from .data_paths import study_data_problems
 from .decide_checks import decide_problems
-from .locate import folder_problem
+from .locate import folder_problem, not_a_file_problem
 from .model import Study
 from .overrides import resolve
 from .plugin_checks import load_plugins
@@ -44,7 +44,7 @@ from .trial_checks import (
     run_name_problems,
     validate_config,
 )
-from .yaml_loader import load_yaml
+from .yaml_loader import MAX_BYTES, load_yaml
 
 __all__ = ["apply_study_overrides", "load_study", "parse_study", "profile_data_notes", "read_study", "read_study_yaml",
            "validate_config"]
@@ -199,9 +199,9 @@ def read_study(path: str | Path) -> tuple[Any, list[str]]:
     if path.is_dir():
         raise StudyError(str(path), [folder_problem(path)])
     if not path.is_file():
-        raise StudyError(str(path), ["(file): no such study file"])
+        raise StudyError(str(path), [not_a_file_problem(path)])
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = _read_bounded(path).decode("utf-8")
     except UnicodeDecodeError as error:
         raise StudyError(str(path), [f"(file): not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
                                      f"{error.start}); save the study file as UTF-8"]) from None
@@ -212,6 +212,20 @@ def read_study(path: str | Path) -> tuple[Any, list[str]]:
     except yaml.YAMLError as error:
         hint = " (tags that construct Python objects are refused: plain YAML only)" if "python/" in str(error) else ""
         raise StudyError(str(path), [f"(YAML): not valid YAML{hint}: {error}"]) from None
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The file's bytes, refused by its size before it is read (a file that grows meanwhile: at most one byte
+    past the bound is read): a study file is a few KB, and a huge one must not fill the machine's memory."""
+    size = path.stat().st_size
+    data = b""
+    if size <= MAX_BYTES:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+    if max(size, len(data)) > MAX_BYTES:
+        raise StudyError(str(path), [f"(file): {max(size, len(data)):,} bytes, more than the {MAX_BYTES:,} a study "
+                                     "file may hold (a study file is a few KB); name the study's YAML file"])
+    return data
 
 
 def read_study_yaml(path: str | Path) -> Any:
