@@ -225,15 +225,24 @@ def evaluate(
     reports_dir: ReportsDirOpt = None,
     local: Annotated[bool, typer.Option("--local", help="Evaluate in this process one trial at a time, without "
                                                         "Ray.")] = False,
+    verify: Annotated[bool, typer.Option("--verify", help="Only check every kept model file of the study's trials "
+                                         "against the SHA-256 its run recorded at save (exit 1 naming each that "
+                                         "changed); scores and writes nothing.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Score the study's finished trials again from their kept models (no training): new lengths, another tail
     or window count, heat maps; or time each model alone (--time). Metrics go to the same runs; the report
-    is rebuilt."""
+    is rebuilt. Each model file is checked against the SHA-256 its run recorded at save: one that changed is
+    refused, naming the trial and the file, and the others are scored (--verify: check them all, score none)."""
     from .commands.evaluate import evaluate as command
     from .commands.evaluate import evaluation_lengths
 
     located = locate(study_path)
+    if verify:
+        from .commands.evaluate import verify as verify_command
+
+        verify_command(Invocation.at(located, profile, overrides or [], tracking_uri))
+        return
     chosen_lengths, overrides = evaluation_lengths(lengths, overrides or [])
     command(Invocation.at(located, profile, overrides, tracking_uri, check_data=True), chosen_lengths,
             tail_tokens=tail_tokens, windows=windows, visualise=visualise, time_it=time_it, repeats=repeats,
