@@ -113,8 +113,11 @@ def run(
     """Run every trial of a study that has not finished yet, then write its report."""
     from .commands.running import on_cluster
     from .commands.running import run as command
+    from .study.feasibility import machine_memory
 
-    invocation = Invocation.load(study_path, profile, overrides, tracking_uri, check_data=not on_cluster(address))
+    local_machine = local or not on_cluster(address)  # trials run on this machine: judged by its memory
+    invocation = Invocation.load(study_path, profile, overrides, tracking_uri, check_data=not on_cluster(address),
+                                 feasible=True, local_memory=machine_memory() if local_machine else None)
     command(invocation, address=address, reports_dir=reports_dir, storage_dir=storage_dir, local=local,
             connect_timeout=connect_timeout, resource_wait=resource_wait, failed_only=failed_only, debug=debug,
             strict_claims=strict_claims, decide=decide, new_sequence=new_sequence, retrain_stale=retrain_stale,
@@ -126,8 +129,10 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
          tracking_uri: TrackingOpt = None) -> None:
     """Show the expanded trial table with costs and what is already finished; launches nothing."""
     from .commands.plan import plan as command
+    from .study.feasibility import machine_memory
 
-    command(Invocation.load(study_path, profile, overrides, tracking_uri, check_data=True, data_note=True))
+    command(Invocation.load(study_path, profile, overrides, tracking_uri, check_data=True, data_note=True,
+                            feasible=True, local_memory=machine_memory()))
 
 
 @app.command()

@@ -27,6 +27,7 @@ from .claim_checks import claim_problems
 from .contract_checks import contract_problems
 from .data_paths import study_data_problems
 from .decide_checks import decide_problems
+from .feasibility import feasibility_problems
 from .locate import folder_problem, not_a_file_problem
 from .model import Study
 from .overrides import resolve
@@ -136,14 +137,17 @@ def _profile_problems(original: dict, study: Study, chosen: str | None, known: l
 
 def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
                 overrides: dict[str, Any] | None = None, *, check_data: bool = False,
-                problems: list[str] | tuple[str, ...] = (), folder: Path | str = ".", contract: bool = False) -> Study:
+                problems: list[str] | tuple[str, ...] = (), folder: Path | str = ".", contract: bool = False,
+                feasible: bool = False, local_memory: float | None = None) -> Study:
     """Validate a loaded YAML document into a Study, or raise StudyError listing every problem.
 
     `profile` applies one of the study's named override sets; `overrides` (from the command line) come last.
     `check_data`: also report the data files the trials would read that do not exist. `problems`: found
     already (duplicate keys of the YAML), reported with the others. `folder`: the study file's, where the
     plugin files it names are. `contract`: check every trial's components against the component contract,
-    built-ins' included (`validate`); a plugin's components are checked at every loading.
+    built-ins' included (`validate`); a plugin's components are checked at every loading. `feasible`
+    (validate, plan, run): refuse trials that cannot finish (feasibility.py), CPU trials' memory against
+    `local_memory` (None: not checked).
     """
     if profile is not None:
         source = f"{source} (profile {profile})"
@@ -169,6 +173,8 @@ def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
     found += _profile_problems(original, study, profile, found)
     if check_data and trials:
         found += study_data_problems(ExperimentConfig(**study.base).data, trials)
+    if feasible and trials and not found:
+        found += feasibility_problems(study, trials, local_memory)
     if found:
         raise StudyError(source, found)
     return study
@@ -237,7 +243,9 @@ def read_study_yaml(path: str | Path) -> Any:
 
 
 def load_study(path: str | Path, profile: str | None = None, overrides: dict[str, Any] | None = None, *,
-               check_data: bool = False, contract: bool = False) -> Study:
+               check_data: bool = False, contract: bool = False, feasible: bool = False,
+               local_memory: float | None = None) -> Study:
     document, duplicates = read_study(path)
     return parse_study(document, str(path), profile=profile, overrides=overrides, check_data=check_data,
-                       problems=duplicates, folder=Path(path).parent, contract=contract)
+                       problems=duplicates, folder=Path(path).parent, contract=contract, feasible=feasible,
+                       local_memory=local_memory)
