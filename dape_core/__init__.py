@@ -21,7 +21,7 @@ _PUBLIC = {
     "perplexity_by_length": "evaluate", "TrainConfig": "train.config", "NonFiniteLossError": "train",
     "ExperimentConfig": "experiment_config", "ExperimentResult": "experiment", "run_experiment": "experiment",
     "CheConfig": "che.config", "CheResult": "che.experiment", "run_che": "che.experiment",
-    "load_model": "stored", "save_model": "stored", "WeightsUnreadable": "stored",
+    "load_model": "stored", "save_model": "stored", "WeightsUnreadable": "stored", "WeightsChanged": "stored",
 }
 __all__ = list(_PUBLIC)
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .experiment import ExperimentResult, run_experiment
     from .experiment_config import ExperimentConfig
     from .model import CausalLM, build_model
-    from .stored import WeightsUnreadable, load_model, save_model
+    from .stored import WeightsChanged, WeightsUnreadable, load_model, save_model
     from .train import NonFiniteLossError
     from .train.config import TrainConfig
 

@@ -5,7 +5,14 @@ Folder layout (`save_model`):
 - `model.safetensors`: the full state dict in float32 or the dtype it trained in (a sharded FSDP model is
   gathered into one plain model before it is saved, so it loads on one device);
 - `config.json`: `ExperimentConfig.to_dict()`, the effective config (what the model and trainer used);
-- `data.json`: the data record (source, split sizes, tokenizer) and its content hash.
+- `data.json`: the data record (source, split sizes, tokenizer) and its content hash;
+- `checksums.json`: the SHA-256 of each of the three files above, as written.
+
+Every file is checked against its SHA-256 before it is loaded: `load_model` refuses a file that changed since
+it was saved (WeightsChanged, naming the file), checking the `checksums` it is given (the orchestrator passes
+the ones its run recorded at save, the tags `orchestrator.sha256.model/<file>`), else the folder's own
+`checksums.json`. A folder saved before checksums were kept has neither and loads unchecked
+(`unchecked(folder)` says so).
 
 `load_model(folder)` is the notebook's door: `model, cfg = load_model("path/to/model")`. A stored run of the
 orchestrator is found by its MLflow run id with `orchestrator.evaluation.weights.load_run(run_id)`, which
@@ -14,6 +21,7 @@ resolves the run's artifact folder and calls this.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -28,11 +36,62 @@ if TYPE_CHECKING:
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 DATA_FILE = "data.json"
+CHECKSUMS_FILE = "checksums.json"
 FORMAT = "1"
 
 
 class WeightsUnreadable(RuntimeError):
     """A stored model's folder is incomplete, truncated or not a model of its config: the message names the file."""
+
+
+class WeightsChanged(WeightsUnreadable):
+    """A stored file's bytes are not those saved: its SHA-256 differs from the one recorded at save."""
+
+
+def sha256_of(path: str | Path) -> str:
+    """The file's SHA-256, hex, read in blocks (a model's weights need not fit in memory twice)."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def saved_checksums(folder: str | Path) -> dict[str, str] | None:
+    """The folder's own `checksums.json` (file name -> SHA-256 at save), None where it has none (saved before
+    checksums were kept) or it cannot be read as one."""
+    try:
+        data = json.loads((Path(folder) / CHECKSUMS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None
+
+
+def changed_files(folder: str | Path, checksums: dict[str, str]) -> list[str]:
+    """One line per file of `checksums` (name -> SHA-256 at save) whose bytes in `folder` differ, or that is
+    missing; [] where every one is as saved."""
+    problems = []
+    for name, expected in sorted(checksums.items()):
+        path = Path(folder) / name
+        if not path.is_file():
+            problems.append(f"{path} is missing (it was saved with SHA-256 {expected[:16]}…)")
+            continue
+        found = sha256_of(path)
+        if found != expected:
+            problems.append(f"{path} changed since it was saved (SHA-256 {found[:16]}…, recorded at save "
+                            f"{expected[:16]}…)")
+    return problems
+
+
+def verify_files(folder: str | Path, checksums: dict[str, str] | None = None) -> bool:
+    """Check the folder's files against `checksums` (else its own checksums.json); raises WeightsChanged naming
+    each changed file. Returns False where there is nothing to check against (saved before checksums were
+    kept), True where every file is as saved."""
+    expected = checksums or saved_checksums(folder)
+    if not expected:
+        return False
+    problems = changed_files(folder, expected)
+    if problems:
+        raise WeightsChanged("; ".join(problems) + ": its scores would not be the trained model's. Restore the "
+                             "file from a backup, or delete the run and train the trial again")
+    return True
 
 
 @dataclass
@@ -65,7 +124,10 @@ def save_model(model: "torch.nn.Module", cfg: "ExperimentConfig", data_hash: str
     data = folder / DATA_FILE
     record = {**data_record, "content_hash": data_hash}
     _atomic(data, lambda path: path.write_text(json.dumps(record, indent=1, default=str), encoding="utf-8"))
-    return [weights, config, data]
+    sums = {path.name: sha256_of(path) for path in (weights, config, data)}
+    checksums = folder / CHECKSUMS_FILE
+    _atomic(checksums, lambda path: path.write_text(json.dumps(sums, indent=1), encoding="utf-8"))
+    return [weights, config, data, checksums]
 
 
 def _atomic(path: Path, write) -> None:
@@ -104,10 +166,13 @@ def read_config(folder: str | Path) -> "ExperimentConfig":
                                 f"{str(error)[:300]})") from None
 
 
-def load_model(folder: str | Path, device: "str | torch.device" = "cpu") -> StoredModel:
+def load_model(folder: str | Path, device: "str | torch.device" = "cpu",
+               checksums: dict[str, str] | None = None) -> StoredModel:
     """The model of a stored folder, built from its config with its weights loaded (strictly: every tensor,
     of its shape), in evaluation mode on `device`. Raises WeightsUnreadable naming the file when the weights
-    are missing, truncated, corrupted or belong to another config."""
+    are missing, truncated, corrupted or belong to another config; where they read as a model of the config,
+    WeightsChanged naming each file whose SHA-256 is not the one recorded at save: `checksums` (file name ->
+    SHA-256), else the folder's checksums.json (none: loaded unchecked)."""
     from safetensors import safe_open
 
     from .model import build_model
@@ -127,6 +192,7 @@ def load_model(folder: str | Path, device: "str | torch.device" = "cpu") -> Stor
     if metadata.get("fingerprint") not in (None, cfg.fingerprint()):
         raise WeightsUnreadable(f"{path} was written by another config (fingerprint {metadata.get('fingerprint')}, "
                                 f"{folder / CONFIG_FILE} gives {cfg.fingerprint()})")
+    verify_files(folder, checksums)  # readable, of this config: are these the bytes saved?
     model = build_model(cfg.model)
     try:
         model.load_state_dict(state, strict=True)

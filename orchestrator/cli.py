@@ -133,8 +133,11 @@ def run(
     """Run every trial of a study that has not finished yet, then write its report."""
     from .commands.running import on_cluster
     from .commands.running import run as command
+    from .study.feasibility import machine_memory
 
-    invocation = Invocation.load(study_path, profile, overrides, tracking_uri, check_data=not on_cluster(address))
+    local_machine = local or not on_cluster(address)  # trials run on this machine: judged by its memory
+    invocation = Invocation.load(study_path, profile, overrides, tracking_uri, check_data=not on_cluster(address),
+                                 feasible=True, local_memory=machine_memory() if local_machine else None)
     command(invocation, address=address, reports_dir=reports_dir, storage_dir=storage_dir, local=local,
             connect_timeout=connect_timeout, resource_wait=resource_wait, failed_only=failed_only, debug=debug,
             strict_claims=strict_claims, decide=decide, new_sequence=new_sequence, retrain_stale=retrain_stale,
@@ -151,11 +154,12 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     """Show the expanded trial table with costs and what is already finished; launches nothing. It always
     shows what `run --decide` would train (the claims' expected seeds and their cost)."""
     from .commands.plan import plan as command
+    from .study.feasibility import machine_memory
 
     if decide:
         console.print("plan always shows what --decide would train (below the table); --decide changes nothing here.")
-    command(Invocation.load(study_path, profile, overrides, tracking_uri, check_data=True, data_note=True),
-            explain=explain)
+    command(Invocation.load(study_path, profile, overrides, tracking_uri, check_data=True, data_note=True,
+                            feasible=True, local_memory=machine_memory()), explain=explain)
 
 
 @app.command()
@@ -257,15 +261,24 @@ def evaluate(
     reports_dir: ReportsDirOpt = None,
     local: Annotated[bool, typer.Option("--local", help="Evaluate in this process one trial at a time, without "
                                                         "Ray.")] = False,
+    verify: Annotated[bool, typer.Option("--verify", help="Only check every kept model file of the study's trials "
+                                         "against the SHA-256 its run recorded at save (exit 1 naming each that "
+                                         "changed); scores and writes nothing.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Score the study's finished trials again from their kept models (no training): new lengths, another tail
     or window count, heat maps; or time each model alone (--time). Metrics go to the same runs; the report
-    is rebuilt."""
+    is rebuilt. Each model file is checked against the SHA-256 its run recorded at save: one that changed is
+    refused, naming the trial and the file, and the others are scored (--verify: check them all, score none)."""
     from .commands.evaluate import evaluate as command
     from .commands.evaluate import evaluation_lengths
 
     located = locate(study_path)
+    if verify:
+        from .commands.evaluate import verify as verify_command
+
+        verify_command(Invocation.at(located, profile, overrides or [], tracking_uri))
+        return
     chosen_lengths, overrides = evaluation_lengths(lengths, overrides or [])
     command(Invocation.at(located, profile, overrides, tracking_uri, check_data=True), chosen_lengths,
             tail_tokens=tail_tokens, windows=windows, visualise=visualise, time_it=time_it, repeats=repeats,

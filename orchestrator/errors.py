@@ -5,8 +5,9 @@ paragraph (no traceback) with its own exit code:
   host, a tracking store that is corrupt, empty, read-only or holds a foreign experiment of the study's name.
   Re-running the same command would fail the same way, so no "re-run to resume" advice goes with it.
 - `ServiceUnreachable` (exit 3): a service the study needs is down or did not answer in time (the tracking
-  server, the Ray cluster, an autoscaler that never added a node). Nothing is lost: finished trials are in
-  the tracking store, and running the same command again resumes.
+  server, the Ray cluster, an autoscaler that never added a node, a SQLite store another process kept
+  locked). Nothing is lost: finished trials are in the tracking store, and running the same command again
+  resumes.
 - `StudyInterrupted` (exit 130): Ctrl-C stopped the study cleanly; running the same command again resumes.
   `StudyTerminated` (exit 143): the same after SIGTERM (kill, scancel, a preemption: execution/interrupt.py).
 """
@@ -51,7 +52,7 @@ class StaleTrials(UserInputError):
 
 class ServiceUnreachable(OrchestratorError):
     exit_code = 3  # interrupted, resumable
-    title = "Study interrupted"
+    title = "Stopped:"  # before the message, which names the service and what failed
 
 
 class TrackingServerUnreachable(ServiceUnreachable):
@@ -60,6 +61,12 @@ class TrackingServerUnreachable(ServiceUnreachable):
 
 class RayClusterUnreachable(ServiceUnreachable):
     pass
+
+
+class StoreLocked(ServiceUnreachable):
+    """Another process held the SQLite store's lock past SQLite's wait: the store is busy, not damaged."""
+
+    title = "Store busy:"
 
 
 class ResourcesNotArrived(ServiceUnreachable):

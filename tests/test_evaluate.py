@@ -191,3 +191,100 @@ def test_a_trial_still_running_is_left_alone(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "1 not finished" in result.output
     assert "ppl_64" not in _runs(uri, "busy")["DAPE"].data.metrics
+
+
+def _read_only(folder: Path, argv: list[str]) -> tuple[int, str]:
+    """`argv` run with `folder` read-only, as an archive on a read-only mount: by mode for a user, by a
+    read-only bind mount in a private mount namespace for root (whom modes do not stop)."""
+    import os
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        for path in [folder, *folder.rglob("*")]:
+            path.chmod(path.stat().st_mode & ~0o222)
+        try:
+            done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=300)
+        finally:
+            for path in [folder, *folder.rglob("*")]:
+                path.chmod(path.stat().st_mode | 0o200)
+    else:
+        script = 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" "$1" && shift && exec "$@"'
+        done = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(folder), sys.executable, *argv],
+                              capture_output=True, text=True, timeout=300)
+        if "mount" in done.stderr and done.returncode != 0 and "orchestrator" not in done.stderr:
+            pytest.skip(f"no private read-only mount here: {done.stderr.strip()}")
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_evaluate_on_a_read_only_store_says_what_run_says(tmp_path, monkeypatch):
+    """Refused before anything is done (exit 2, `run`'s words), not after MLflow's logged traceback (exit 3)."""
+    monkeypatch.chdir(tmp_path)
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    path, uri = _train(archive, "archived", [32])
+    before = (archive / "mlflow.db").read_bytes()
+    reports = tmp_path / "reports"
+    for args, nothing in ((["evaluate", "--lengths", "64", "--local"], "Nothing was evaluated"),
+                          (["evaluate", "--local"], "Nothing was evaluated"), (["run", "--local"], "Nothing was run")):
+        code, output = _read_only(archive, ["-m", "orchestrator", args[0], str(path), "--tracking-uri", uri,
+                                            "--reports-dir", str(reports), *args[1:]])
+        text = " ".join(output.split())
+        assert code == 2, (args, output)
+        assert f"The tracking store's folder {archive} is not writable" in text, (args, text)
+        assert nothing in text and "Traceback" not in output and "MlflowException" not in output
+        assert len(output.strip().splitlines()) <= 6, output
+    assert (archive / "mlflow.db").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_weights_changed_since_saved_are_refused_by_name_and_the_others_scored(tmp_path, monkeypatch):
+    """4 KiB overwritten inside one model's tensor data (header and size intact: it still loads as a model):
+    evaluate names the trial and the file and scores the other; --verify flags it; load_run refuses it. A run
+    recorded before checksums were kept still loads, and evaluate says it was not checked."""
+    from test_weights import overwrite_tensor_data
+
+    from dape_core.stored import CHECKSUMS_FILE, WeightsChanged, sha256_of
+    from orchestrator.evaluation.stored import load_run
+
+    monkeypatch.chdir(tmp_path)
+    path, uri = _train(tmp_path, "tampered", [32])
+    runs = _runs(uri, "tampered")
+    for run in runs.values():  # recorded at save, one tag per file of the kept model
+        folder = _weights_file(run).parent
+        for name in ("model.safetensors", "config.json", "data.json"):
+            assert run.data.tags[f"orchestrator.sha256.model/{name}"] == sha256_of(folder / name)
+    verified = _evaluate(path, uri, "--verify")
+    assert verified.exit_code == 0, verified.output
+    assert "2 trial(s) with every kept file as saved, 0 changed" in verified.output
+    damaged = _weights_file(runs["DAPE1x3"])
+    overwrite_tensor_data(damaged)
+    result = _evaluate(path, uri, "--lengths", "64", "--local")
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert f"DAPE1x3 · s0: FAILED: WeightsChanged: {damaged} changed since it was saved" in text, text
+    after = _runs(uri, "tampered")
+    assert "ppl_64" in after["DAPE"].data.metrics and "ppl_64" not in after["DAPE1x3"].data.metrics
+    verified = _evaluate(path, uri, "--verify")
+    assert verified.exit_code == 1, verified.output
+    text = " ".join(verified.output.split())
+    assert f"DAPE1x3 · s0 (run {runs['DAPE1x3'].info.run_id}): CHANGED: {damaged} changed since it was saved" in text
+    assert "1 trial(s) with every kept file as saved, 1 changed" in text
+    with pytest.raises(WeightsChanged, match=rf"run {runs['DAPE1x3'].info.run_id} \(DAPE1x3 · s0\): {damaged} "
+                                             "changed since it was saved"):
+        load_run(runs["DAPE1x3"].info.run_id, uri)
+    # A record from before checksums were kept: no tags, no checksums.json. Loaded, and said to be unchecked.
+    client, kept = MlflowClient(uri), runs["DAPE"]
+    for key in [key for key in kept.data.tags if key.startswith("orchestrator.sha256.")]:
+        client.delete_tag(kept.info.run_id, key)
+    (_weights_file(kept).parent / CHECKSUMS_FILE).unlink()
+    result = _evaluate(path, uri, "--lengths", "128", "--local")
+    text = " ".join(result.output.split())
+    assert "note: DAPE · s0: no checksum recorded on its run (saved before checksums were kept): its weights are " \
+           "loaded unchecked" in text, text
+    assert "ppl_128" in _runs(uri, "tampered")["DAPE"].data.metrics
+    with pytest.warns(UserWarning, match="loaded unchecked"):
+        assert load_run(kept.info.run_id, uri).config.model.kernel_size == 1
+    verified = _evaluate(path, uri, "--verify")
+    assert "DAPE · s0 (run" in verified.output and "not checked: no checksum recorded" in verified.output

@@ -85,6 +85,7 @@ def test_sigkilled_orchestrator_resumes_without_retraining(tmp_path):
     output, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, output
     assert f"{len(finished)} trial(s) already finished" in output
+    assert "overhead -" not in output  # a resumed trial's earlier training is no negative share
     client, after = _runs(tmp_path, "killed")
     by_trial = {}
     for run in after:

@@ -137,9 +137,88 @@ def test_an_unreachable_tracking_server_fails_at_once(tmp_path, capsys):
         assert code == 3, output
         assert "MLflow tracking server at http://127.0.0.1:9 is unreachable (" in output
         assert "Connection refused" in output
+        assert output.splitlines()[-1].startswith("Stopped: MLflow tracking server") or \
+            "\nStopped: MLflow tracking server" in output, output  # not "Study interrupted MLflow ..."
+        assert "Study interrupted" not in output
         _one_paragraph(output)
         assert time.monotonic() - started < 10  # one probe, not MLflow's minutes of retries
     assert not (tmp_path / "mlruns").exists()
+
+
+def test_a_server_whose_health_answers_but_not_its_api_is_named_so(tmp_path, capsys):
+    """A fake server only to inject the fault: /health answers, every other request hangs (a server whose
+    backend database is down). The message names what failed: the API, not /health."""
+    import http.server
+
+    release = threading.Event()
+
+    class HalfAlive(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/health":
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"OK")
+            else:
+                release.wait(30)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HalfAlive)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        started = time.monotonic()
+        code, output = run_cli(capsys, "run", _study(tmp_path), "--tracking-uri", uri, "--connect-timeout", "1")
+    finally:
+        release.set()
+        server.shutdown()
+    text = " ".join(output.split())
+    assert code == 3, output
+    assert f"MLflow tracking server at {uri} answers its /health but not its API (Read timed out)" in text
+    assert "/health, given 1s (--connect-timeout), got no answer" not in text and "Nothing was started" in text
+    _one_paragraph(output)
+    assert time.monotonic() - started < 20
+
+
+def test_a_locked_store_is_told_apart_from_a_damaged_one(recorded_store, tmp_path, capsys, monkeypatch):
+    """Another process holding the store's lock (here: a connection of this process in an exclusive
+    transaction, which SQLite locks against its other connections alike) is busy, not damaged: exit 3, no
+    advice to move the file away; once it lets go the same command works."""
+    import sqlite3
+
+    from orchestrator.tracking import sqlite_file
+
+    monkeypatch.setattr(sqlite_file, "LOCK_WAIT_S", 1)  # SQLite's wait, not 30 s
+    before = recorded_store.read_bytes()
+    holder = sqlite3.connect(recorded_store, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        for command in ("status", "run"):
+            code, output = run_cli(capsys, command, _study(tmp_path), "--tracking-uri", f"sqlite:///{recorded_store}")
+            text = " ".join(output.split())
+            assert code == 3, (command, output)
+            assert f"Store busy: The tracking store {recorded_store} is locked by another process (SQLite waited 1s " \
+                   "for it: database is locked). The store is not damaged" in text, (command, text)
+            assert "move the file away" not in text and "damaged, restore" not in text
+            _one_paragraph(output)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert recorded_store.read_bytes() == before
+    code, output = run_cli(capsys, "status", _study(tmp_path), "--tracking-uri", f"sqlite:///{recorded_store}")
+    assert code == 0, output
+
+
+def test_no_negative_orchestration_overhead():
+    """A trial resumed from its checkpoint reports its training since it first started: more trial work than
+    this run's wall time. The share is then not given (the command says why), never negative."""
+    from orchestrator.execution.runner import StudyOutcome
+
+    measured = StudyOutcome(trials=[], skipped=[], wall_seconds=100.0, trial_seconds=150.0, concurrency=2)
+    assert measured.overhead == pytest.approx(0.25) and not measured.overhead_inconsistent
+    resumed = StudyOutcome(trials=[], skipped=[], wall_seconds=100.0, trial_seconds=118.2, concurrency=1)
+    assert resumed.overhead is None and resumed.overhead_inconsistent
 
 
 def _run_process(study, cwd, *args, timeout=600) -> tuple[int, str, float]:

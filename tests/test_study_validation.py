@@ -170,6 +170,46 @@ def test_a_folder_is_not_a_study_file(tmp_path, monkeypatch):
     assert not (tmp_path / "mlruns").exists()
 
 
+def test_a_symlink_loop_a_fifo_and_a_broken_link_are_named_for_what_they_are(tmp_path, monkeypatch):
+    """Not "no such study file", and not two tracebacks (Path.resolve raises on a loop): one line, exit 2."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "loop1.yaml").symlink_to("loop2.yaml")
+    (tmp_path / "loop2.yaml").symlink_to("loop1.yaml")
+    (tmp_path / "broken.yaml").symlink_to("gone.yaml")
+    os.mkfifo(tmp_path / "pipe.yaml")  # a reader would block on it: it must never be opened
+    expected = {"loop1.yaml": "loop1.yaml is a symlink loop (its links lead back to themselves, never to a file)",
+                "pipe.yaml": "pipe.yaml is a named pipe (FIFO), not a regular file",
+                "broken.yaml": "broken.yaml is a broken symlink (it points at gone.yaml, which does not exist)"}
+    for name, words in expected.items():
+        for command in ("validate", "plan", "run"):
+            result = CliRunner().invoke(app, [command, name])
+            assert result.exit_code == 2, (command, result.output)
+            text = " ".join(result.output.split())
+            assert words in text and "no such study file" not in text, (command, text)
+            assert "Traceback" not in result.output
+            assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert not (tmp_path / "mlruns").exists()
+
+
+def test_a_huge_study_file_is_refused_by_its_size_before_it_is_read(tmp_path, monkeypatch):
+    """The size is checked first (stat): a 256 MB file is refused in bounded memory, not read whole."""
+    import tracemalloc
+
+    monkeypatch.chdir(tmp_path)
+    huge = tmp_path / "huge.yaml"
+    with huge.open("wb") as handle:
+        handle.truncate(256 * 2**20)  # sparse: no disk used, but reading it would allocate all of it
+    tracemalloc.start()
+    result = CliRunner().invoke(app, ["validate", str(huge)])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert result.exit_code == 2, result.output
+    assert "268,435,456 bytes, more than the 1,048,576 a study file may hold" in " ".join(result.output.split())
+    assert peak < 64 * 2**20, peak
+
+
 def test_an_override_that_is_not_yaml_is_one_clear_paragraph(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.yaml").write_text("name: s\n")

@@ -35,7 +35,7 @@ def test_a_saved_model_loads_with_its_config_and_computes_the_same(tmp_path):
     torch.manual_seed(3)
     model = build_model(cfg.model)
     files = save_model(model, cfg, "abc123", {"source": "stdlib"}, tmp_path)
-    assert sorted(path.name for path in files) == ["config.json", "data.json", "model.safetensors"]
+    assert sorted(path.name for path in files) == ["checksums.json", "config.json", "data.json", "model.safetensors"]
     assert (tmp_path / WEIGHTS_FILE).read_bytes()[:8] != b"PK\x03\x04"  # not a torch (zip/pickle) file
     stored = load_model(tmp_path)
     assert stored.config == cfg and stored.data_hash == "abc123"
@@ -72,6 +72,39 @@ def test_damaged_weights_are_named(tmp_path):
         load_model(tmp_path)
 
 
+def overwrite_tensor_data(path, size: int = 4096) -> None:
+    """Overwrite `size` bytes in the middle of a safetensors file's tensor data, keeping its header and size
+    (the file still reads as a model of its config: only a checksum tells)."""
+    import os
+
+    data = bytearray(path.read_bytes())
+    start = 8 + int.from_bytes(data[:8], "little")  # past the header's length and the header
+    middle = start + (len(data) - start - size) // 2
+    assert middle >= start and len(data) - start > size, "the tensor data is smaller than the overwrite"
+    data[middle:middle + size] = os.urandom(size)
+    path.write_bytes(bytes(data))
+
+
+def test_weights_changed_since_saved_are_refused_by_name_and_older_folders_load(tmp_path):
+    from dape_core.stored import CHECKSUMS_FILE, WeightsChanged, sha256_of
+
+    cfg = _config()
+    save_model(build_model(cfg.model), cfg, "h", {}, tmp_path)
+    weights = tmp_path / WEIGHTS_FILE
+    recorded = json.loads((tmp_path / CHECKSUMS_FILE).read_text())
+    assert recorded == {name: sha256_of(tmp_path / name) for name in (WEIGHTS_FILE, CONFIG_FILE, "data.json")}
+    size = weights.stat().st_size
+    overwrite_tensor_data(weights)
+    assert weights.stat().st_size == size
+    with pytest.raises(WeightsChanged, match=rf"{weights} changed since it was saved \(SHA-256 "):
+        load_model(tmp_path)
+    with pytest.raises(WeightsChanged, match="changed since it was saved"):  # the checksums given win
+        load_model(tmp_path, checksums=recorded)
+    # A folder saved before checksums were kept (no checksums.json, none given): it loads, unchecked.
+    (tmp_path / CHECKSUMS_FILE).unlink()
+    assert load_model(tmp_path).config == cfg
+
+
 def _run_study(tmp_path, name: str, keep: str) -> tuple[str, list]:
     from orchestrator.run import run_and_report
     from orchestrator.run_context import RunContext
@@ -94,7 +127,7 @@ def test_a_finished_trial_keeps_its_model_in_its_run(tmp_path, monkeypatch):
     client = MlflowClient(uri)
     assert run.data.tags[WEIGHTS_TAG] == "model/model.safetensors"
     names = sorted(item.path for item in client.list_artifacts(run.info.run_id, "model"))
-    assert names == ["model/config.json", "model/data.json", "model/model.safetensors"]
+    assert names == ["model/checksums.json", "model/config.json", "model/data.json", "model/model.safetensors"]
     # The worker's copy and the resume checkpoints are gone from the trial's folder; the log says so.
     folder = tmp_path / "state" / "checkpoints" / run.data.tags["orchestrator.trial_id"]
     assert not folder.exists() or not any(folder.rglob("*.*"))

@@ -40,6 +40,26 @@ def evaluation_lengths(given: str | None, rest: list[str]) -> tuple[list[int], l
     return sorted(set(values)), overrides
 
 
+def verify(invocation: Invocation) -> None:
+    """`evaluate --verify`: every kept model file of the study's trials checked against the SHA-256 its run
+    recorded at save; reads only. Exit 1 where a file changed or is missing, naming the trial and the file."""
+    from ..evaluation.verify import verify_study
+
+    console.print(f"Study [bold]{invocation.study.name}[/bold] from {invocation.study_path}; tracking at "
+                  f"{invocation.uri}")
+    try:
+        store = invocation.stored_or_exit("Nothing to verify:")
+        outcome = verify_study(store, say=lambda line: console.print(line, markup=False))
+    except OrchestratorError as error:  # a damaged or locked store, an unreachable server
+        stop(f"[red]{error.title}[/red] {escape(str(error))}", error.exit_code)
+    console.print(f"{len(outcome.ok)} trial(s) with every kept file as saved, {len(outcome.changed)} changed, "
+                  f"{len(outcome.unchecked)} recorded before checksums were kept (not checked)")
+    for name, reason in outcome.changed.items():
+        err.print(f"[red]{escape(name)}[/red]: {escape(reason)}")
+    if outcome.changed:
+        raise typer.Exit(EXIT_TRIALS_FAILED)
+
+
 def evaluate(invocation: Invocation, lengths: list[int], *, tail_tokens: int | None, windows: int | None,
              visualise: bool, time_it: bool, repeats: int, again: bool, address: str | None,
              reports_dir: Path | None, local: bool, debug: bool) -> None:

@@ -31,9 +31,11 @@ def locate(argument: str) -> Path:
         stop(f"[red]Invalid study[/red] {escape(str(error))}", EXIT_INVALID)
 
 
-def load(path: Path, profile: str | None = None, overrides: list[str] | None = None, check_data: bool = False) -> Study:
+def load(path: Path, profile: str | None = None, overrides: list[str] | None = None, check_data: bool = False,
+         feasible: bool = False, local_memory: float | None = None) -> Study:
     """The validated study, or exit 2 with every problem. `check_data` (run, plan, validate, ...): the data files
-    the trials would read must exist too."""
+    the trials would read must exist too. `feasible` (validate, plan, run): every trial can finish
+    (study/feasibility.py; CPU trials' memory against `local_memory`, None: not checked)."""
     from ..study import StudyError, load_study, parse_override
 
     try:
@@ -41,7 +43,8 @@ def load(path: Path, profile: str | None = None, overrides: list[str] | None = N
     except ValueError as error:
         stop(f"[red]Invalid argument[/red]: {error}", EXIT_INVALID)
     try:
-        return load_study(path, profile=profile, overrides=parsed, check_data=check_data)
+        return load_study(path, profile=profile, overrides=parsed, check_data=check_data, feasible=feasible,
+                          local_memory=local_memory)
     except StudyError as error:
         stop(f"[red]Invalid study[/red] {escape(str(error))}", EXIT_INVALID)
 
@@ -71,11 +74,14 @@ class Invocation:
 
     @classmethod
     def load(cls, argument: str, profile: str | None = None, overrides: list[str] | None = None,
-             tracking_uri: str | None = None, check_data: bool = False, data_note: bool = False) -> Invocation:
+             tracking_uri: str | None = None, check_data: bool = False, data_note: bool = False,
+             feasible: bool = False, local_memory: float | None = None) -> Invocation:
         """Locate the study, then load it (exit 2 with every problem where either fails). `data_note` (plan,
         slurm --dry-run: commands that size the study without reading its data): data not prepared yet is said
-        in one line on stderr instead of refused."""
-        invocation = cls.at(locate(argument), profile, overrides, tracking_uri, check_data and not data_note)
+        in one line on stderr instead of refused. `feasible`, `local_memory`: the feasibility check (`load`)."""
+        path = locate(argument)
+        invocation = cls(path, load(path, profile, overrides, check_data and not data_note, feasible, local_memory),
+                         profile, tuple(overrides or ()), tracking_uri)
         if data_note:
             from ..study.data_paths import unprepared_data, unprepared_line
             from .output import err

@@ -106,6 +106,9 @@ def run(invocation: Invocation, *, address: str | None, reports_dir: Path | None
                   "to the study's parent run in MLflow)")
     console.print(f"{browse_hint(study_path, invocation.tracking_flag)}  (or: {ui_command(uri)})")
     overhead = f"; orchestration overhead {outcome.overhead:.1%}" if outcome.overhead is not None else ""
+    if outcome.overhead_inconsistent:  # never a negative share: say why there is none
+        overhead = ("; orchestration overhead not measured (resumed trials count their training before the "
+                    "restart, more than this run's wall time)")
     console.print(f"Wall time {outcome.wall_seconds:.0f}s; {len(outcome.skipped)} trial(s) reused, "
                   f"{outcome.trials_run} run, {len(outcome.failed)} failed; "
                   f"{outcome.steps_run} training steps{overhead}")

@@ -85,6 +85,7 @@ class TrialTask:
     che: bool = False  # a CHE model: `lengths` are test lengths, scored as accuracy (acc_<L>)
     rescored: bool = False  # measured under an older protocol: its lengths are scored again though present
     notes: list[str] = field(default_factory=list)
+    checksums: dict[str, str] = field(default_factory=dict)  # model file -> SHA-256 its run recorded at save
 
     def payload(self) -> dict:
         return dict(self.__dict__)

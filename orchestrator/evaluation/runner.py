@@ -26,6 +26,7 @@ from dape_core.evaluate.config import PROTOCOL_VERSION
 from ..errors import StudyInterrupted, StudyTerminated, UserInputError
 from ..run_context import RunContext
 from ..study import Study
+from ..tracking.checksums import UNCHECKED, recorded_checksums
 from ..tracking.leases import LeaseBook
 from ..tracking.relocation import require_artifacts_here
 from ..tracking.store import STOPPED_EARLY_TAG, TRIAL_ID_TAG, StudyStore
@@ -43,6 +44,7 @@ class EvaluationOutcome:
     evaluated: list[str] = field(default_factory=list)  # run names
     skipped: list[str] = field(default_factory=list)  # already evaluated with this protocol
     without_weights: list[str] = field(default_factory=list)  # notes naming them and how to get weights
+    unchecked: list[str] = field(default_factory=list)  # run names whose runs recorded no checksum (older records)
     failed: dict[str, str] = field(default_factory=dict)  # run name -> reason
     not_finished: int = 0
     wall_seconds: float = 0.0
@@ -76,6 +78,7 @@ def plan_tasks(context: RunContext, request: EvalRequest, outcome: EvaluationOut
     """What each finished trial still needs; notes trials without weights and those already done."""
     study, store = context.study, context.store
     runs, outcome.not_finished = stored_trials(context)
+    by_id = {run.info.run_id: run for run in runs}
     tasks = []
     for run in runs:
         tags, metrics, name = run.data.tags, run.data.metrics, run.info.run_name
@@ -124,6 +127,10 @@ def plan_tasks(context: RunContext, request: EvalRequest, outcome: EvaluationOut
             task.notes.append(f"measured under evaluation protocol {measured_under(tags)}: every length it has is "
                               f"scored again under protocol {PROTOCOL_VERSION} (docs/protocol.md)")
         tasks.append(task)
+    for task in tasks:  # the files are checked against these where they are loaded (worker.py)
+        task.checksums = recorded_checksums(by_id[task.run_id].data.tags)
+        if not task.checksums:
+            outcome.unchecked.append(task.run_name)
     return tasks
 
 
@@ -220,6 +227,17 @@ def check_memory(study: Study, tasks: list[TrialTask]) -> None:
             "--lengths, or a smaller eval batch in the study (eval.batch_size). Nothing was evaluated.")
 
 
+def _require_writable(tracking_uri: str) -> None:
+    """StoreUnusable (exit 2, `run`'s words) where the SQLite store's folder or file cannot be written: MLflow
+    would otherwise fail at the first write, after its retries, with a screen of SQLAlchemy's traceback."""
+    from ..tracking.sqlite_file import check_store_writable
+    from ..tracking.uri import sqlite_path
+
+    path = sqlite_path(tracking_uri)
+    if path is not None:
+        check_store_writable(path, "Nothing was evaluated (`orchestrator report` reads a read-only store).")
+
+
 def memory_budget(study: Study) -> tuple[float, str]:
     if study.resources.gpus:
         if study.resources.gpu_memory_gb:
@@ -273,10 +291,13 @@ def evaluate_study(context: RunContext, request: EvalRequest, *, reports_dir: Pa
     started = time.monotonic()
     study, store = context.study, context.store
     require_artifacts_here(store.tracking_uri)  # a copied store is evaluated in its own place, never the original's
+    _require_writable(store.tracking_uri)  # metrics, leases and the report go into it: refused first, as `run` does
     outcome = EvaluationOutcome()
     tasks = longest_first(plan_tasks(context, request, outcome))
     for note in outcome.without_weights:
         say(f"note: {note}")
+    if outcome.unchecked:
+        say(f"note: {', '.join(outcome.unchecked)}: {UNCHECKED}")
     check_memory(study, tasks)
     version = code_source().version  # the code that evaluates, which may be newer than the one that trained
     for task in tasks:

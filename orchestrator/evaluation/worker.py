@@ -62,7 +62,7 @@ def evaluate_task(task: dict) -> dict:
     folder, temporary = weights_folder(task["artifact_uri"], task.get("tracking_uri"))
     try:
         device = resolve_device(read_config(folder).train.device)
-        stored = load_model(folder, device)
+        stored = load_model(folder, device, task.get("checksums") or None)  # refused if changed since saved
         cfg = stored.config
         if cfg.che is not None:  # a CHE model: its accuracy at new test lengths (the task is generated, no corpus)
             return _che(stored, task, device, started, began)

@@ -62,10 +62,17 @@ class StudyOutcome:
     def overhead(self) -> float | None:
         """Share of the wall time the trial slots were not training or evaluating:
         1 − (Σ trial work / concurrency) / wall time. It includes start-up, bookkeeping and slots left idle
-        when the trials do not divide evenly among them."""
-        if not self.trial_seconds or not self.wall_seconds:
+        when the trials do not divide evenly among them. None where it cannot be measured: nothing timed, or
+        more trial work than the slots had wall time (`overhead_inconsistent`), which a share cannot be."""
+        if not self.trial_seconds or not self.wall_seconds or self.overhead_inconsistent:
             return None
         return 1.0 - (self.trial_seconds / self.concurrency) / self.wall_seconds
+
+    @property
+    def overhead_inconsistent(self) -> bool:
+        """The trials' recorded work exceeds this run's slot time: a trial resumed from its checkpoint (after a
+        crash or `kill -9`) reports its training time since it first started, not since this run began."""
+        return bool(self.wall_seconds) and self.trial_seconds / self.concurrency > self.wall_seconds
 
 
 def select_trials(study: Study, rows: list[Trial], store: StudyStore, failed_only: bool = False,

@@ -27,7 +27,8 @@ from .claim_checks import claim_problems, claim_reference_problems
 from .contract_checks import contract_problems
 from .data_paths import study_data_problems
 from .decide_checks import decide_problems
-from .locate import folder_problem
+from .feasibility import feasibility_problems
+from .locate import folder_problem, not_a_file_problem
 from .model import Study
 from .overrides import resolve
 from .plugin_checks import load_plugins
@@ -44,7 +45,7 @@ from .trial_checks import (
     run_name_problems,
     validate_config,
 )
-from .yaml_loader import load_yaml
+from .yaml_loader import MAX_BYTES, load_yaml
 
 __all__ = ["apply_study_overrides", "load_study", "parse_study", "profile_data_notes", "read_study", "read_study_yaml",
            "validate_config"]
@@ -153,14 +154,17 @@ def _profile_problems(original: dict, chosen: str | None, known: list[str]) -> l
 
 def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
                 overrides: dict[str, Any] | None = None, *, check_data: bool = False,
-                problems: list[str] | tuple[str, ...] = (), folder: Path | str = ".", contract: bool = False) -> Study:
+                problems: list[str] | tuple[str, ...] = (), folder: Path | str = ".", contract: bool = False,
+                feasible: bool = False, local_memory: float | None = None) -> Study:
     """Validate a loaded YAML document into a Study, or raise StudyError listing every problem.
 
     `profile` applies one of the study's named override sets; `overrides` (from the command line) come last.
     `check_data`: also report the data files the trials would read that do not exist. `problems`: found
     already (duplicate keys of the YAML), reported with the others. `folder`: the study file's, where the
     plugin files it names are. `contract`: check every trial's components against the component contract,
-    built-ins' included (`validate`); a plugin's components are checked at every loading.
+    built-ins' included (`validate`); a plugin's components are checked at every loading. `feasible`
+    (validate, plan, run): refuse trials that cannot finish (feasibility.py), CPU trials' memory against
+    `local_memory` (None: not checked).
     """
     if profile is not None:
         source = f"{source} (profile {profile})"
@@ -190,6 +194,8 @@ def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
     found += _profile_problems(original, profile, found)
     if check_data and trials:
         found += study_data_problems(ExperimentConfig(**study.base).data, trials)
+    if feasible and trials and not found:
+        found += feasibility_problems(study, trials, local_memory)
     if found:
         raise StudyError(source, found)
     return study
@@ -220,9 +226,9 @@ def read_study(path: str | Path) -> tuple[Any, list[str]]:
     if path.is_dir():
         raise StudyError(str(path), [folder_problem(path)])
     if not path.is_file():
-        raise StudyError(str(path), ["(file): no such study file"])
+        raise StudyError(str(path), [not_a_file_problem(path)])
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = _read_bounded(path).decode("utf-8")
     except UnicodeDecodeError as error:
         raise StudyError(str(path), [f"(file): not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
                                      f"{error.start}); save the study file as UTF-8"]) from None
@@ -235,6 +241,20 @@ def read_study(path: str | Path) -> tuple[Any, list[str]]:
         raise StudyError(str(path), [f"(YAML): not valid YAML{hint}: {error}"]) from None
 
 
+def _read_bounded(path: Path) -> bytes:
+    """The file's bytes, refused by its size before it is read (a file that grows meanwhile: at most one byte
+    past the bound is read): a study file is a few KB, and a huge one must not fill the machine's memory."""
+    size = path.stat().st_size
+    data = b""
+    if size <= MAX_BYTES:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+    if max(size, len(data)) > MAX_BYTES:
+        raise StudyError(str(path), [f"(file): {max(size, len(data)):,} bytes, more than the {MAX_BYTES:,} a study "
+                                     "file may hold (a study file is a few KB); name the study's YAML file"])
+    return data
+
+
 def read_study_yaml(path: str | Path) -> Any:
     """The study file's YAML document; StudyError when it cannot be read, or gives a key twice."""
     document, duplicates = read_study(path)
@@ -244,7 +264,9 @@ def read_study_yaml(path: str | Path) -> Any:
 
 
 def load_study(path: str | Path, profile: str | None = None, overrides: dict[str, Any] | None = None, *,
-               check_data: bool = False, contract: bool = False) -> Study:
+               check_data: bool = False, contract: bool = False, feasible: bool = False,
+               local_memory: float | None = None) -> Study:
     document, duplicates = read_study(path)
     return parse_study(document, str(path), profile=profile, overrides=overrides, check_data=check_data,
-                       problems=duplicates, folder=Path(path).parent, contract=contract)
+                       problems=duplicates, folder=Path(path).parent, contract=contract, feasible=feasible,
+                       local_memory=local_memory)

@@ -9,6 +9,9 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 
 from .problems import StudyError, did_you_mean
@@ -29,6 +32,27 @@ def folder_problem(path: Path) -> str:
     return f"(file): {path} is a folder, not a study file; name a YAML file{inside}"
 
 
+def not_a_file_problem(path: Path) -> str:
+    """What is wrong with a path that is neither a regular file nor a folder, named for what it is: a symlink
+    loop, a broken symlink, a FIFO, socket or device, an unreadable place, or nothing at all. Never raises (a
+    loop makes `Path.resolve` raise on Python 3.11)."""
+    where = os.path.abspath(path)
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return (f"(file): {path} is a symlink loop (its links lead back to themselves, never to a file); "
+                    "point it at the study file")
+        if error.errno == errno.ENOENT and path.is_symlink():
+            return f"(file): {path} is a broken symlink (it points at {os.readlink(path)}, which does not exist)"
+        if error.errno in (errno.ENOENT, errno.ENOTDIR):
+            return f"(file): no such study file ({where})"
+        return f"(file): cannot be read: {error.strerror or error} ({where})"
+    kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file")
+    return f"(file): {path} is {kind}, not a regular file; name a YAML study file"
+
+
 def study_file(argument: str | Path, cwd: Path | None = None) -> Path:
     """The study file an argument names (a path, or a name looked up in studies/); StudyError naming every
     place tried when there is none."""
@@ -37,7 +61,7 @@ def study_file(argument: str | Path, cwd: Path | None = None) -> Path:
     if names_a_file(argument):
         path = Path(argument)
         if not path.is_file():
-            raise StudyError(str(argument), [f"(file): no such study file ({path.resolve()})"])
+            raise StudyError(str(argument), [not_a_file_problem(path)])
         return path
     candidate = (cwd or Path.cwd()) / STUDIES_FOLDER / f"{argument}.yaml"
     if candidate.is_file():

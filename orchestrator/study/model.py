@@ -115,7 +115,10 @@ class Resources(_Strict):
                                      "each) or fsdp (parameters, gradients and optimizer state sharded).")
     max_concurrent: PositiveInt | None = Field(None, description="At most this many trials at once.")
     max_retries: NonNegativeInt = Field(1, description="Times a crashed trial is retried.")
-    gpu_memory_gb: PositiveFloat | None = Field(None, description="Device memory per GPU, for `plan`'s fit check.")
+    gpu_memory_gb: PositiveFloat | None = Field(None, description="Device memory per GPU, for `plan`'s fit check "
+                                                "and the feasibility check of validate, plan and run.")
+    max_hours: PositiveFloat = Field(720.0, description="A trial whose estimated training time (the plan's) is "
+                                     "longer is refused by validate, plan and run before anything launches.")
 
     def trial_size(self, config: dict) -> dict:
         """A trial config with its `distributed` section complete: the trial's own values, else these."""

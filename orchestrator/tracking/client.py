@@ -17,6 +17,7 @@ from mlflow.environment_variables import MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW
 from mlflow.tracking import MlflowClient
 
 from ..errors import StoreUnusable, TrackingServerUnreachable, UserInputError, exception_chain
+from .sqlite_file import is_lock, locked
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 
@@ -39,6 +40,10 @@ class ReachabilityCheckedClient:
             try:
                 return attribute(*args, **kwargs)
             except Exception as error:
+                lock = next((cause for cause in exception_chain(error) if is_lock(cause)), None)
+                if lock is not None:  # busy, not damaged: the same command succeeds once the other writer is done
+                    raise locked(self._tracking_uri, lock, None, "What was recorded before is kept; the same "
+                                 "command resumes without repeating it.") from error
                 damaged = database_failure(error)
                 if damaged is not None:
                     raise StoreUnusable(
@@ -95,14 +100,22 @@ def probe_server(tracking_uri: str, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) 
     base = tracking_uri.rstrip("/")
     try:
         requests.get(f"{base}/health", timeout=(timeout, timeout), allow_redirects=False)
-        answer = requests.get(f"{base}/api/2.0/mlflow/experiments/search", params={"max_results": 1},
-                              timeout=(timeout, timeout), allow_redirects=False, headers=_login_headers())
     except requests.exceptions.RequestException as error:
         reason = connection_failure(error) or type(error).__name__
         raise TrackingServerUnreachable(
             f"MLflow tracking server at {tracking_uri} is unreachable ({reason}): one request to its /health, "
             f"given {timeout:g}s (--connect-timeout), got no answer. Check the address and that the server is up, "
             "then run the same command again. Nothing was started.") from error
+    try:
+        answer = requests.get(f"{base}/api/2.0/mlflow/experiments/search", params={"max_results": 1},
+                              timeout=(timeout, timeout), allow_redirects=False, headers=_login_headers())
+    except requests.exceptions.RequestException as error:  # alive, but its API (its backend store) does not answer
+        reason = connection_failure(error) or type(error).__name__
+        raise TrackingServerUnreachable(
+            f"MLflow tracking server at {tracking_uri} answers its /health but not its API ({reason}): one request "
+            f"to /api/2.0/mlflow/experiments/search, given {timeout:g}s (--connect-timeout), got no answer. The "
+            "server is up; its backend store (its database) may be down, locked or overloaded. Check the server's "
+            "log, then run the same command again. Nothing was started.") from error
     if answer.status_code in (401, 403):
         given = "the login in MLFLOW_TRACKING_USERNAME/PASSWORD" if os.environ.get("MLFLOW_TRACKING_USERNAME") \
             else "no login (MLFLOW_TRACKING_USERNAME/PASSWORD unset)"

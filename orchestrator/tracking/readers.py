@@ -23,6 +23,8 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .sqlite_file import is_lock, locked
+
 # The schema revisions SQLiteReader is tested with (tests/test_readers.py): the one MLflow 3.17 creates and
 # migrates stores to. Add a revision here only with the tests passing on a store of it.
 TESTED_REVISIONS = frozenset({"dc11669786a5"})
@@ -71,8 +73,13 @@ class SQLiteReader:
         self.path = path
 
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
-        with closing(sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=60)) as db:
-            return db.execute(sql, args).fetchall()
+        try:
+            with closing(sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=60)) as db:
+                return db.execute(sql, args).fetchall()
+        except sqlite3.OperationalError as error:
+            if is_lock(error):  # busy, not damaged: one paragraph saying so
+                raise locked(str(self.path), error, 60, "What was recorded before is kept.") from None
+            raise
 
     def revision(self) -> str | None:
         """The store's schema revision (the row of alembic's `alembic_version` table), None if it holds none."""

@@ -45,6 +45,7 @@ from ..trial.protocol import (
     final_metrics,
 )
 from . import run_files
+from .checksums import checksum_tags
 from .events import TrialFailed, TrialFinished, TrialInterrupted, TrialListener, TrialResult, TrialRetried, TrialStarted
 from .params import resolved_params, start_params
 from .sharing import DeviceSharing
@@ -183,16 +184,18 @@ class MLflowRecorder(TrialListener):
                               scored_by="trial")
 
     def _log_weights(self, run_id: str, files: list[Path]) -> None:
-        """The trial's kept model (dape_core.stored) as the run's artifacts model/, its size as `weights_mb` and
-        where it is as the tag WEIGHTS_TAG; the worker's copy is removed once the store has it."""
+        """The trial's kept model (dape_core.stored) as the run's artifacts model/, its size as `weights_mb`,
+        where it is as the tag WEIGHTS_TAG and each file's SHA-256 as a tag (checksums.py), in the one call that
+        marks the model kept; the worker's copy is removed once the store has it."""
         files = [path for path in files if path.is_file()]
         if not files:
             return
+        sums = checksum_tags(files)  # each file's SHA-256 as saved: evaluate, load_run and --verify check it
         for path in files:
             self.store.log_artifact(run_id, path, WEIGHTS_FOLDER)
         weights = next((path for path in files if path.suffix == ".safetensors"), files[0])
         self.store.log_metrics(run_id, {"weights_mb": weights.stat().st_size / 2**20}, 0, int(time.time() * 1000))
-        self.store.set_tags(run_id, {WEIGHTS_TAG: f"{WEIGHTS_FOLDER}/{weights.name}"})
+        self.store.set_tags(run_id, {**sums, WEIGHTS_TAG: f"{WEIGHTS_FOLDER}/{weights.name}"})
         for path in files:
             path.unlink(missing_ok=True)
         try:

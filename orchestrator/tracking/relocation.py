@@ -24,7 +24,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from ..errors import StoreUnusable
-from .sqlite_file import store_lock
+from . import sqlite_file
+from .sqlite_file import is_lock, locked, store_lock
 
 ARTIFACTS_FOLDER = "artifacts"
 _STUDY_TAG = "orchestrator.study"  # store.STUDY_TAG (store.py imports this module)
@@ -70,12 +71,15 @@ def _same(recorded: Path, own: Path) -> bool:
 def moved(database: Path) -> Moved | None:
     """What `database` records elsewhere than beside itself, or None (read-only)."""
     own = artifact_root(database)
-    connection = sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+    waited = sqlite_file.LOCK_WAIT_S
+    connection = sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True, timeout=waited)
     try:
         rows = connection.execute(
             "SELECT e.experiment_id, e.artifact_location FROM experiments e JOIN experiment_tags t "
             "ON t.experiment_id = e.experiment_id WHERE t.key = ?", (_STUDY_TAG,)).fetchall()
-    except sqlite3.DatabaseError:  # no tables yet: a new store
+    except sqlite3.DatabaseError as error:  # no tables yet: a new store; locked: busy, said as such
+        if is_lock(error):
+            raise locked(str(database), error, waited) from None
         return None
     finally:
         connection.close()

@@ -18,10 +18,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import StoreUnusable
+from ..errors import StoreLocked, StoreUnusable
 from ..folders import folder_lock, unwritable
 
 _MAGIC = b"SQLite format 3\x00"
+LOCK_WAIT_S = 30  # how long a read waits for another process's lock on the store
 _MLFLOW_TABLES = ("experiments", "runs", "alembic_version")
 
 
@@ -49,15 +50,32 @@ def _header_problem(path: Path, size: int) -> str | None:
     return None
 
 
+def is_lock(error: BaseException) -> bool:
+    """SQLite's "database is locked" (another connection holds the lock past the wait): busy, not damaged."""
+    return isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error))
+
+
+def locked(where: str, error: BaseException, waited: float | None, kept: str = "Nothing was changed.") -> StoreLocked:
+    """The one paragraph for a store another process keeps locked; `kept`: what became of the command's work."""
+    wait = f"SQLite waited {waited:g}s for it" if waited is not None else "SQLite gave up waiting for it"
+    return StoreLocked(
+        f"The tracking store {where} is locked by another process ({wait}: {error}). The store is not damaged: "
+        "let the other writer finish (another orchestrator, an `mlflow` command or server, a sqlite3 shell "
+        f"holding a transaction), then run the same command again. {kept}")
+
+
 def _table_problem(path: Path) -> str | None:
-    """Why the SQLite file is not an MLflow store (read-only access: nothing is created); None if it is."""
+    """Why the SQLite file is not an MLflow store (read-only access: nothing is created); None if it is.
+    Raises StoreLocked where another process holds the file's lock past LOCK_WAIT_S."""
     try:
-        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=LOCK_WAIT_S)
         try:
             names = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         finally:
             connection.close()
     except sqlite3.DatabaseError as error:
+        if is_lock(error):
+            raise locked(str(path), error, LOCK_WAIT_S) from None
         return f"SQLite cannot read it ({error})"
     missing = [name for name in _MLFLOW_TABLES if name not in names]
     if missing:
@@ -72,16 +90,31 @@ def check_readable(path: Path) -> None:
         raise unusable(path, problem)
 
 
-def check_folder_writable(path: Path) -> None:
+def check_folder_writable(path: Path, nothing: str = "Nothing was run.") -> None:
     """Raises StoreUnusable where the store's folder cannot be created or written (SQLite writes its journal
-    beside the file, so a read-only folder fails every write, after minutes of MLflow's retries)."""
+    beside the file, so a read-only folder fails every write, after minutes of MLflow's retries). `nothing`
+    ends the message: what the command did not do."""
     folder = path.parent
     error = unwritable(folder)
     if error is not None:
         raise StoreUnusable(
             f"The tracking store's folder {folder} is not writable ({error.strerror or error}). Give a writable "
             "place with --tracking-uri sqlite:////path/to/mlflow.db (or MLFLOW_TRACKING_URI), or fix the "
-            "folder's permissions. Nothing was run.") from error
+            f"folder's permissions. {nothing}") from error
+
+
+def check_file_writable(path: Path, nothing: str = "Nothing was run.") -> None:
+    """Raises StoreUnusable where the store's file exists and cannot be written (its mode, or a read-only mount)."""
+    if path.exists() and not os.access(path, os.W_OK):
+        raise StoreUnusable(f"The tracking store {path} is read-only. Make it writable or pass another "
+                            f"--tracking-uri. {nothing}")
+
+
+def check_store_writable(path: Path, nothing: str = "Nothing was run.") -> None:
+    """What `run` checks before it writes anything, for a command that writes into an existing store
+    (`evaluate`): its folder and its file can be written. Raises StoreUnusable, ending with `nothing`."""
+    check_folder_writable(path, nothing)
+    check_file_writable(path, nothing)
 
 
 def check_writable(path: Path) -> None:
@@ -90,9 +123,7 @@ def check_writable(path: Path) -> None:
     another process is creating is not mistaken for an empty one."""
     if not path.exists():
         return
-    if not os.access(path, os.W_OK):
-        raise StoreUnusable(f"The tracking store {path} is read-only. Make it writable or pass another "
-                            "--tracking-uri. Nothing was run.")
+    check_file_writable(path)
     problem = _header_problem(path, path.stat().st_size)
     if problem is None:
         table_problem = _table_problem(path)
