@@ -37,6 +37,7 @@ READERS = {
     "orchestrator/planning/learned.py",  # the processor settings that set a step's cost
     "orchestrator/reporting/names.py",  # the words of components and their settings
     "dape_core/plugins.py",  # a study's plugins: what each registered (and forgetting it on a fault)
+    "orchestrator/study/code_identity.py",  # the records a trial builds: their files belong to its fingerprint
 }
 # ...and the ones that read a record through the model config or the built module, not the registry itself:
 # attention.py (Cost.working for the CUDA block budget), evaluate/flops.py (Cost.macs), fused/__init__.py (the
