@@ -317,3 +317,29 @@ def test_the_claims_read_at_a_glance_with_their_checks_after_the_tables():
     markdown, html, _ = _rendered(one)
     assert "*holds on 1 seed, untested*" in markdown and "**holds" not in markdown
     assert 'class="claim-untested"' in html and 'class="claim-holds' not in html  # never coloured like a pass
+
+
+def test_an_outlying_seed_is_named_in_the_claim_and_judged_with():
+    """A seed far from the others (diverged.outlying: externally studentized, Bonferroni at 0.01 over the
+    seeds, from 5 seeds) is named in the claim's reason; the claim is judged with it, as measured."""
+    rng = np.random.default_rng(21)
+    base = 6.0 + rng.normal(0, 0.3, 6)
+    values = {"DAPE-Kerple": list(base), "DAPE1x3-Kerple": list(base - 0.5 + rng.normal(0, 0.01, 6))}
+    clean = evaluate_claims(_study([BELOW]), _frame(values))[0]
+    assert clean.verdict == "holds" and clean.outlying == [] and "outlying" not in clean.reason
+    values["DAPE1x3-Kerple"][3] += 0.3  # s3's difference ~30 SDs above the others': still below B
+    (result,) = evaluate_claims(_study([BELOW]), _frame(values))
+    assert result.verdict == "holds" and len(result.outlying) == 1 and result.outlying[0].startswith("s3, +")
+    assert "an outlying seed (s3, +" in result.reason and "weighs on it: judged with it" in result.reason
+    assert result.deciding.evidence.outlying[0][0] == 3
+
+
+def test_outlying_needs_five_seeds_and_rarely_names_a_normal_seed():
+    from orchestrator.judging.diverged import OUTLIER_LEVEL, outlying
+
+    assert outlying(np.array([0.0, 0.1, -0.1, 9.0])) == []  # 4 seeds: never
+    found = outlying(np.array([0.0, 0.1, -0.1, 0.05, 9.0]))
+    assert [i for i, _ in found] == [4] and found[0][1] > 50
+    rng = np.random.default_rng(22)
+    named = sum(bool(outlying(rng.standard_normal(n))) for n in (5, 6, 8, 10) for _ in range(500))
+    assert named / 2000 <= OUTLIER_LEVEL + 3.1 * math.sqrt(OUTLIER_LEVEL / 2000)

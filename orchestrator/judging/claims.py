@@ -82,6 +82,7 @@ class ClaimResult:
     leans_holds: bool = True  # which verdict its evidence points to (the one a significant p gives)
     waiting: bool = False  # no look yet only because its rows have not finished the first look's seeds
     unusable: list[str] = field(default_factory=list)  # seeds whose value diverged or failed: not judged on them
+    outlying: list[str] = field(default_factory=list)  # outlying seeds of its checks ("s3, +5.1 SD"): judged with them
     later: "ClaimResult | None" = None  # decided at an earlier look: the same claim read on every seed since
     alpha: float = ALPHA
 
@@ -438,6 +439,11 @@ def evaluate_claim(study: Study, claim: Any, trials: pd.DataFrame, study_path: A
                                          ev.p_right if ev else math.nan, ev, check.relation,
                                          (check.left, check.right), float(b.mean()) if b is not None else math.nan))
     tested = [check.evidence for check in result.checks if check.evidence is not None]
+    for ev in tested:
+        for position, distance in ev.outlying:
+            named = f"s{common[position]}, {distance:+.1f} SD"
+            if named not in result.outlying:
+                result.outlying.append(named)
     if tested and len(tested) == len(result.checks):
         result.p, result.leans_holds = claim_p(tested)
     if unfinished:
@@ -476,6 +482,11 @@ def _verdict(result: ClaimResult) -> None:
         else:
             result.reason = (f"not significant: the evidence so far leans to \"{lean}\" but does not decide it "
                              f"(Holm-corrected {format_p(result.p_holm)} > {result.alpha:g} over {at})")
+    if result.outlying:  # judged with it, as measured; the reader weighs it (docs/deciding.md)
+        many = len(result.outlying) > 1
+        result.reason += (f"; {'outlying seeds' if many else 'an outlying seed'} ({'; '.join(result.outlying)} "
+                          f"from the other seeds' mean, in their SDs) {'weigh' if many else 'weighs'} on it: judged "
+                          f"with {'them' if many else 'it'}")
     if waiting:
         result.reason += f"; {waiting}"
     if not result.decidable:

@@ -39,6 +39,7 @@ from typing import Mapping
 
 import numpy as np
 
+from .diverged import outlying
 from .shrinkage import NONE, Prior
 from .stats import no_spread
 
@@ -78,8 +79,9 @@ def one_sided_p(d: np.ndarray, size: float = 0.0, prior: Prior = NONE) -> tuple[
     mean = float(d.mean())
     if no_spread(d, size):
         return 1.0, 1.0
-    dof = prior.dof(n - 1)
-    t = mean / math.sqrt(prior.variance(float(d.var(ddof=1)), n - 1) / n)
+    s2 = float(d.var(ddof=1))
+    dof = prior.dof(n - 1, s2)
+    t = mean / math.sqrt(prior.variance(s2, n - 1) / n)
     return float(_student_cdf(dof, -t)), float(_student_cdf(dof, t))  # P(T >= t), P(T <= t)
 
 
@@ -177,6 +179,9 @@ class Evidence:
     # study's shared variance is fitted on (shrinkage.py)
     spreads: tuple[tuple[int, float], ...] = ()
     shared: bool = False  # tested with the study's shared variance (a moderated t-test)
+    # the outlying seeds of the tested per-seed differences at the last look (diverged.outlying): (position in
+    # the seed order, distance in SDs of the other seeds); judged with them, and the claim names them
+    outlying: tuple[tuple[int, float], ...] = ()
 
     @property
     def words(self) -> str:
@@ -191,7 +196,9 @@ def _interval(kind: str, a: np.ndarray, b: np.ndarray | None, level: float,
     (with the moderated variance and degrees of freedom of a fitted `prior`), or Fieller's interval of
     mean(a) / mean(b) (the ratios r that a paired t-test of a - r b does not reject)."""
     n = a.size
-    c = _student_quantile(n - 1 if kind == RATIO else prior.dof(n - 1), 1 - level)
+    values = a - b if b is not None else a
+    s2 = float(values.var(ddof=1))
+    c = _student_quantile(n - 1 if kind == RATIO else prior.dof(n - 1, s2), 1 - level)
     if kind == RATIO:
         assert b is not None
         cov = np.cov(a, b, ddof=1)
@@ -203,10 +210,9 @@ def _interval(kind: str, a: np.ndarray, b: np.ndarray | None, level: float,
             return -math.inf, math.inf  # the denominator's mean is not clearly away from 0: no finite interval
         root = math.sqrt(disc)
         return (-qb - root) / (2 * qa), (-qb + root) / (2 * qa)
-    values = a - b if b is not None else a
     if no_spread(values, float(np.abs(a).max()) if b is None else float(max(np.abs(a).max(), np.abs(b).max()))):
         return -math.inf, math.inf  # no spread to size an interval by (one_sided_p runs no test either)
-    half = c * math.sqrt(prior.variance(float(values.var(ddof=1)), n - 1) / n)
+    half = c * math.sqrt(prior.variance(s2, n - 1) / n)
     return float(values.mean()) - half, float(values.mean()) + half
 
 
@@ -268,7 +274,8 @@ def _linear(design: Design, left: np.ndarray, right: np.ndarray | None, relation
         # interval covers at once: as valid)
     return Evidence(kind, effect, low, high, bound, design.sequential_p(rights), design.sequential_p(wrongs), n,
                     tie=no_spread(d[:n], size), spreads=tuple(spreads),
-                    shared=any(not math.isnan(prior.scale) for prior in (priors or {}).values()))
+                    shared=any(not math.isnan(prior.scale) for prior in (priors or {}).values()),
+                    outlying=tuple(outlying(d[:n])))
 
 
 def _log_evidence(design: Design, left: np.ndarray, right: np.ndarray | None, relation: str, scale: float,
@@ -284,7 +291,7 @@ def _log_evidence(design: Design, left: np.ndarray, right: np.ndarray | None, re
         ev = _linear(design, logs, None, relation, 1.0, math.log(shift), VALUE, priors)
     return Evidence(kind, math.exp(ev.effect + bound), math.exp(ev.low + bound), math.exp(ev.high + bound),
                     scale if kind == RATIO else shift, ev.p_right, ev.p_wrong, ev.seeds, tie=ev.tie, log=True,
-                    spreads=ev.spreads, shared=ev.shared)
+                    spreads=ev.spreads, shared=ev.shared, outlying=ev.outlying)
 
 
 def shared_priors(checks: list[Evidence]) -> dict[int, Prior]:

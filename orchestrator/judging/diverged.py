@@ -18,6 +18,12 @@ import math
 import numpy as np
 import pandas as pd
 
+# An outlying seed: a value the other seeds make unlikely, named in the claim (judged with it, not dropped).
+# Seed i is outlying where its externally studentized distance from the others, (d_i - mean of the rest) /
+# (SD of the rest x sqrt(1 + 1 / (n - 1))), is beyond the t_{n-2} quantile at OUTLIER_LEVEL / n two-sided
+# (Bonferroni over the seeds): on normal seeds, a claim names one in at most OUTLIER_LEVEL of its looks.
+OUTLIER_MIN_SEEDS = 5  # fewer seeds: the others' spread is too uncertain to call one of them far
+OUTLIER_LEVEL = 0.01
 OVERFLOW = 1e150  # at or above this size a value is an overflow, not a measurement: its square overflows a double
 DIVERGED = "diverged"
 
@@ -62,3 +68,23 @@ def masked(frame: pd.DataFrame, whole_rows: bool = True) -> pd.DataFrame:
     out = frame.copy()
     out[numeric] = values
     return out
+
+
+def outlying(values: np.ndarray) -> list[tuple[int, float]]:
+    """(index, distance) of each outlying value among `values` (one per seed, at least OUTLIER_MIN_SEEDS): the
+    distance in standard deviations of the other seeds from their mean, signed (+5.1: 5.1 SD above them)."""
+    from scipy.special import stdtr
+
+    n = values.size
+    if n < OUTLIER_MIN_SEEDS or not np.isfinite(values).all():
+        return []
+    found = []
+    for i in range(n):
+        rest = np.delete(values, i)
+        sd = float(rest.std(ddof=1))
+        if not sd > 1e-12 * max(1.0, float(np.abs(rest).max())):
+            continue  # the others tie: no spread to measure a distance by
+        distance = (float(values[i]) - float(rest.mean())) / sd
+        if 2 * float(stdtr(n - 2, -abs(distance) / math.sqrt(1 + 1 / (n - 1)))) <= OUTLIER_LEVEL / n:
+            found.append((i, distance))
+    return found

@@ -10,10 +10,12 @@ Each comparison's variance is then the posterior (d0 s0^2 + d_g s_g^2) / (d0 + d
 d0 + d_g degrees of freedom, at most the pooled degrees of freedom (the sum of the d_g: limma's cap)
 (`Prior.variance`, `Prior.dof`): exact under the model when s0^2 and d0 are known. Where the comparisons'
 variances look equal (no spread of log s_g^2 beyond sampling), d0 is infinite; where they differ widely,
-d0 is near 0 and each keeps its own s_g^2 and d_g. One departure from limma: a comparison uses d0 up to
-PRIOR_WEIGHT x d_g (the prior weighs at most as much as its own seeds), since with a few seeds per claim an
-infinite d0 is often an artefact of noise, and the claims whose variance is above the others' then lose
-their error rate (below).
+d0 is near 0 and each keeps its own s_g^2 and d_g. Two departures from limma: a comparison uses d0 up to
+PRIOR_WEIGHT x d_g (the prior weighs at most half as much as its own seeds), since with a few seeds per claim
+an infinite d0 is often an artefact of noise, and the claims whose variance is above the others' then lose
+their error rate (below); and the prior may only pull a quiet comparison's variance up, never a noisy one's
+down (its variance is at least its own s_g^2, and above s0^2 it keeps its own d_g): a claim noisier than the
+others is then judged nearly as it would be alone (issue 51).
 """
 
 from __future__ import annotations
@@ -27,17 +29,21 @@ MIN_COMPARISONS = 3  # fewer than this: the prior's spread cannot be estimated, 
 # The prior counts at most this many times the comparison's own degrees of freedom (d0 <= PRIOR_WEIGHT x d_g).
 # limma lets d0 go to infinity; at a first look of 1-3 degrees of freedom per claim the spread of log s_g^2 is
 # mostly sampling noise, d0 often comes out infinite, and a claim whose seed noise is 4x the others' is judged
-# with theirs: its false verdicts reached 0.085 and the study's 0.098 at a nominal 0.05. Capped at 1x, the
-# study's rate is 0.03 there, and 2-SD effects are still decided at fewer seeds (tests/benchmarks/
-# bench_decisions.py section 8, docs/deciding.md).
-PRIOR_WEIGHT = 1.0
+# with theirs: its false verdicts reached 0.085 and the study's 0.098 at a nominal 0.05. Capped at 1x, with
+# two null claims at 9x the variance of six real 2-SD effects, the null claims' family-wise error was still
+# 0.108 (issue 51); with the floor below (`Prior.variance`, `Prior.dof`) 0.058 at 1x and 0.042 at 0.5x
+# (tests/benchmarks/bench_decisions.py sections 8-9, docs/deciding.md).
+PRIOR_WEIGHT = 0.5
 
 
 @dataclass(frozen=True)
 class Prior:
     """The fitted prior: s0^2 (`scale`), d0 (`dof0`, 0 to infinity), and the pooled degrees of freedom
     (the sum of the fitted comparisons' d_g) that caps a comparison's total. A comparison uses d0 up to
-    PRIOR_WEIGHT x its own degrees of freedom (`weight`)."""
+    PRIOR_WEIGHT x its own degrees of freedom (`weight`). The prior may only pull a quiet comparison up,
+    never a noisy one down: the posterior variance is never below the comparison's own, and a comparison
+    whose own variance is above the prior's scale keeps its own degrees of freedom (the prior says nothing
+    it may borrow: under unequal variances its noise is its own)."""
 
     scale: float
     dof0: float
@@ -48,14 +54,16 @@ class Prior:
         return min(self.dof0, PRIOR_WEIGHT * dof)
 
     def variance(self, s2: float, dof: float) -> float:
-        """The posterior variance of a comparison with sample variance `s2` on `dof` degrees of freedom."""
+        """The posterior variance of a comparison with sample variance `s2` on `dof` degrees of freedom, never
+        below `s2`."""
         d0 = self.weight(dof)
-        return s2 if d0 == 0 else (d0 * self.scale + dof * s2) / (d0 + dof)
+        return s2 if d0 == 0 else max(s2, (d0 * self.scale + dof * s2) / (d0 + dof))
 
-    def dof(self, dof: float) -> float:
-        """The moderated t-statistic's degrees of freedom: d0 + d_g, at most the pooled degrees of freedom."""
+    def dof(self, dof: float, s2: float) -> float:
+        """The moderated t-statistic's degrees of freedom: d0 + d_g, at most the pooled degrees of freedom;
+        d_g alone where the comparison's sample variance `s2` is above the prior's scale."""
         d0 = self.weight(dof)
-        return dof if d0 == 0 else min(d0 + dof, max(self.pooled, dof))
+        return dof if d0 == 0 or s2 > self.scale else min(d0 + dof, max(self.pooled, dof))
 
 
 NONE = Prior(math.nan, 0.0, 0.0)  # no shrinkage: each comparison alone

@@ -34,6 +34,14 @@ Prints:
    of false verdicts on the high-variance claims, with 95% intervals (nominal alpha); at an effect of 2 seed
    SDs on every claim, power and mean seeds per claim. Vectorised; the first 100 studies of each setting
    are also judged by the product's code (evidence with decision.shared_priors, claim_p, stats.holm).
+9. Issue 51's cases: (a) shared variance with two null claims at 9x the variance of six claims with real
+   2-SD effects (8 claims, Holm); (b) small studies (3-5 claims) whose decided claims' rows stop, so the
+   rows are at different seed counts and the prior at a later look is fitted on the few still open: the
+   family-wise error over the null claims, with 95% intervals, alone, capped (the rule before issue 51) and
+   shared (the product); (c) one claim, one seed in ten at +5 SD (each seed independently, or exactly one
+   of the ten), and (d) one claim "A - B < 0" whose differences are additively skewed (lognormal sigma 1,
+   centred at its mean 0):
+   false verdicts, and how often the product names an outlying seed (diverged.outlying).
 7. Early stops exaggerate: at true effects of 0.5, 1, 2 and 5 seed SDs, the mean effect the decided claims
    report over the true one, by the look they stopped at, and how often their interval covers the truth.
 
@@ -200,8 +208,10 @@ def _fitted(s2: np.ndarray, open_: np.ndarray, dof: int) -> tuple[np.ndarray, np
 
 def many_claims_shared(design: Design, d: np.ndarray, rule: str) -> tuple[np.ndarray, np.ndarray]:
     """`many_claims`, each look's t-test moderated by the prior fitted on the claims open at that look (the
-    ones whose rows got its seeds): `rule` "shared" as the product (d0 at most PRIOR_WEIGHT x d_g), "limma"
-    with d0 uncapped, "alone" not moderated."""
+    ones whose rows got its seeds): `rule` "shared" as the product (d0 at most PRIOR_WEIGHT x d_g; the
+    posterior variance never below the claim's own, and a claim whose own variance is above the prior's
+    scale keeps its own degrees of freedom), "capped" as the product before issue 51 (d0 at most
+    PRIOR_WEIGHT x d_g, nothing else), "limma" with d0 uncapped, "alone" not moderated."""
     studies, claims, _ = d.shape
     null = design.null()
     verdict = np.zeros((studies, claims), dtype=int)
@@ -215,12 +225,17 @@ def many_claims_shared(design: Design, d: np.ndarray, rule: str) -> tuple[np.nda
         dof = np.full((studies, claims), float(n - 1))
         if rule != "alone":
             scale, d0, pooled = (part[:, None] for part in _fitted(s2, open_, n - 1))
-            if rule == "shared":
-                d0 = np.minimum(d0, PRIOR_WEIGHT * (n - 1))
+            if rule in ("shared", "capped"):
+                d0 = np.minimum(d0, (PRIOR_WEIGHT if rule == "shared" else 1.0) * (n - 1))
             finite = np.where(np.isinf(d0), 0.0, d0)
+            own = s2
             s2 = np.where(d0 == 0, s2, np.where(np.isinf(d0), scale, (finite * scale + (n - 1) * s2)
                                                 / np.maximum(finite + n - 1, 1e-300)))
             dof = np.where(d0 == 0, n - 1, np.minimum(d0 + n - 1, np.maximum(pooled, n - 1)))
+            if rule == "shared":  # the product since issue 51: never below its own variance, and a claim
+                # noisier than the prior's scale keeps its own degrees of freedom
+                s2 = np.maximum(s2, own)
+                dof = np.where(own > scale, n - 1, dof)
         t = x.mean(axis=2) / np.sqrt(s2 / n)
         best_up = np.where(open_, np.minimum(best_up, stdtr(dof, -t) / w), best_up)
         best_down = np.where(open_, np.minimum(best_down, stdtr(dof, t) / w), best_down)
@@ -285,6 +300,48 @@ def shared_variance(studies: int, design: Design) -> None:
             agree = f"{same}/100" if same is not None else "-"
             print(f"   {name:34} {rule:6} {(verdict == 1).mean():>8.4f} {seeds.mean():>10.2f} "
                   f"{np.percentile(seeds, 90):>4g}  {agree}")
+
+
+def level(studies: int, design: Design) -> None:
+    """Section 9 (module docstring): issue 51's cases."""
+    print(f"\n9. Issue 51's cases, {studies} studies each (nominal alpha {ALPHA:g}); shared variance: alone, "
+          f"capped (before issue 51: d0 <= d_g), shared (the product: d0 <= {PRIOR_WEIGHT:g} x d_g, never below "
+          "its own variance)")
+    cases = {"(a) 6 claims at 2 SD, 2 null at 9x variance": (np.r_[np.ones(6), 3.0, 3.0], np.r_[np.full(6, 2.0), 0, 0]),
+             "(b) 3 claims null, one at 9x variance": (np.r_[1.0, 1.0, 3.0], np.zeros(3)),
+             "(b) 1 claim at 5 SD, 3 null, one at 4x": (np.r_[1.0, 1.0, 1.0, 2.0], np.r_[5.0, 0, 0, 0]),
+             "(b) 3 claims at 2 SD, 2 null at 9x": (np.r_[1.0, 1.0, 1.0, 3.0, 3.0], np.r_[2.0, 2.0, 2.0, 0, 0])}
+    print(f"   {'case':44} {'rule':6} {'family-wise error, null claims':>30} {'power':>6} {'seeds/claim':>11}  agree")
+    for name, (sd, effect) in cases.items():
+        d = effect[None, :, None] + np.random.default_rng(91).standard_normal((studies, sd.size, MAX_SEEDS)) \
+            * sd[None, :, None]
+        null = effect == 0
+        for rule in ("alone", "capped", "shared"):
+            verdict, seeds = many_claims_shared(design, d, rule)
+            same = sum(product_many(design, d[i], rule == "shared") == (list(verdict[i]), list(seeds[i]))
+                       for i in range(100)) if rule != "capped" else None
+            power = f"{(verdict[:, ~null] == 1).mean():.3f}" if (~null).any() else "-"
+            print(f"   {name:44} {rule:6} {rate(int((verdict[:, null] != 0).any(axis=1).sum()), studies):>30} "
+                  f"{power:>6} {seeds.mean():>11.2f}  {f'{same}/100' if same is not None else '-'}")
+    rng = np.random.default_rng(93)
+    named = min(studies, 2000)
+    print("   one claim (normal seeds, SD 1, no effect); outlying seeds named by the product's code "
+          f"(diverged.outlying) on the first {named} studies, at the look each stopped")
+    clean = rng.standard_normal((studies, MAX_SEEDS))
+    bad = rng.random((studies, MAX_SEEDS)) < 0.1
+    one = np.arange(MAX_SEEDS)[None, :] == rng.integers(0, MAX_SEEDS, studies)[:, None]  # exactly one of the ten
+    for name, d in (("normal, no outlier", clean), ("(c) one seed in ten at +5 SD", clean + 5.0 * bad),
+                    ("(c) exactly one of the ten seeds at +5 SD", clean + 5.0 * one)):
+        verdict, seeds = sequential(design, d)
+        flagged = np.array([bool(evidence(design, d[i, :seeds[i]], None, ">").outlying) for i in range(named)])
+        wrong = verdict[:named] != 0
+        print(f"   {name:44} false verdicts {rate(int((verdict != 0).sum()), studies)}; an outlying seed named "
+              f"{flagged.mean():.3f} (of the false verdicts {flagged[wrong].mean() if wrong.any() else 0:.3f})")
+    skew = np.exp(rng.standard_normal((studies, MAX_SEEDS))) - math.exp(0.5)  # mean 0: the null of A - B < 0
+    verdict, _ = sequential(design, -skew)  # "A - B < 0" on d is "> 0" on -d: +1 is a false "holds"
+    print(f"   {'(d) A - B < 0, additive lognormal sigma 1':44} false 'holds' "
+          f"{rate(int((verdict == 1).sum()), studies)} (nominal {ALPHA / 2:g}), "
+          f"any false verdict {rate(int((verdict != 0).sum()), studies)}")
 
 
 def max_evalue(n: int, effect: float) -> float:
@@ -386,11 +443,16 @@ def main() -> None:
     parser.add_argument("--skewed", type=int, default=2000, help="studies per case of section 6 (0: none)")
     parser.add_argument("--only-skewed", action="store_true", help="section 6 alone")
     parser.add_argument("--only-shared", action="store_true", help="section 8 alone")
+    parser.add_argument("--only-level", action="store_true", help="section 9 alone (issue 51's cases)")
     args = parser.parse_args()
     started = time.perf_counter()
     rng = np.random.default_rng(7)
     looks = tuple(Decide().looks())
     design = Design(looks, ALPHA)
+    if args.only_level:
+        level(args.studies, design)
+        print(f"\n({time.perf_counter() - started:.1f} s)")
+        return
     if args.only_shared:
         shared_variance(args.studies, design)
         print(f"\n({time.perf_counter() - started:.1f} s)")
@@ -464,6 +526,7 @@ def main() -> None:
     if args.skewed:
         skewed(args.skewed, design)
     shared_variance(args.studies, design)
+    level(args.studies, design)
     print(f"\n({time.perf_counter() - started:.1f} s)")
 
 
