@@ -62,7 +62,7 @@ def _student_cdf(dof: np.ndarray | float, t: np.ndarray | float) -> np.ndarray:
     return stdtr(dof, t)
 
 
-def _student_quantile(dof: float, q: float) -> float:
+def student_quantile(dof: float, q: float) -> float:
     from scipy.special import stdtrit
 
     return float(stdtrit(dof, q))
@@ -191,7 +191,7 @@ def _interval(kind: str, a: np.ndarray, b: np.ndarray | None, level: float,
     (with the moderated variance and degrees of freedom of a fitted `prior`), or Fieller's interval of
     mean(a) / mean(b) (the ratios r that a paired t-test of a - r b does not reject)."""
     n = a.size
-    c = _student_quantile(n - 1 if kind == RATIO else prior.dof(n - 1), 1 - level)
+    c = student_quantile(n - 1 if kind == RATIO else prior.dof(n - 1), 1 - level)
     if kind == RATIO:
         assert b is not None
         cov = np.cov(a, b, ddof=1)
