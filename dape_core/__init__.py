@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._lazy import lazy_attributes
+from .lazy import lazy_attributes
 
 _PUBLIC = {
     "PRESETS": "config", "ModelConfig": "config", "build_model": "model", "CausalLM": "model",

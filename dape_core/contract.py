@@ -35,6 +35,8 @@ worker before the first trial.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -85,8 +87,6 @@ def describe(model: ModelConfig, part: str = "model") -> str:
 def key(model: ModelConfig) -> str:
     """What the contract sees of `model`: its components and the values of the settings they declare (two
     trials with one key are checked once)."""
-    import json
-
     read = {name: getattr(model, name) if name in model.__dataclass_fields__ else model.options.get(name)
             for record in (model.encoding, model.processor_facts) for name in record.settings}
     return json.dumps([model.pos_encoding, model.processor, model.form_facts.name, model.leak, model.causal,
@@ -401,8 +401,6 @@ def _determinism_refusals(small: ModelConfig) -> list[Refusal]:
 
 def timed(model: ModelConfig) -> tuple[list[Refusal], float]:
     """(refusals, seconds): the contract and how long it took (tests/benchmarks/bench_contract.py)."""
-    import time
-
     start = time.perf_counter()
     found = refusals(model)
     return found, time.perf_counter() - start

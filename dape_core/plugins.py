@@ -33,6 +33,7 @@ from pathlib import Path
 from . import components
 from .components import ComponentError
 
+__all__ = ["Plugin", "PluginError", "TAG_PREFIX", "load", "load_all", "load_shipped", "plugin_tags"]
 TAG_PREFIX = "plugin."  # the trial runs' tag: plugin.<module> = sha256 of its source
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dape_core._lazy import lazy_attributes
+from dape_core.lazy import lazy_attributes
 
 _PUBLIC = {"Study": "study", "StudyError": "study", "load_study": "study", "parse_study": "study",
            "Trial": "trial.trials", "expand": "trial.trials", "load_results": "reporting",

@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "dape_core"
 # Modules that import by name what they find on disk, not a dependency of theirs: a folder's plugins.
-DISCOVERY = {"dape_core.components", "dape_core.plugins", "dape_core._lazy"}
+DISCOVERY = {"dape_core.components", "dape_core.plugins", "dape_core.lazy"}
 
 
 def _name(path: Path) -> str:

@@ -180,7 +180,7 @@ def test_figures_are_laid_out_without_measuring_and_nothing_overlaps(tmp_path, m
         return original(fig, folder, name, tight)
 
     monkeypatch.setattr(plots, "_save", keep)
-    monkeypatch.setattr(sweeps, "_save", keep)
+    monkeypatch.setattr(sweeps, "save_figure", keep)
     build_report(RunContext.of(study, store), tmp_path / "reports", attach=False)
     assert {"perplexity_heatmaps", "perplexity_vs_length", "delta_p_vs_length", "training_curves"} <= set(figures)
     from PIL import Image

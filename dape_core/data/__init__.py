@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_attributes
+from ..lazy import lazy_attributes
 
 _PUBLIC = {  # name -> the submodule it lives in
     "DataConfig": "config", "Corpus": "corpus", "check_token_ids": "corpus", "load_corpus": "corpus",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_attributes
+from ..lazy import lazy_attributes
 from ..registry import encodings, register_encoding
 from . import alibi, fire, kerple, nope, rope, t5
 
@@ -25,6 +25,7 @@ FIRE_DEFAULT_WIDTH = fire.FIRE_DEFAULT_WIDTH
 ENCODINGS = encodings  # the registry (dape_core/registry.py): these, contrib's and plugins'
 BUILTIN_ENCODINGS = tuple(record.name for record in encodings.values())
 ENCODING_SETTINGS = frozenset(name for record in encodings.values() for name in record.settings)
+__all__ = ["BUILTIN_ENCODINGS", "ENCODINGS", "ENCODING_SETTINGS", "FIRE_DEFAULT_WIDTH", "PositionEncoding"]
 
 if TYPE_CHECKING:
     from .base import PositionEncoding as PositionEncoding

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_attributes
+from ..lazy import lazy_attributes
 
 _PUBLIC = {  # name -> the submodule it lives in
     "DEFAULT_TOKENS_PER_LENGTH": "config", "EvalConfig": "config", "PROTOCOL_VERSION": "config",

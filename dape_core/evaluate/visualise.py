@@ -35,7 +35,10 @@ def visualise_window(held_out: list[np.ndarray], length: int) -> torch.Tensor:
     return torch.as_tensor(joined[:length].astype(np.int64))[None]
 
 
-def _captured_inputs(model: torch.nn.Module, tokens: torch.Tensor) -> tuple[list[CausalSelfAttention], dict]:
+def _layer_inputs(model: torch.nn.Module,
+                  tokens: torch.Tensor) -> list[tuple[CausalSelfAttention, torch.Tensor, torch.Tensor]]:
+    """Each attention layer of the model with the input x [1, L, C] and the positions [L] it was called with
+    on `tokens`."""
     model.eval()
     modules = _attention_modules(model)
     captured: dict[int, tuple] = {}
@@ -46,7 +49,11 @@ def _captured_inputs(model: torch.nn.Module, tokens: torch.Tensor) -> tuple[list
     finally:
         for hook in hooks:
             hook.remove()
-    return modules, captured
+    layers = []
+    for i, attn in enumerate(modules):
+        x, *positions = captured[i]  # a model called without positions: 0..L-1
+        layers.append((attn, x, positions[0] if positions else torch.arange(x.shape[1], device=x.device)))
+    return layers
 
 
 def _pooled(values: np.ndarray, pixels: int = MAP_PIXELS) -> np.ndarray:
@@ -71,12 +78,9 @@ def _pooled(values: np.ndarray, pixels: int = MAP_PIXELS) -> np.ndarray:
 def attention_maps(model: torch.nn.Module, tokens: torch.Tensor, pixels: int = MAP_PIXELS) -> list[np.ndarray]:
     """For `tokens` [1, L]: per layer, the processed logits A of every query against every key, [H, n, n]
     (keys after their query: NaN), pooled to n <= `pixels` (block means) so that a long window stays small."""
-    modules, captured = _captured_inputs(model, tokens)
     maps = []
-    for i, attn in enumerate(modules):
-        x = captured[i][0]
+    for attn, x, positions in _layer_inputs(model, tokens):
         length = x.shape[1]
-        positions = captured[i][1] if len(captured[i]) > 1 else torch.arange(length, device=x.device)
         q, k, _ = attn.qkv(x).view(x.shape[0], length, 3, attn.n_head, attn.head_dim).permute(2, 0, 3, 1, 4)
         q, k = attn.pos.rotate(q, k, positions, positions)
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(attn.head_dim)  # [1, H, L, L]
@@ -143,21 +147,9 @@ def _attention_modules(model: torch.nn.Module) -> list[CausalSelfAttention]:
 def attention_rows(model: torch.nn.Module, tokens: torch.Tensor, query: int | None = None) -> list[dict]:
     """For `tokens` [1, L] and query position `query` (default: the last), one dict per layer with
     `bias` [H, L] (None for encodings without a bias) and `logits` [H, L] (keys after the query: NaN)."""
-    model.eval()
-    modules = _attention_modules(model)
-    captured: dict[int, tuple] = {}
-    hooks = [m.register_forward_pre_hook(lambda module, args, i=i: captured.__setitem__(i, args))
-             for i, m in enumerate(modules)]
-    try:
-        model(tokens)
-    finally:
-        for hook in hooks:
-            hook.remove()
     rows = []
-    for i, attn in enumerate(modules):
-        x = captured[i][0]
+    for attn, x, positions in _layer_inputs(model, tokens):
         length = x.shape[1]
-        positions = captured[i][1] if len(captured[i]) > 1 else torch.arange(length, device=x.device)
         row = length - 1 if query is None else query
         # A kernel taller than one row also reads earlier query rows (the processor's `row_halo`).
         halo = getattr(attn.processor, "row_halo", 0) if attn.processor is not None else 0

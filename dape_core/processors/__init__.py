@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import registry
-from .._lazy import lazy_attributes
+from ..lazy import lazy_attributes
 from ..registry import Processor, register_form, register_processor
 from . import dape
 from .forms import RECORDS as _FORMS

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_attributes
+from ..lazy import lazy_attributes
 
 _PUBLIC = {  # name -> the submodule it lives in
     "TrainerCallback": "callbacks", "CheckpointMismatchError": "checkpoint_file",

@@ -15,6 +15,7 @@ is FINISHED) is left alone, and so is a run stopped early by a scheduler.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,7 +195,6 @@ def stored_config(artifact_uri: str, tracking_uri: str) -> dict:
     if artifact_uri.startswith(("file:", "/")) or "://" not in artifact_uri:
         folder, _ = weights_folder(artifact_uri)
         return read_config(folder).to_dict()
-    import tempfile
 
     import mlflow.artifacts
 

@@ -6,6 +6,7 @@ the tracking server) downloads them into a temporary folder removed afterwards."
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -44,8 +45,6 @@ def evaluate_task(task: dict) -> dict:
     """Evaluate (or time) one stored trial; returns {"metrics", "artifacts", "eval_protocol" (where lengths were
     scored), "device", "precision", "seconds", "threads"}. Raises dape_core.stored.WeightsUnreadable (naming the file)
     for damaged weights."""
-    import dataclasses
-
     import torch
 
     from dape_core.allocator import keep_freed_memory
@@ -130,8 +129,6 @@ def _named(scored: dict, lengths: list[int], suffix: str) -> dict[str, float]:
 
 
 def _isolated(model, cfg, corpus, precision, task: dict) -> dict[str, float]:
-    import dataclasses
-
     from dape_core.evaluate.isolated import time_forward, time_training_step
     from dape_core.experiment import protocol_windows
 

@@ -144,8 +144,6 @@ def connect(address: str | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
 def kill_private_ray() -> None:
     """Kill the processes of the private Ray this driver started, by process id and without waiting (the
     last resort of a stop that Ray could not finish: interrupt.py); a joined cluster is left alone."""
-    import sys
-
     worker = sys.modules.get("ray._private.worker")
     node = getattr(worker, "_global_node", None)
     if node is not None and getattr(node, "head", False):

@@ -5,6 +5,8 @@ function and by each trial's process to run it: no MLflow, no driver side."""
 
 from __future__ import annotations
 
+import gc
+
 from ..trial.protocol import FINAL_FLAG
 from ..trial.trials import materialize
 from .trainable import execute
@@ -35,8 +37,6 @@ def run_trial(config: dict) -> None:
 def _release_gpu_memory() -> None:
     """The process may run the study's next trial (Tune reuses it): hand this trial's cached GPU blocks back, so
     that a larger model next finds the memory a fresh process would."""
-    import gc
-
     import torch  # loaded already: the trial trained in this process
 
     if torch.cuda.is_initialized():

@@ -63,7 +63,7 @@ def _student_cdf(dof: np.ndarray | float, t: np.ndarray | float) -> np.ndarray:
     return stdtr(dof, t)
 
 
-def _student_quantile(dof: float, q: float) -> float:
+def student_quantile(dof: float, q: float) -> float:
     from scipy.special import stdtrit
 
     return float(stdtrit(dof, q))
@@ -198,7 +198,7 @@ def _interval(kind: str, a: np.ndarray, b: np.ndarray | None, level: float,
     n = a.size
     values = a - b if b is not None else a
     s2 = float(values.var(ddof=1))
-    c = _student_quantile(n - 1 if kind == RATIO else prior.dof(n - 1, s2), 1 - level)
+    c = student_quantile(n - 1 if kind == RATIO else prior.dof(n - 1, s2), 1 - level)
     if kind == RATIO:
         assert b is not None
         cov = np.cov(a, b, ddof=1)

@@ -25,7 +25,9 @@ design where the study file has no `decide:` section, so that the report gives t
 from __future__ import annotations
 
 import json
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import UserInputError
@@ -75,9 +77,6 @@ def recorded(store: Any, artifacts: bool = True) -> tuple[Decide | None, str]:
     if run_id is None or not artifacts:
         return None, ""
     try:
-        import tempfile
-        from pathlib import Path
-
         with tempfile.TemporaryDirectory(prefix="orchestrator_design_") as folder:
             path = store.client.download_artifacts(run_id, LOOKS_FILE, folder)
             dumped = json.loads(Path(path).read_text(encoding="utf-8"))["decide"]

@@ -9,7 +9,7 @@ interrupted or extended).
 
 from typing import TYPE_CHECKING
 
-from dape_core._lazy import lazy_attributes
+from dape_core.lazy import lazy_attributes
 
 # Imported on first use (each name from the module that defines it): a submodule never needs this package's
 # names, and reading results does not load the report's renderers and plots.

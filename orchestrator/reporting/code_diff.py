@@ -185,7 +185,7 @@ def resolve_sides(study: Study, store: StudyStore, ref: str) -> tuple[Side, Side
 
 
 def compare_sides(study: Study, current: Side, against: Side) -> StudyDiff:
-    from ..judging.decision import _student_quantile
+    from ..judging.decision import student_quantile
 
     trials = expand(study)
     identities = StoredIdentities(trials)
@@ -225,7 +225,7 @@ def compare_sides(study: Study, current: Side, against: Side) -> StudyDiff:
                 cell.verdict = NEEDS_SEEDS
             else:
                 spread = float(d.std(ddof=1))
-                half = _student_quantile(len(d) - 1, 1 - (1 - LEVEL) / 2) * spread / math.sqrt(len(d))
+                half = student_quantile(len(d) - 1, 1 - (1 - LEVEL) / 2) * spread / math.sqrt(len(d))
                 cell.low, cell.high = cell.diff - half, cell.diff + half
                 cell.verdict = MOVED if cell.low > 0 or cell.high < 0 else WITHIN_NOISE
             cells.append(cell)

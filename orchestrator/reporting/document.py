@@ -58,6 +58,11 @@ class ReportDocument:
             lines.append(f"{trial['label']} · s{trial['seed']}: {trial['status']}" + (f": {reason}" if reason else ""))
         return lines
 
+    def numbered_tables(self, section: str) -> list[tuple[int, Table]]:
+        """The tables a section shows, each with its number: "headline", Table 1 (the headline family's);
+        "tables", the others (Table 2 on)."""
+        return list(enumerate(self.tables[:1], start=1) if section == "headline" else enumerate(self.tables[1:], 2))
+
     def no_tables_text(self) -> str:
         if self.search is not None and self.trials.empty:
             return "No sample has run yet."

@@ -159,8 +159,8 @@ def _save(fig, folder: Path, name: str, tight: bool = False) -> Path:
 
 
 def save_figure(fig, folder: Path, name: str, tight: bool = True) -> Path:
-    """A figure drawn elsewhere (Optuna's plots), saved like the report's own; `tight=False`: one laid out by
-    its maker (fixed margins), saved in one drawing pass per file."""
+    """A figure drawn elsewhere (Optuna's plots, sweeps.py's heatmaps), saved like the report's own;
+    `tight=False`: one laid out by its maker (fixed margins), saved in one drawing pass per file."""
     return _save(fig, folder, name, tight=tight)
 
 

@@ -133,18 +133,13 @@ def _headline(document: ReportDocument, title: str) -> list[str]:
     """Table 1 (the headline family's), or why there is none."""
     if not document.tables:
         return [f"<p>{escape(document.no_tables_text())}</p>"]
-    return _tables_from(document, 1)
+    return _numbered(document, "headline")
 
 
-def _tables(document: ReportDocument, title: str) -> list[str]:
-    """The tables after the headline one (Table 2 on)."""
-    return _tables_from(document, 2)
-
-
-def _tables_from(document: ReportDocument, first: int) -> list[str]:
+def _numbered(document: ReportDocument, section: str) -> list[str]:
+    """The section's tables (ReportDocument.numbered_tables), each with its title, CSV link and significance."""
     parts = []
-    chosen = document.tables[:1] if first == 1 else document.tables[1:]
-    for number, table in enumerate(chosen, start=first):
+    for number, table in document.numbered_tables(section):
         parts += [f"<h2>{escape(table.family.title)}</h2>", _main_table(table, number),
                   (f'<p class="note">Every number behind the table: <a href="table_{table.family.key}.csv">'
                   f"table_{table.family.key}.csv</a></p>"), _significance_table(table)]
@@ -215,7 +210,7 @@ BLOCKS: dict[str, Callable[[ReportDocument, str], list[str]]] = {
     "claims": lambda document, title: [render_claims.html(document.claims)]
     + ([f'<p class="meta">{escape(document.decide_note)}</p>'] if document.decide_note else []),
     "search": _search,
-    "tables": _tables,
+    "tables": lambda document, title: _numbered(document, "tables"),
     "published": _published,
     "cost": _cost,
     "best_points": _best_points,

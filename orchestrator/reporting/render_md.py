@@ -88,18 +88,13 @@ def _provenance(document: ReportDocument, title: str) -> list[str]:
 
 def _headline(document: ReportDocument, title: str) -> list[str]:
     """Table 1 (the headline family's), or why there is none."""
-    return _tables_from(document, 1) if document.tables else [document.no_tables_text(), ""]
+    return _numbered(document, "headline") if document.tables else [document.no_tables_text(), ""]
 
 
-def _tables(document: ReportDocument, title: str) -> list[str]:
-    """The tables after the headline one (Table 2 on)."""
-    return _tables_from(document, 2)
-
-
-def _tables_from(document: ReportDocument, first: int) -> list[str]:
+def _numbered(document: ReportDocument, section: str) -> list[str]:
+    """The section's tables (ReportDocument.numbered_tables), each with its title, caption, CSV and significance."""
     out = []
-    chosen = document.tables[:1] if first == 1 else document.tables[1:]
-    for number, table in enumerate(chosen, start=first):
+    for number, table in document.numbered_tables(section):
         out += [f"## {table.family.title}", "", f"*Table {number}.* {_escape(table.caption())}", "",
                 main_table(table), "",
                 f"Every number behind the table: [table_{table.family.key}.csv](table_{table.family.key}.csv)", ""]
@@ -177,7 +172,7 @@ BLOCKS: dict[str, Callable[[ReportDocument, str], list[str]]] = {
     "claims": lambda document, title: (render_claims.markdown(document.claims)
                                        + ([document.decide_note, ""] if document.decide_note else [])),
     "search": _search,
-    "tables": _tables,
+    "tables": lambda document, title: _numbered(document, "tables"),
     "published": _published,
     "cost": _cost,
     "best_points": _best_points,

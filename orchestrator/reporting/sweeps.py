@@ -20,7 +20,7 @@ from ..tracking.store import SWEPT_TAG_PREFIX
 from . import cells
 from .names import point as point_words
 from .names import setting, value
-from .plots import MAX_LINES, Frame, Plot, _save, fit_title
+from .plots import MAX_LINES, Frame, Plot, fit_title, save_figure
 from .tables import Table
 
 MAX_HEATMAP_VARIANTS = 8  # rows of heat maps (two each) in one figure
@@ -156,7 +156,7 @@ def heatmaps(study: Study, table: Table, finished: pd.DataFrame, folder: Path) -
                f"mean over seeds at {' and at '.join(h for _, h in columns)}{others}; one colour scale per column "
                f"({'darker is better' if lower else 'brighter is better'}); blank: no finished run. Plots of the "
                f"metric against one swept value are drawn only while they have at most {MAX_LINES} lines.{capped}")
-    path = _save(fig, folder, name)
+    path = save_figure(fig, folder, name, tight=False)
     return Plot(name, "Heat maps", caption, path, path.with_suffix(".svg"))
 
 

@@ -16,7 +16,7 @@
 
 from typing import TYPE_CHECKING
 
-from dape_core._lazy import lazy_attributes
+from dape_core.lazy import lazy_attributes
 
 # Imported on first use (each name from the module that defines it): a submodule never needs this package's
 # names, and `orchestrator.tracking.uri` loads without MLflow.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 # MLflow's names (mlflow.utils.mlflow_tags), spelled out so that reading them does not import MLflow;
@@ -89,8 +90,6 @@ def _new_file_diff(root: Path, name: str) -> str:
 
 
 def _installed_version() -> str:
-    from importlib import metadata
-
     try:
         return f"unknown (installed {metadata.version('dape-orchestrator')})"
     except metadata.PackageNotFoundError:

@@ -18,7 +18,9 @@ client is made for writes.
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -214,8 +216,6 @@ class StudyStore:
 
     def log_parent_text(self, text: str, name: str) -> None:
         """`text` as the parent run's artifact `name` (the uncommitted diff of the code that ran)."""
-        import tempfile
-
         if self.parent_run_id:
             with tempfile.TemporaryDirectory(prefix="orchestrator_parent_file_") as folder:
                 path = Path(folder) / name
@@ -353,9 +353,6 @@ class StudyStore:
         table artifact run_files.LENGTH_TABLE_FILE: written whole each time (MLflow's own log_table would append
         the lines again), and listed in the run's `mlflow.loggedArtifacts` tag as a table, which makes MLflow's
         UI show it as one ("View as table")."""
-        import json
-        import tempfile
-
         from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
 
         from .run_files import LENGTH_TABLE_FILE, length_table

@@ -9,6 +9,7 @@ result carrying FINAL_FLAG: its metrics (ppl_<L>, delta_p_<L>, ms_per_step, ...)
 from __future__ import annotations
 
 import json
+import time
 
 import dape_core.metric_names as names
 
@@ -90,8 +91,6 @@ def evaluation_tag(lengths: list[int], eval_section: dict, *, version: str, eval
     """The tag of one evaluation of a run's `lengths` (`orchestrator evaluate`, `orchestrator run`'s report.lengths,
     whether a task or the trial scored them): `orchestrator.evaluation.<UTC stamp>` = JSON saying what, how and
     when; `more`: further entries (a timing's)."""
-    import time
-
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     what = {"lengths": lengths, "protocol": {key: eval_section.get(key) for key in EVALUATION_PROTOCOL_KEYS},
             "metric_suffix": suffix, "eval_protocol": eval_protocol, "visualise": visualise, "time": time_it,
