@@ -133,7 +133,7 @@ def run(
     """Run every trial of a study that has not finished yet, then write its report."""
     from .commands.running import on_cluster
     from .commands.running import run as command
-    from .study.feasibility import machine_memory
+    from .planning.feasibility import machine_memory
 
     local_machine = local or not on_cluster(address)  # trials run on this machine: judged by its memory
     invocation = Invocation.load(study_path, profile, overrides, tracking_uri, check_data=not on_cluster(address),
@@ -154,7 +154,7 @@ def plan(study_path: StudyArg, overrides: OverridesArg = None, profile: ProfileO
     """Show the expanded trial table with costs and what is already finished; launches nothing. It always
     shows what `run --decide` would train (the claims' expected seeds and their cost)."""
     from .commands.plan import plan as command
-    from .study.feasibility import machine_memory
+    from .planning.feasibility import machine_memory
 
     if decide:
         console.print("plan always shows what --decide would train (below the table); --decide changes nothing here.")

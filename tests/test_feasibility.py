@@ -1,4 +1,4 @@
-"""What cannot finish is refused before launch (orchestrator/study/feasibility.py): `validate`, `plan` and `run`
+"""What cannot finish is refused before launch (orchestrator/planning/feasibility.py): `validate`, `plan` and `run`
 share one check; a trial whose estimated training memory or evaluation memory exceeds the worker's, or whose
 estimated training time exceeds resources.max_hours, is a validation error with the numbers, exit 2, nothing
 launched and nothing written to the store."""

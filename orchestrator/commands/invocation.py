@@ -35,7 +35,8 @@ def load(path: Path, profile: str | None = None, overrides: list[str] | None = N
          feasible: bool = False, local_memory: float | None = None) -> Study:
     """The validated study, or exit 2 with every problem. `check_data` (run, plan, validate, ...): the data files
     the trials would read must exist too. `feasible` (validate, plan, run): every trial can finish
-    (study/feasibility.py; CPU trials' memory against `local_memory`, None: not checked)."""
+    (planning/feasibility.py; CPU trials' memory against `local_memory`, None: not checked)."""
+    from ..planning.feasibility import check
     from ..study import StudyError, load_study, parse_override
 
     try:
@@ -43,8 +44,8 @@ def load(path: Path, profile: str | None = None, overrides: list[str] | None = N
     except ValueError as error:
         stop(f"[red]Invalid argument[/red]: {error}", EXIT_INVALID)
     try:
-        return load_study(path, profile=profile, overrides=parsed, check_data=check_data, feasible=feasible,
-                          local_memory=local_memory)
+        return load_study(path, profile=profile, overrides=parsed, check_data=check_data,
+                          feasibility=check(local_memory) if feasible else None)
     except StudyError as error:
         stop(f"[red]Invalid study[/red] {escape(str(error))}", EXIT_INVALID)
 

@@ -20,8 +20,8 @@ def split_overrides(arguments: list[str]) -> tuple[list[str], list[str]]:
 def validate(arguments: list[str], profile: str | None) -> None:
     """Each study with the chosen profile, the overrides and its data, and every component its trials use
     against the component contract (dape_core/contract.py); every other profile's missing data is a note."""
+    from ..planning.feasibility import check, machine_memory
     from ..study import StudyError, load_study, parse_override, profile_data_notes, read_study
-    from ..study.feasibility import machine_memory
     from ..study.locate import study_file
     from ..trial.trials import distinct, expand
 
@@ -39,7 +39,7 @@ def validate(arguments: list[str], profile: str | None) -> None:
         try:
             file = study_file(path)
             study = load_study(file, profile=profile, overrides=overrides, check_data=True, contract=True,
-                               feasible=True, local_memory=machine_memory())
+                               feasibility=check(machine_memory()))
         except StudyError as error:
             invalid += 1
             err.print(f"[red]Invalid study[/red] {escape(str(error))}")

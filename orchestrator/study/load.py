@@ -15,6 +15,7 @@ names it in its first line. The rows' resolved configs stay with the study retur
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,6 @@ from .claim_checks import claim_problems, claim_reference_problems
 from .contract_checks import contract_problems
 from .data_paths import study_data_problems
 from .decide_checks import decide_problems
-from .feasibility import feasibility_problems
 from .locate import folder_problem, not_a_file_problem
 from .model import Study
 from .overrides import resolve
@@ -46,6 +46,9 @@ from .trial_checks import (
     validate_config,
 )
 from .yaml_loader import MAX_BYTES, load_yaml
+
+# The problems of trials that cannot finish (planning/feasibility.py's `check`), handed in by the commands.
+Feasibility = Callable[[Study, list[ResolvedTrial]], list[str]]
 
 __all__ = ["apply_study_overrides", "load_study", "parse_study", "profile_data_notes", "read_study", "read_study_yaml",
            "validate_config"]
@@ -155,16 +158,16 @@ def _profile_problems(original: dict, chosen: str | None, known: list[str]) -> l
 def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
                 overrides: dict[str, Any] | None = None, *, check_data: bool = False,
                 problems: list[str] | tuple[str, ...] = (), folder: Path | str = ".", contract: bool = False,
-                feasible: bool = False, local_memory: float | None = None) -> Study:
+                feasibility: Feasibility | None = None) -> Study:
     """Validate a loaded YAML document into a Study, or raise StudyError listing every problem.
 
     `profile` applies one of the study's named override sets; `overrides` (from the command line) come last.
     `check_data`: also report the data files the trials would read that do not exist. `problems`: found
     already (duplicate keys of the YAML), reported with the others. `folder`: the study file's, where the
     plugin files it names are. `contract`: check every trial's components against the component contract,
-    built-ins' included (`validate`); a plugin's components are checked at every loading. `feasible`
-    (validate, plan, run): refuse trials that cannot finish (feasibility.py), CPU trials' memory against
-    `local_memory` (None: not checked).
+    built-ins' included (`validate`); a plugin's components are checked at every loading. `feasibility`
+    (validate, plan, run: planning/feasibility.py's `check`): the problems of trials that cannot finish, run
+    once the study is otherwise valid.
     """
     if profile is not None:
         source = f"{source} (profile {profile})"
@@ -194,8 +197,8 @@ def parse_study(raw: Any, source: str = "<study>", profile: str | None = None,
     found += _profile_problems(original, profile, found)
     if check_data and trials:
         found += study_data_problems(ExperimentConfig(**study.base).data, trials)
-    if feasible and trials and not found:
-        found += feasibility_problems(study, trials, local_memory)
+    if feasibility is not None and trials and not found:
+        found += feasibility(study, trials)
     if found:
         raise StudyError(source, found)
     return study
@@ -264,9 +267,8 @@ def read_study_yaml(path: str | Path) -> Any:
 
 
 def load_study(path: str | Path, profile: str | None = None, overrides: dict[str, Any] | None = None, *,
-               check_data: bool = False, contract: bool = False, feasible: bool = False,
-               local_memory: float | None = None) -> Study:
+               check_data: bool = False, contract: bool = False, feasibility: Feasibility | None = None) -> Study:
     document, duplicates = read_study(path)
     return parse_study(document, str(path), profile=profile, overrides=overrides, check_data=check_data,
-                       problems=duplicates, folder=Path(path).parent, contract=contract, feasible=feasible,
-                       local_memory=local_memory)
+                       problems=duplicates, folder=Path(path).parent, contract=contract,
+                       feasibility=feasibility)

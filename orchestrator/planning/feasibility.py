@@ -17,14 +17,24 @@ store), where the plan's estimates (planning/estimate.py) say that
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from .estimate import estimate, evaluation_memory_bytes
 
 MEMORY_MARGIN = 2.0  # a training estimate beyond this many times the worker's memory cannot fit
 
 if TYPE_CHECKING:
-    from .model import Study
-    from .trial_checks import ResolvedTrial
+    from ..study.model import Study
+    from ..study.trial_checks import ResolvedTrial
+
+
+def check(local_memory: float | None) -> "Callable[[Study, list[ResolvedTrial]], list[str]]":
+    """The check `load_study(feasibility=...)` runs once the study is otherwise valid (the study package sits
+    below planning, so the commands hand it this)."""
+    return functools.partial(feasibility_problems, local_memory=local_memory)
 
 
 def machine_memory() -> float:
@@ -35,8 +45,6 @@ def machine_memory() -> float:
 def feasibility_problems(study: "Study", trials: list["ResolvedTrial"], local_memory: float | None) -> list[str]:
     """One problem per infeasible trial and cause, named by the trial's place in the study. `local_memory`:
     the memory of the machine CPU trials run on (None: not known here, e.g. a cluster's workers)."""
-    from ..planning.estimate import estimate, evaluation_memory_bytes
-
     resources = study.resources
     if resources.gpus:
         budget = resources.gpu_memory_gb * 2**30 * min(1.0, resources.gpus) if resources.gpu_memory_gb else None
