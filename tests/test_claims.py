@@ -287,7 +287,8 @@ def test_plan_quotes_measured_ms_per_step_of_matching_runs(built, tmp_path):
     assert all(r.basis == "analytic" for r in plan_rows(wider, measured, set()))
     key = shape_key(flatten(expand(study)[0].config), "cpu")
     assert measured.lookup(key) is not None and measured.lookup(key, exclude_run="nope")[1] == 3
-    result = CliRunner().invoke(app, ["plan", str(built.study_file), "--tracking-uri", built.tracking_uri])
+    result = CliRunner().invoke(app, ["plan", str(built.study_file), "--tracking-uri", built.tracking_uri,
+                                      "--explain"])  # the notes that say how each column is estimated
     assert result.exit_code == 0 and "measured (3 runs)" in result.output
     assert "peak_memory_mb" in result.output and "GFLOP/s per CPU core" in result.output
 
