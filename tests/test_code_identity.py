@@ -262,7 +262,11 @@ def test_diff_marks_the_cell_a_code_change_moved_and_not_the_unchanged_one(tmp_p
 
     # A REF with no trials: what the store holds, by code; another store of another study: refused.
     code, output = run_cli(capsys, "diff", study, "--against", "no-such-ref", *store)
-    assert code == 2 and "by code: " in output and old[0] in output, output
+    with sqlite3.connect(db) as connection:  # each trial's own fingerprint (its core and components' files)
+        own = {value for (value,) in connection.execute(
+            "SELECT DISTINCT value FROM tags WHERE key = 'orchestrator.code_fingerprint' AND run_uuid IN "
+            "(SELECT run_uuid FROM tags WHERE key = 'orchestrator.role' AND value = 'trial')")}
+    assert code == 2 and "by code: " in output and own and all(value in output for value in own), output
     from orchestrator.tracking.store import StudyStore
 
     StudyStore.create(f"sqlite:///{tmp_path / 'other.db'}", "another_study")
