@@ -35,9 +35,11 @@ INSTALL_HINT = (
     "COMPOSE_BIN at a Compose v2 binary, e.g. COMPOSE_BIN='docker compose'."
 )
 
-SECRET_VARS = ("POSTGRES_PASSWORD", "MINIO_ROOT_PASSWORD", "RAY_AUTH_TOKEN")
+SECRET_VARS = (
+    "POSTGRES_PASSWORD", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_FLASK_SERVER_SECRET_KEY", "RAY_AUTH_TOKEN"
+)
 SECRET_KEY_RE = re.compile(r"PASSWORD|SECRET|TOKEN|ACCESS_KEY", re.IGNORECASE)
-LONG_RUNNING = ("postgres", "minio", "mlflow", "ray-head", "ray-worker", "ray-worker-cpu")
+LONG_RUNNING = ("postgres", "mlflow", "ray-head", "ray-worker", "ray-worker-cpu")
 RAY_NODES = ("ray-head", "ray-worker", "ray-worker-cpu")
 
 
@@ -148,7 +150,8 @@ def write_env_file(path: Path, values: dict[str, str]) -> Path:
 # Unique, URL-safe stand-ins for the secrets, to follow them through `config`.
 SENTINELS = {
     "POSTGRES_PASSWORD": "sentinelPg0a1b2c3d",
-    "MINIO_ROOT_PASSWORD": "sentinelMinio4e5f6a7b",
+    "MLFLOW_TRACKING_PASSWORD": "sentinelMlflow4e5f6a7b",
+    "MLFLOW_FLASK_SERVER_SECRET_KEY": "sentinelFlask2a3b4c5d",
     "RAY_AUTH_TOKEN": "sentinelRay8c9d0e1f",
 }
 
@@ -204,8 +207,6 @@ def test_no_version_key_and_expected_services(raw, config):
     assert "version" not in raw, "the Compose spec has no top-level `version:`"
     assert set(config["services"]) == {
         "postgres",
-        "minio",
-        "minio-init",
         "mlflow",
         "ray-head",
         "ray-worker",
@@ -227,7 +228,6 @@ def test_published_ports_bind_to_localhost(config):
             published.append((name, port["target"]))
     assert set(published) == {
         ("mlflow", 5000),
-        ("minio", 9001),
         ("ray-head", 6379),
         ("ray-head", 8265),
         ("ray-head", 10001),
@@ -256,7 +256,7 @@ def test_bind_address_defaults_to_localhost_and_is_configurable(compose_cmd, env
 
 def test_healthchecks(config):
     services = config["services"]
-    for name in ("postgres", "minio", "mlflow", "ray-head"):
+    for name in ("postgres", "mlflow", "ray-head"):
         hc = services[name].get("healthcheck")
         assert hc and hc.get("test") and not hc.get("disable"), f"{name} has no healthcheck"
     assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
@@ -267,9 +267,6 @@ def test_depends_on_conditions(config):
     services = config["services"]
     mlflow = services["mlflow"]["depends_on"]
     assert mlflow["postgres"]["condition"] == "service_healthy"
-    assert mlflow["minio"]["condition"] == "service_healthy"
-    assert mlflow["minio-init"]["condition"] == "service_completed_successfully"
-    assert services["minio-init"]["depends_on"]["minio"]["condition"] == "service_healthy"
     for worker in ("ray-worker", "ray-worker-cpu"):
         assert services[worker]["depends_on"]["ray-head"]["condition"] == "service_healthy"
 
@@ -278,7 +275,6 @@ def test_restart_policies(config):
     services = config["services"]
     for name in LONG_RUNNING:
         assert services[name].get("restart") == "unless-stopped", name
-    assert services["minio-init"].get("restart") == "no"
 
 
 def test_gpu_worker_reserves_nvidia_devices(config):
@@ -311,10 +307,10 @@ def test_workers_are_scalable(config):
 
 
 def test_volumes_are_named(config):
-    assert set(config["volumes"]) == {"postgres-data", "minio-data", "ray-results"}
+    assert set(config["volumes"]) == {"postgres-data", "mlflow-data", "ray-results"}
     expected = {
         "postgres": ("postgres-data", "/var/lib/postgresql/data"),
-        "minio": ("minio-data", "/data"),
+        "mlflow": ("mlflow-data", "/mlflow"),
         "ray-head": ("ray-results", "/home/ray/ray_results"),
         "ray-worker": ("ray-results", "/home/ray/ray_results"),
         "ray-worker-cpu": ("ray-results", "/home/ray/ray_results"),
@@ -356,20 +352,21 @@ def test_mlflow_server(config):
     joined = " ".join(cmd)
     for part in ("--serve-artifacts", "--host 0.0.0.0", "--port 5000", "--workers 1"):
         assert part in joined
-    bucket = cmd[cmd.index("--artifacts-destination") + 1]
-    assert bucket == "s3://mlflow"
+    # MLflow's login, and its artifacts on its own volume (no object store: docs/cluster.md).
+    assert cmd[cmd.index("--app-name") + 1] == "basic-auth"
+    assert cmd[cmd.index("--artifacts-destination") + 1] == "/mlflow/artifacts"
     env = svc["environment"]
     assert env["MLFLOW_BACKEND_STORE_URI"] == (
         f"postgresql+psycopg2://mlflow:{SENTINELS['POSTGRES_PASSWORD']}@postgres:5432/mlflow"
     )
-    assert env["MLFLOW_S3_ENDPOINT_URL"] == "http://minio:9000"
-    assert env["AWS_SECRET_ACCESS_KEY"] == SENTINELS["MINIO_ROOT_PASSWORD"]
+    assert env["MLFLOW_AUTH_ADMIN_USERNAME"] == "orchestrator"
+    assert env["MLFLOW_AUTH_ADMIN_PASSWORD"] == SENTINELS["MLFLOW_TRACKING_PASSWORD"]
+    assert env["MLFLOW_FLASK_SERVER_SECRET_KEY"] == SENTINELS["MLFLOW_FLASK_SERVER_SECRET_KEY"]
     assert env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
     assert env["MLFLOW_DISABLE_TELEMETRY"] == "true"
     # The Ray nodes reach MLflow as http://mlflow:5000; its host check must allow that.
     assert "mlflow:5000" in env["MLFLOW_SERVER_ALLOWED_HOSTS"].split(",")
-    # The bucket minio-init creates is the one MLflow writes to.
-    assert config["services"]["minio-init"]["environment"]["MLFLOW_BUCKET"] == "mlflow"
+    assert ("mlflow-data", "/mlflow") in [(v["source"], v["target"]) for v in svc["volumes"]]
 
 
 def test_build_targets(config):
@@ -377,9 +374,16 @@ def test_build_targets(config):
     assert services["ray-head"]["build"]["dockerfile"] == "docker/Dockerfile"
     assert services["ray-head"]["build"]["target"] == "runtime"
     assert services["mlflow"]["build"]["target"] == "mlflow"
+    assert services["postgres"]["build"]["target"] == "postgres"
     dockerfile = (REPO / "docker" / "Dockerfile").read_text()
-    for target in ("runtime", "mlflow"):
+    for target in ("runtime", "mlflow", "postgres"):
         assert re.search(rf"^FROM\s+\S+\s+AS\s+{target}\s*$", dockerfile, re.M | re.I), target
+    # Every image is built from one Debian base, a build argument (public by default).
+    for name in ("postgres", "mlflow", "ray-head"):
+        assert services[name]["build"]["args"]["BASE_IMAGE"] == "debian:bookworm-slim", name
+    assert re.search(r"^ARG BASE_IMAGE=debian:bookworm-slim$", dockerfile, re.M)
+    assert all(line.split()[1] in ("${BASE_IMAGE}", "python")
+               for line in dockerfile.splitlines() if line.startswith("FROM "))
 
 
 # --------------------------------------------------------------------------
@@ -421,7 +425,6 @@ def test_env_example_holds_placeholders_only(env_example):
     for var in SECRET_VARS:
         assert env_example[var].startswith("change-me"), f"{var} in .env.example must be a placeholder"
     assert env_example["BIND_ADDRESS"] == "127.0.0.1"
-    assert len(env_example["MINIO_ROOT_PASSWORD"]) >= 8  # MinIO refuses shorter ones
 
 
 @pytest.mark.parametrize("var", SECRET_VARS)
@@ -469,7 +472,7 @@ def _break_devices_not_a_list(doc):
 
 
 def _break_service_without_image(doc):
-    doc["services"]["minio-init"].pop("image")
+    doc["services"]["ray-worker"].pop("image")
 
 
 # name -> (breakage, text Compose's error must contain)
@@ -481,7 +484,7 @@ BREAKAGES = {
     "undeclared-volume": (_break_undeclared_volume, "pgdata"),
     "bad-depends-on-condition": (_break_bad_condition, "condition"),
     "devices-not-a-list": (_break_devices_not_a_list, "devices"),
-    "service-without-image-or-build": (_break_service_without_image, "minio-init"),
+    "service-without-image-or-build": (_break_service_without_image, "ray-worker"),
 }
 
 
