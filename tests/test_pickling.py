@@ -100,6 +100,7 @@ def test_a_saved_model_loads_in_a_fresh_process(tmp_path):
     saved = tmp_path / "models.pt"
     torch.save([(_model(case), _outputs(_model(case))) for case in CASES], saved)
     probe = ("import torch\n"
+             f"torch.set_num_threads({torch.get_num_threads()})\n"  # the parent's: the same summation order
              "tokens = torch.arange(20).remainder(32)[None]\n"
              f"loaded = torch.load({str(saved)!r}, weights_only=False)\n"
              "for model, expected in loaded:\n"

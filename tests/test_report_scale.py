@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator import parse_study
 from orchestrator.reporting import build_report, load_results
-from orchestrator.reporting.cells import number
+from orchestrator.reporting.cells import number, signed
 from orchestrator.reporting.fingerprint import FILE
 from orchestrator.reporting.render_latex import _number
 from orchestrator.run import run_and_report
@@ -59,7 +59,7 @@ def test_heatmaps_and_the_best_grid_point(grid):
     assert lines["DAPE"][2] == f"{best['ppl_64']:.3f}"
     baseline = frame[(frame["label"] == best["compare_with"])]["ppl_64"].iloc[0]
     margin = (best["ppl_64"] / baseline - 1) * 100
-    assert lines["DAPE"][5] == f"{margin:+.1f}%".replace("+-", "-")
+    assert lines["DAPE"][5] == f"{signed(margin, 1)}%"
     assert "Best grid point per variant" in (folder / "tables.tex").read_text()
 
 
