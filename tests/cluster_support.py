@@ -25,6 +25,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 CLONE_NEWNET = 0x40000000
 BIN = Path(sys.executable).parent  # the venv's console scripts: ray, mlflow, orchestrator
 
@@ -282,3 +284,14 @@ def cluster_env(root: Path, token: str) -> dict:
     tmp.mkdir(parents=True, exist_ok=True)
     return {**os.environ, "HOME": str(home), "TMPDIR": str(tmp), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token,
             "RAY_USAGE_STATS_ENABLED": "0", "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+
+def finish(process: subprocess.Popen, timeout: float) -> str:
+    """The output of an orchestrator process; the test fails, the process killed, if it runs past `timeout`."""
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+        pytest.fail(f"orchestrator still running after {timeout:.0f}s:\n{output[-4000:]}", pytrace=False)
+    return output

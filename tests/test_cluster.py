@@ -22,7 +22,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 import yaml
-from cluster_support import BIN, MlflowServer, Postgres, RayNode, cluster_env, loopback_network_namespace
+from cluster_support import BIN, MlflowServer, Postgres, RayNode, cluster_env, finish, loopback_network_namespace
 from mlflow.tracking import MlflowClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # PostgreSQL and two Ray nodes start in the first
@@ -85,16 +85,6 @@ def trial_runs(client: MlflowClient, study: str) -> list:
     if experiment is None:
         return []
     return client.search_runs([experiment.experiment_id], "tags.`orchestrator.role` = 'trial'")
-
-
-def finish(process: subprocess.Popen, timeout: float) -> str:
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        output, _ = process.communicate()
-        pytest.fail(f"orchestrator still running after {timeout:.0f}s:\n{output[-4000:]}")
-    return output
 
 
 def test_study_runs_on_both_nodes_logs_to_the_server_and_reports_from_it(cluster, tmp_path):

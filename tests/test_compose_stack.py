@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 import tomllib
 import yaml
+from cluster_support import finish
 from test_compose_file import _find_compose
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -185,16 +186,6 @@ class Stack:
         os.environ["MLFLOW_TRACKING_USERNAME"] = "orchestrator"
         os.environ["MLFLOW_TRACKING_PASSWORD"] = password or self.password
         return MlflowClient(HOST_MLFLOW)
-
-
-def finish(process: subprocess.Popen, timeout: float) -> str:
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        output, _ = process.communicate()
-        pytest.fail(f"orchestrator still running after {timeout:.0f}s:\n{output[-4000:]}", pytrace=False)
-    return output
 
 
 def write_study(folder: Path, spec: dict) -> Path:
